@@ -1,0 +1,53 @@
+"""Search constraints and objective."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from specs._base import Spec
+
+Objective = Literal["max_throughput"]
+
+FIXABLE_FIELDS = frozenset(
+    {
+        "data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor",
+        "sequence_parallel", "micro_batch_size", "zero_stage", "recompute", "pipeline_schedule",
+        "stage_layers", "flash_attention",
+    }
+)
+
+
+class SearchConstraints(Spec):
+    """Restrictions on the searched space; every field optional."""
+
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    """Plan fields or parallel degrees (by name) held at the given value."""
+    memory_headroom_gib: float = Field(default=2.0, ge=0, le=1024)
+    """Memory left free on every GPU."""
+    time_limit_s: float = Field(default=60.0, gt=0, le=3600)
+    """Wall-time budget of the search; it stops with the best plans found so far."""
+    allow_tensor_across_nodes: bool = False
+    """Allow tensor (and expert-tensor) groups to span nodes."""
+    max_virtual_pipeline: int = Field(default=8, ge=1, le=64)
+    """Largest virtual pipeline degree searched."""
+    micro_batch_sizes: list[int] | None = Field(default=None, min_length=1, max_length=32)
+    """Micro-batch sizes searched (default: powers of two up to 16 that divide the batch)."""
+
+    @field_validator("fixed")
+    @classmethod
+    def _known_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(value) - FIXABLE_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"fixed has unknown fields {unknown}; allowed: {sorted(FIXABLE_FIELDS)}"
+            )
+        return value
+
+    @field_validator("micro_batch_sizes")
+    @classmethod
+    def _positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(v < 1 or v > 65_536 for v in value):
+            raise ValueError(f"micro_batch_sizes must be between 1 and 65536 (got {value})")
+        return value

@@ -1,0 +1,209 @@
+"""Training plans (what a search returns and `/v1/estimate` takes) and their metrics.
+
+`content_hash()` keys deduplication: update it when a field that changes the answer is added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from specs._base import Spec
+
+Recompute = Literal["none", "selective", "full"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
+
+
+class ParallelDims(Spec):
+    """Parallel degrees. `data × tensor × pipeline × context` is the GPU count; expert groups
+    are carved out of `data × context × tensor` as in Megatron-Core."""
+
+    data: int = Field(default=1, ge=1, le=1_048_576)
+    """Data-parallel degree (replicas of the model)."""
+    tensor: int = Field(default=1, ge=1, le=1024)
+    """Tensor-parallel degree (Megatron column/row split of every GEMM)."""
+    pipeline: int = Field(default=1, ge=1, le=1024)
+    """Pipeline-parallel stages (devices along the pipeline)."""
+    virtual_pipeline: int = Field(default=1, ge=1, le=64)
+    """Model chunks per pipeline rank (interleaved 1F1B when > 1)."""
+    context: int = Field(default=1, ge=1, le=1024)
+    """Context-parallel degree (sequence split of attention, ring exchange of K/V)."""
+    expert: int = Field(default=1, ge=1, le=4096)
+    """Expert-parallel degree (MoE layers)."""
+    expert_tensor: int = Field(default=1, ge=1, le=1024)
+    """Tensor-parallel degree inside each expert (MoE layers)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism of norms/dropout across the tensor group."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ParallelDims:
+        if self.sequence_parallel and self.tensor == 1:
+            raise ValueError("sequence_parallel requires tensor > 1 (got tensor = 1)")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def dp(self) -> int:
+        return self.data
+
+    @property
+    def tp(self) -> int:
+        return self.tensor
+
+    @property
+    def pp(self) -> int:
+        return self.pipeline
+
+    @property
+    def vp(self) -> int:
+        return self.virtual_pipeline
+
+    @property
+    def cp(self) -> int:
+        return self.context
+
+    @property
+    def ep(self) -> int:
+        return self.expert
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tensor
+
+    @property
+    def pipeline_enabled(self) -> bool:
+        return self.pipeline > 1
+
+    @property
+    def tensor_enabled(self) -> bool:
+        return self.tensor > 1
+
+    @property
+    def context_enabled(self) -> bool:
+        return self.context > 1
+
+    @property
+    def expert_enabled(self) -> bool:
+        return self.expert > 1
+
+
+class TrainingPlan(Spec):
+    """One parallel execution plan for a training step."""
+
+    parallelism: ParallelDims
+    micro_batch_size: int = Field(default=1, ge=1, le=65_536)
+    """Sequences per micro-batch per data-parallel rank."""
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    """ZeRO stage; 1 is Megatron's distributed optimizer."""
+    recompute: Recompute = "none"
+    """Activation recomputation: none, selective (attention core) or full (whole layer)."""
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    """Pipeline schedule; interleaved_1f1b needs virtual_pipeline > 1."""
+    stage_layers: list[int] | None = Field(default=None, max_length=65_536)
+    """Layers per pipeline chunk, length pipeline × virtual_pipeline, in pipeline order
+    (chunk c runs on rank c mod pipeline); null lets the service choose the split."""
+    flash_attention: bool = True
+    """Fused (flash) attention: no s×s score matrices are stored."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingPlan:
+        p = self.parallelism
+        if self.pipeline_schedule == "interleaved_1f1b" and p.virtual_pipeline < 2:
+            raise ValueError(
+                "pipeline_schedule interleaved_1f1b requires parallelism.virtual_pipeline > 1 "
+                f"(got {p.virtual_pipeline})"
+            )
+        if self.pipeline_schedule == "1f1b" and p.virtual_pipeline > 1:
+            raise ValueError(
+                "parallelism.virtual_pipeline > 1 requires pipeline_schedule interleaved_1f1b "
+                f"(got {self.pipeline_schedule})"
+            )
+        if self.stage_layers is not None:
+            chunks = p.pipeline * p.virtual_pipeline
+            if len(self.stage_layers) != chunks:
+                raise ValueError(
+                    f"stage_layers has {len(self.stage_layers)} entries; it must have "
+                    f"pipeline × virtual_pipeline = {p.pipeline} × {p.virtual_pipeline} = {chunks}"
+                )
+            if any(n < 1 for n in self.stage_layers):
+                raise ValueError(f"every stage_layers entry must be >= 1 (got {self.stage_layers})")
+        return self
+
+    def content_hash(self) -> str:
+        """Hash of the canonical JSON of every field (update me when you add a field)."""
+        return canonical_hash(self.model_dump(mode="json"))
+
+
+def canonical_hash(payload: Any) -> str:
+    """SHA-256 of canonical JSON (sorted keys, no whitespace): stable under key order."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class _Out(BaseModel):
+    """Output records: plain, frozen, extra fields forbidden."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimeBreakdown(_Out):
+    """Where a step's time goes (seconds on the critical path, exposed communication only)."""
+
+    compute: float
+    tensor_parallel_comm: float = 0.0
+    data_parallel_comm: float = 0.0
+    pipeline_comm: float = 0.0
+    context_parallel_comm: float = 0.0
+    expert_parallel_comm: float = 0.0
+    bubble: float = 0.0
+    optimizer: float = 0.0
+    recompute: float = 0.0
+    """Extra forward compute re-run for activation recomputation (part of compute)."""
+    overhead: float = 0.0
+    """Fixed per-step overhead (launch, data loading, synchronisation)."""
+
+
+class TrainingMetrics(_Out):
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    mfu: float
+    peak_memory_gib: float
+    bubble_fraction: float
+    time_breakdown_s: TimeBreakdown
+    hardware_tflops_per_gpu: float | None = None
+    """Achieved FLOP rate counting recomputation."""
+    step_time_s_low: float | None = None
+    step_time_s_high: float | None = None
+
+
+class StageMemory(_Out):
+    """Peak memory of the busiest GPU of one pipeline rank, GiB."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    other_gib: float
+    total_gib: float
+
+
+class MemoryReport(_Out):
+    peak_gib: float
+    capacity_gib: float
+    """Device memory as the device reports it."""
+    usable_gib: float
+    """Capacity less the requested headroom: the feasibility limit."""
+    by_stage: list[StageMemory]
+
+
+class Violation(_Out):
+    kind: str
+    """Short machine-readable reason: memory, divisibility, topology, batch, schedule..."""
+    detail: str
