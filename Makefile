@@ -1,0 +1,48 @@
+# meshplan: `make serve` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PORT   ?= 8000
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install serve test test-all lint fmt typecheck bench accuracy clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "meshplan needs Python >= 3.11"'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the service on 127.0.0.1:$(PORT) with the embedded SQLite database under ./var/.
+serve: $(STAMP)
+	$(BIN)/uvicorn app.main:app --host 127.0.0.1 --port $(PORT)
+
+## The whole suite CI runs (tests marked slow are excluded; `make test-all` runs them too).
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy specs hardware_catalog cost_models solver app
+
+## Benchmarks print their figures; they are not timed tests.
+bench: $(STAMP)
+	$(BIN)/python bench/search_latency.py
+
+accuracy: $(STAMP)
+	$(BIN)/python bench/accuracy.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache .hypothesis
