@@ -47,9 +47,13 @@ class MoESpec(Spec):
     num_dense_layers: int = Field(default=0, ge=0)
     """The first this-many layers are dense (DeepSeek `first_k_dense_replace`)."""
     layer_frequency: int = Field(default=1, ge=1)
-    """Every this-many-th layer after the dense ones is MoE (Qwen `decoder_sparse_step`)."""
+    """Every this-many-th layer after the dense ones is MoE (Qwen `decoder_sparse_step`):
+    after the dense layers, layer j (0-based) is MoE iff (j + 1) % layer_frequency == 0."""
     shared_expert_gate: bool = False
     """A sigmoid gate on the shared expert output (Qwen2-MoE): h extra parameters."""
+    router_bias: bool = False
+    """A per-expert routing-score bias (DeepSeek-V3 auxiliary-loss-free balancing,
+    `e_score_correction_bias`): num_experts extra parameters per MoE layer."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -99,6 +103,9 @@ class ModelSpec(Spec):
     """Rows of the learned position table (only with learned position embeddings)."""
     dropout: bool = False
     """Dropout on attention probabilities and residual branches (GPT-3 era training)."""
+    qk_norm: bool = False
+    """RMSNorm on each query and key head before attention (Qwen3): 2·head_dim parameters
+    per layer."""
     mla: MLASpec | None = None
     """Multi-head latent attention, replaces the GQA projections (DeepSeek-V3)."""
     moe: MoESpec | None = None
@@ -142,7 +149,8 @@ class ModelSpec(Spec):
         """True when layer `index` (0-based) is an MoE layer."""
         if self.moe is None or index < self.moe.num_dense_layers:
             return False
-        return (index - self.moe.num_dense_layers) % self.moe.layer_frequency == 0
+        # Qwen2-MoE: `(layer_idx + 1) % decoder_sparse_step == 0` (HF modeling_qwen2_moe).
+        return (index - self.moe.num_dense_layers + 1) % self.moe.layer_frequency == 0
 
     @property
     def num_moe_layers(self) -> int:
@@ -163,6 +171,8 @@ class ModelSpec(Spec):
             kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
             return q + kv + a * m.v_head_dim * h
         params = h * a * d + 2 * h * g * d + a * d * h
+        if self.qk_norm:  # one RMSNorm weight of size d for queries, one for keys
+            params += 2 * d
         if self.attention_bias:
             params += a * d + 2 * g * d
         if self.mlp_bias:  # GPT-style models also bias the attention output projection
@@ -193,7 +203,8 @@ class ModelSpec(Spec):
         routed = (m.top_k if active else m.num_experts) * self.expert_parameters()
         shared = m.num_shared_experts * self._mlp_parameters(m.shared_ffn)
         gate = h if m.shared_expert_gate else 0
-        return h * m.num_experts + routed + shared + gate
+        router = h * m.num_experts + (m.num_experts if m.router_bias else 0)
+        return router + routed + shared + gate
 
     def norm_parameters(self) -> int:
         """Parameters of one normalisation layer."""

@@ -1,0 +1,218 @@
+"""Turn the published, measured training runs in `shared/calibration/published_runs.jsonl`
+into meshplan requests and measured step times.
+
+Each row becomes a `Case`: model, cluster, workload, the parallel settings the source states
+(`fixed`, handed to the search as constraints so unknown settings such as the micro-batch
+size are chosen by the planner, as the authors tuned them), and the measured seconds per
+step derived from what the source gives:
+
+- seconds per iteration when the source reports it (Korthikanti et al. 2022, Table 5);
+- TFLOP/s per GPU under the source's own FLOP formula otherwise:
+  Narayanan et al. 2021 eq. (3), `96·B·s·l·h²·(1 + s/6h + V/16lh)` (counts the recomputed
+  forward); Megatron-Core README: model FLOPs, Megatron's `num_floating_point_operations`,
+  `72·B·s·l·h²·(1 + s/6h + V/12lh)` for a GPT layer. step = F / (TFLOP/s · 1e12 · GPUs).
+
+Rows that cannot be represented yet are returned with the reason instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_CANDIDATES = (ROOT.parent / "shared", ROOT / "shared", Path("/work/shared"))
+
+ACCELERATORS = {"A100-SXM4-80GB": "a100-80gb", "H100-SXM5-80GB": "h100-sxm"}
+
+
+def shared_dir() -> Path | None:
+    """Where `shared/` lies: beside the clone (CI and sessions) or at /work/shared."""
+    for candidate in SHARED_CANDIDATES:
+        if (candidate / "calibration" / "published_runs.jsonl").exists():
+            return candidate
+    return None
+
+
+def load_rows() -> list[dict[str, Any]]:
+    base = shared_dir()
+    if base is None:
+        return []
+    path = base / "calibration" / "published_runs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Case:
+    row_id: int
+    label: str
+    source: str
+    request: dict[str, Any] | None = None
+    """{"model", "cluster", "workload", "constraints"} for the search, or None."""
+    measured_step_s: float | None = None
+    measured_mfu: float | None = None
+    """MFU as the source reports it (model FLOPs, the source's own peak)."""
+    status: str = "ok"
+    """"ok" (the run fitted) or "OOM"."""
+    reason: str | None = None
+    """Why the row cannot be represented (then request is None)."""
+    notes: list[str] = field(default_factory=list)
+
+
+def _source_key(row: dict[str, Any]) -> str:
+    src = row["source"]
+    if src.startswith("Narayanan"):
+        return "narayanan2021"
+    if src.startswith("Korthikanti"):
+        return "korthikanti2022"
+    if "MoE Parallel Folding" in src or "Liu" in src:
+        return "moe_folding2025"
+    return "megatron_core_readme"
+
+
+def gpt_model(row: dict[str, Any], *, dropout: bool) -> dict[str, Any]:
+    """A GPT-style explicit model spec (plain GeLU MLP, LayerNorm, biases, learned
+    positions, tied embeddings) from a row's architecture fields."""
+    h = row["hidden_size"]
+    return {
+        "name": row["model"],
+        "num_layers": row["layers"],
+        "hidden_size": h,
+        "num_attention_heads": row["num_heads"],
+        "num_kv_heads": row["num_kv_heads"] or row["num_heads"],
+        "ffn_hidden_size": row["ffn_hidden_size"] or 4 * h,
+        "vocab_size": row["vocab_size"],
+        "gated_mlp": False,
+        "tie_embeddings": True,
+        "norm": "layernorm",
+        "attention_bias": True,
+        "mlp_bias": True,
+        "position_embedding": "learned",
+        "max_position_embeddings": row["seq_len"],
+        "dropout": dropout,
+    }
+
+
+def narayanan_flops(row: dict[str, Any]) -> float:
+    """Narayanan et al. 2021 eq. (3) with the paper's 96 (recompute counted)."""
+    b, s, l, h, v = (row[k] for k in ("global_batch_seqs", "seq_len", "layers", "hidden_size", "vocab_size"))
+    return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def megatron_model_flops(row: dict[str, Any]) -> float:
+    """Model FLOPs per step for a GPT layer, Korthikanti et al. 2022 §6 / Megatron-Core."""
+    b, s, l, h, v = (row[k] for k in ("global_batch_seqs", "seq_len", "layers", "hidden_size", "vocab_size"))
+    return 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+def _zero_stage(text: str | None) -> int | None:
+    if text is None:
+        return None
+    t = text.lower()
+    if "zero-3" in t or "fsdp" in t:
+        return 3
+    if "distributed optimizer" in t or "zero-1" in t:
+        return 1
+    if t.startswith("none"):
+        return 0
+    return None
+
+
+def _recompute(text: str | None) -> str | None:
+    if text is None:
+        return None
+    t = text.lower()
+    if t.startswith("full"):
+        return "full"
+    if t.startswith("selective"):
+        return "selective"
+    if t.startswith("none"):
+        return "none"
+    return None
+
+
+def to_case(row: dict[str, Any]) -> Case:
+    key = _source_key(row)
+    case = Case(row_id=row["row_id"], label=row["model"], source=key, status=row.get("status") or "ok")
+    if row.get("moe_num_experts"):
+        case.reason = "MoE model: expert parallelism is not modelled yet (issue on MoE)"
+        return case
+    if row["gpu_type"] not in ACCELERATORS:
+        case.reason = f"accelerator {row['gpu_type']!r} not mapped"
+        return case
+    if row["tp"] is None or row["pp"] is None or row["dp"] is None:
+        case.reason = "the source does not give the parallel configuration (TP/PP/DP)"
+        return case
+    if row["global_batch_seqs"] is None:
+        case.reason = "the source does not give the global batch size"
+        return case
+
+    fixed: dict[str, Any] = {
+        "tensor": row["tp"],
+        "pipeline": row["pp"],
+        "data": row["dp"],
+        "context": row["cp"] or 1,
+    }
+    if row["micro_batch_size"]:
+        fixed["micro_batch_size"] = row["micro_batch_size"]
+    if row["vpp"]:
+        fixed["virtual_pipeline"] = row["vpp"]
+        fixed["pipeline_schedule"] = "interleaved_1f1b"
+    zero = _zero_stage(row["zero_or_dist_opt"])
+    if zero is not None:
+        fixed["zero_stage"] = zero
+    recompute = _recompute(row["recompute"])
+    if recompute is not None:
+        fixed["recompute"] = recompute
+    if row["sequence_parallel"] is not None and row["tp"] > 1:
+        fixed["sequence_parallel"] = bool(row["sequence_parallel"])
+
+    era_2021_2022 = key in ("narayanan2021", "korthikanti2022")
+    # Megatron-LM 2021/2022 trained GPT with dropout and without fused flash attention.
+    fixed["flash_attention"] = not era_2021_2022
+    model = gpt_model(row, dropout=era_2021_2022)
+
+    inter = 25.0 if row["gpu_type"].startswith("A100") else None  # Selene: 8×200 Gb/s HDR per node
+    cluster = {
+        "node_groups": [
+            {
+                "accelerator": ACCELERATORS[row["gpu_type"]],
+                "num_nodes": row["num_gpus"] // row["gpus_per_node"],
+                "gpus_per_node": row["gpus_per_node"],
+                "inter_node_bandwidth_gb_s": inter,
+            }
+        ]
+    }
+    workload = {
+        "kind": "training",
+        "global_batch_size": row["global_batch_seqs"],
+        "sequence_length": row["seq_len"],
+        "precision": "bf16",
+    }
+    case.request = {
+        "model": model,
+        "cluster": cluster,
+        "workload": workload,
+        "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
+    }
+    n = row["num_gpus"]
+    if row["sec_per_iter"]:
+        case.measured_step_s = float(row["sec_per_iter"])
+    elif row["tflops_per_gpu"]:
+        flops = narayanan_flops(row) if key == "narayanan2021" else megatron_model_flops(row)
+        case.measured_step_s = flops / (row["tflops_per_gpu"] * 1e12 * n)
+    if row["mfu_pct"]:
+        case.measured_mfu = row["mfu_pct"] / 100
+    elif case.measured_step_s:
+        peak = (row["peak_tflops_per_gpu_basis"] or 312) * 1e12
+        case.measured_mfu = megatron_model_flops(row) / (case.measured_step_s * n * peak)
+    if case.measured_step_s is None and case.status != "OOM":
+        case.reason = "no measured time, throughput or FLOP rate"
+        case.request = None
+    return case
+
+
+def load_cases() -> list[Case]:
+    return [to_case(row) for row in load_rows()]
