@@ -1,0 +1,76 @@
+"""Search latency benchmark: wall time, candidates and pruning for the reference cases.
+
+Targets (issue 2, on 2 cores): Llama-3-70B on 64 H100 < 0.3 s, GPT-3 175B on 1024 A100 < 1 s,
+Llama-3-405B on 16,384 H100 < 3 s. Each case runs `--repeat` times in a fresh process state
+(caches cleared between runs) and the median is printed; `--warm` also prints a second,
+warm-cache run. Usage: `python bench/search_latency.py [--repeat 3]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cost_models.base import TrainingProblem  # noqa: E402
+from cost_models.registry import build_cost_model  # noqa: E402
+from hardware_catalog import resolve_cluster  # noqa: E402
+from solver import search  # noqa: E402
+from solver.search.branch_and_bound import clear_caches  # noqa: E402
+from specs import ClusterSpec, SearchConstraints, TrainingWorkload  # noqa: E402
+from specs.presets import get_preset  # noqa: E402
+
+CASES = [
+    # (label, preset, accelerator, nodes, gpus/node, global batch, seq, target s)
+    ("Llama-3-70B on 64 H100", "llama3-70b", "h100-sxm", 8, 8, 1024, 4096, 0.3),
+    ("GPT-3 175B on 1024 A100", "gpt3-175b", "a100-80gb", 128, 8, 1536, 2048, 1.0),
+    ("Llama-3-405B on 16384 H100", "llama3-405b", "h100-sxm", 2048, 8, 2048, 8192, 3.0),
+]
+
+
+def run_case(preset: str, accel: str, nodes: int, gpn: int, gbs: int, seq: int):  # type: ignore[no-untyped-def]
+    problem = TrainingProblem(
+        model=get_preset(preset),
+        cluster=resolve_cluster(
+            ClusterSpec.model_validate(
+                {"node_groups": [{"accelerator": accel, "num_nodes": nodes, "gpus_per_node": gpn}]}
+            )
+        ),
+        workload=TrainingWorkload(global_batch_size=gbs, sequence_length=seq),
+    )
+    t0 = time.perf_counter()
+    result = search(problem, build_cost_model("analytical"), SearchConstraints(), top_k=10)
+    return time.perf_counter() - t0, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
+          f"{'ILP':>5} {'best step s':>11} {'MFU':>5}  pruned")
+    for label, preset, accel, nodes, gpn, gbs, seq, target in CASES:
+        times = []
+        result = None
+        for _ in range(args.repeat):
+            clear_caches()
+            elapsed, result = run_case(preset, accel, nodes, gpn, gbs, seq)
+            times.append(elapsed)
+        assert result is not None
+        st = result.stats
+        best = result.plans[0].estimate.metrics if result.plans else None
+        med = statistics.median(times)
+        print(
+            f"{label:32} {med:9.3f} {target:7.1f} {'yes' if med < target else 'NO':>3} "
+            f"{st.enumerated:10d} {st.evaluated:9d} {st.solver_calls:5d} "
+            f"{best.step_time_s if best else float('nan'):11.2f} {best.mfu if best else float('nan'):5.2f}  "
+            f"{dict(sorted(st.pruned.items()))}"
+        )
+
+
+if __name__ == "__main__":
+    main()
