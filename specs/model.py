@@ -4,7 +4,9 @@ Parameter counts follow the layer anatomy in `shared/reference/cost_formulas.md`
 attention `h·a·d + 2·h·g·d + a·d·h` (+ biases), gated MLP `3·h·f` or plain `2·h·f`,
 MoE router `h·E` plus `E` experts and the shared experts, norms `2h` (RMSNorm: h per norm)
 or `4h` (LayerNorm: weight and bias), embedding `V·h` and an untied LM head `V·h`.
-DeepSeek-V3 multi-head latent attention follows DeepSeek-AI 2024 (arXiv 2412.19437, §2.1.1).
+DeepSeek-V3 multi-head latent attention follows DeepSeek-AI 2024 (arXiv 2412.19437, §2.1.1);
+its auxiliary-loss-free balancing bias (§2.1.2) adds E router parameters per MoE layer. Qwen3's
+query/key RMSNorm (Qwen3 report, arXiv 2505.09388, §2) adds 2·head_dim per layer.
 """
 
 from __future__ import annotations

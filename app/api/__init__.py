@@ -1,0 +1,1 @@
+"""HTTP layer: routes, dependencies and the RFC 9457 problem mapping."""

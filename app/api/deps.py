@@ -1,0 +1,39 @@
+"""FastAPI dependencies: settings, database session and the search runner of the app."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.core.config import Settings
+from app.services.runner import SearchRunner
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+def get_runner(request: Request) -> SearchRunner:
+    runner: SearchRunner = request.app.state.runner
+    return runner
+
+
+def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+EngineDep = Annotated[Engine, Depends(get_engine)]
+RunnerDep = Annotated[SearchRunner, Depends(get_runner)]
+SessionDep = Annotated[Session, Depends(get_session)]

@@ -1,0 +1,252 @@
+"""RFC 9457 `application/problem+json` for every error the API answers.
+
+- `PlannerError` (specs/errors.py) → its status, type `https://meshplan.dev/problems/<slug>`,
+  title, detail, `instance` = request path, plus its extensions (`errors`, `reasons`, ...).
+- `RequestValidationError` (bad types, malformed JSON) → 422 `invalid-input` with `errors`:
+  `[{field (dotted path), rule (pydantic error type), value (the input), message}]`.
+- Starlette HTTP errors (unknown route 404, 405, ...) → problems of the same status.
+- Bodies above `max_request_bytes` → 413 (`BodyLimitMiddleware`, Content-Length and stream).
+- Anything else → a generic 500 logged with the request id (`RequestContextMiddleware`);
+  no traceback reaches the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.core.problems import (
+    PROBLEM_CONTENT_TYPE,
+    internal_problem,
+    make_problem,
+    problem_from_error,
+    to_jsonable,
+)
+from specs.errors import PlannerError
+
+logger = logging.getLogger("app.errors")
+
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_CONTENT_TYPE
+
+
+def problem_response(problem: dict[str, Any], headers: dict[str, str] | None = None) -> ProblemResponse:
+    return ProblemResponse(problem, status_code=int(problem["status"]), headers=headers)
+
+
+def _request_id(request: Request) -> str | None:
+    value = getattr(request.state, "request_id", None)
+    return value if isinstance(value, str) else None
+
+
+def _instance(request: Request) -> str:
+    return request.url.path
+
+
+def field_errors(errors: Any) -> list[dict[str, Any]]:
+    """pydantic/FastAPI errors → `[{field, rule, value, message, location}]`."""
+    out = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        location = loc[0] if loc and loc[0] in _LOCATIONS else None
+        path = loc[1:] if location else loc
+        # drop the discriminator tag pydantic inserts for tagged unions (workload.training.x)
+        if len(path) >= 2 and path[0] == "workload" and path[1] == "training":
+            path = [path[0], *path[2:]]
+        out.append(
+            {
+                "field": ".".join(path) if path else (location or ""),
+                "rule": str(err.get("type", "invalid")),
+                "value": to_jsonable(err.get("input")),
+                "message": str(err.get("msg", "invalid value")),
+                "location": location,
+            }
+        )
+    return out
+
+
+async def planner_error_handler(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, PlannerError)
+    if exc.status >= 500:
+        logger.error("request %s: %s", _request_id(request), exc.detail)
+    return problem_response(problem_from_error(exc, instance=_instance(request)))
+
+
+async def validation_error_handler(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = field_errors(exc.errors())
+    malformed = any(e["rule"] == "json_invalid" for e in errors)
+    if malformed:
+        detail = "the request body is not valid JSON"
+    else:
+        first = errors[0] if errors else None
+        detail = (
+            f"{first['field']}: {first['message']}" if first else "the request is invalid"
+        )
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more)"
+    return problem_response(
+        make_problem(
+            status=422,
+            slug="malformed-json" if malformed else "invalid-input",
+            title="Malformed JSON" if malformed else "Invalid input",
+            detail=detail,
+            instance=_instance(request),
+            errors=errors,
+        )
+    )
+
+
+_HTTP_SLUGS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
+
+
+async def http_error_handler(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+    detail = exc.detail if isinstance(exc.detail, str) else phrase
+    if status == 404 and detail == "Not Found":
+        detail = f"no resource at {request.url.path}"
+    if status == 405 and detail == "Method Not Allowed":
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    slug = _HTTP_SLUGS.get(status, phrase.lower().replace(" ", "-"))
+    return problem_response(
+        make_problem(status=status, slug=slug, title=phrase, detail=detail,
+                     instance=_instance(request)),
+        headers=dict(exc.headers) if exc.headers else None,
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Register the handlers above on `app`."""
+    app.add_exception_handler(PlannerError, planner_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+
+
+# ---- pure ASGI middlewares ----------------------------------------------------------------
+async def _send_problem(send: Send, problem: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]) -> None:
+    body = ProblemResponse(problem, status_code=int(problem["status"])).body
+    headers = [
+        (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *extra_headers,
+    ]
+    await send({"type": "http.response.start", "status": int(problem["status"]), "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestContextMiddleware:
+    """Assigns a request id (taken from the request header or generated), echoes it in the
+    response and turns any unhandled exception into a logged, generic 500 problem."""
+
+    def __init__(self, app: ASGIApp, header: str = "X-Request-ID") -> None:
+        self.app = app
+        self.header = header.lower().encode("latin-1")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = None
+        for key, value in scope.get("headers", []):
+            if key == self.header:
+                request_id = value.decode("latin-1")[:200]
+                break
+        request_id = request_id or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_header = (self.header, request_id.encode("latin-1"))
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message = {**message, "headers": [*message.get("headers", []), id_header]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            logger.exception("request %s %s %s failed", request_id, scope.get("method"),
+                             scope.get("path"))
+            if started:
+                raise
+            await _send_problem(
+                send, internal_problem(instance=scope.get("path"), request_id=request_id),
+                [id_header],
+            )
+
+
+class BodyLimitMiddleware:
+    """Answers 413 when a body exceeds `max_bytes`, by Content-Length or while streaming
+    (the body is buffered, at most `max_bytes`, then replayed to the app)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path")
+        for key, value in scope.get("headers", []):
+            if key == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes:
+                    await self._too_large(send, path, declared)
+                    return
+        messages: list[Message] = []
+        total = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            total += len(message.get("body", b""))
+            if total > self.max_bytes:
+                await self._too_large(send, path, total)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            if messages:
+                return messages.pop(0)
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Send, path: str | None, size: int) -> None:
+        await _send_problem(
+            send,
+            make_problem(
+                status=413,
+                slug="payload-too-large",
+                title="Payload too large",
+                detail=f"the request body has at least {size} bytes; the limit is "
+                f"{self.max_bytes} bytes",
+                instance=path,
+                max_bytes=self.max_bytes,
+            ),
+            [],
+        )
+
+
+ExceptionHandler = Callable[[Request, Exception], Awaitable[ProblemResponse]]

@@ -1,0 +1,57 @@
+"""Catalog resources: accelerators, model presets, model resolution and cost models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from app.schemas import (
+    AcceleratorList,
+    CostModelList,
+    ModelPresetList,
+    ModelPublic,
+    ModelResolveRequest,
+)
+from app.services import planning
+from hardware_catalog.schema import AcceleratorSpec
+
+router = APIRouter(tags=["catalog"])
+
+
+@router.get("/v1/hardware", response_model=AcceleratorList)
+def list_hardware() -> dict[str, Any]:
+    """List the accelerators of the hardware catalog."""
+    return {"items": planning.list_hardware()}
+
+
+@router.get("/v1/hardware/{accelerator_id}", response_model=AcceleratorSpec)
+def read_hardware(accelerator_id: str) -> AcceleratorSpec:
+    """Read one accelerator by id or alias."""
+    return planning.get_hardware(accelerator_id)
+
+
+@router.get("/v1/model-presets", response_model=ModelPresetList)
+def list_model_presets() -> dict[str, Any]:
+    """List the built-in model presets with their parameter counts."""
+    return {"items": planning.list_model_presets()}
+
+
+@router.get("/v1/model-presets/{name}", response_model=ModelPublic)
+def read_model_preset(name: str) -> dict[str, Any]:
+    """Read one preset: the explicit spec plus its parameter counts."""
+    return planning.get_model_preset(name)
+
+
+@router.post("/v1/models/resolve", response_model=ModelPublic)
+async def resolve_model(body: ModelResolveRequest) -> dict[str, Any]:
+    """Resolve a model input (preset, hf_config or explicit spec) to the explicit spec."""
+    spec = await run_in_threadpool(planning.resolve_model, body.model)
+    return planning.model_public(spec)
+
+
+@router.get("/v1/cost-models", response_model=CostModelList)
+def list_cost_models() -> dict[str, Any]:
+    """List the registered cost models."""
+    return {"items": planning.list_cost_models()}

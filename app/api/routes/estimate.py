@@ -1,0 +1,18 @@
+"""Price one plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from app.schemas import EstimatePublic, EstimateRequest
+from app.services import planning
+
+router = APIRouter(tags=["estimate"])
+
+
+@router.post("/v1/estimate", response_model=EstimatePublic)
+def create_estimate(body: EstimateRequest) -> dict[str, Any]:
+    """Estimate step time, throughput and memory of one plan."""
+    return planning.estimate(body)

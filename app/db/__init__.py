@@ -1,0 +1,1 @@
+"""Persistence: SQLModel tables, engine/session management, CRUD and Alembic migrations."""

@@ -1,0 +1,1 @@
+"""Orchestration between the HTTP layer and the planner (catalog, cost models, solver)."""

@@ -1,0 +1,559 @@
+"""Orchestration: resolve inputs (presets, HF configs, catalog) → build the cost model →
+price one plan or run a search → shape the results for the API.
+
+Every call into the lower layers (hardware_catalog, specs presets/model input, cost_models
+registry, solver) lives in this module and is imported lazily, so the service starts (and
+reports a clear error) even while one of those pieces is missing.
+
+Input errors are re-labelled with the request field they came from (`model.num_kv_heads`,
+`cluster.node_groups.0.accelerator`) and answered as 422 before anything is stored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from importlib import metadata
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.core.config import Settings
+from app.schemas import CostModelRef, EstimateRequest, SearchCreate
+from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
+from specs.cluster import ClusterSpec
+from specs.constraints import SearchConstraints
+from specs.errors import (
+    CatalogLookupError,
+    NoFeasiblePlan,
+    PlannerError,
+    SpecError,
+)
+from specs.model import ModelSpec
+from specs.plan import TrainingPlan, canonical_hash
+from specs.workload import TrainingWorkload
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_GROUP = "meshplan.cost_models"
+DEFAULT_COST_MODEL = "analytical"
+
+
+class InputError(PlannerError):
+    """Invalid request input with one or more field errors (422)."""
+
+    problem_type = "invalid-input"
+    title = "Invalid input"
+    status = 422
+
+    def __init__(self, detail: str, errors: list[dict[str, Any]], **extensions: Any) -> None:
+        super().__init__(detail, errors=errors, **extensions)
+
+
+class UnknownReference(CatalogLookupError):
+    """A request names a catalog entry (accelerator, preset) that does not exist: 422,
+    because the request body is what is wrong, not the URL."""
+
+    status = 422
+
+
+class ServiceUnavailable(PlannerError):
+    """A planner component is not installed (integration incomplete)."""
+
+    problem_type = "component-unavailable"
+    title = "Component unavailable"
+    status = 503
+
+
+def _module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ServiceUnavailable(f"the {name} component is not available: {exc}") from exc
+
+
+def _field_error(field: str, rule: str, value: Any, message: str) -> dict[str, Any]:
+    return {"field": field, "rule": rule, "value": value, "message": message}
+
+
+def _prefixed(prefix: str, field: str | None) -> str:
+    if not field:
+        return prefix
+    if field == prefix or field.startswith(prefix + ".") or field.startswith(prefix + "["):
+        return field
+    return f"{prefix}.{field}"
+
+
+def validation_errors(exc: ValidationError, prefix: str) -> list[dict[str, Any]]:
+    """Field errors of a pydantic ValidationError, with dotted paths under `prefix`."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        out.append(
+            _field_error(_prefixed(prefix, loc), err.get("type", "invalid"), err.get("input"),
+                         err.get("msg", "invalid value"))
+        )
+    return out
+
+
+def _relabel(error: PlannerError, prefix: str) -> PlannerError:
+    """Prefix the `errors[].field` of an input error with the request field."""
+    errors = error.extensions.get("errors")
+    if isinstance(errors, list):
+        error.extensions["errors"] = [
+            {**e, "field": _prefixed(prefix, str(e.get("field", "")))} if isinstance(e, dict) else e
+            for e in errors
+        ]
+    return error
+
+
+# ---- catalog -----------------------------------------------------------------------------
+def list_hardware() -> list[AcceleratorSpec]:
+    """Every accelerator of the catalog."""
+    return list(_module("hardware_catalog.loader").list_accelerators())
+
+
+def get_hardware(accelerator_id: str) -> AcceleratorSpec:
+    """One accelerator (id or alias); CatalogLookupError (404) if unknown."""
+    result: AcceleratorSpec = _module("hardware_catalog.loader").get_accelerator(accelerator_id)
+    return result
+
+
+def model_public(spec: ModelSpec) -> dict[str, Any]:
+    """The explicit spec plus `num_parameters` (and `num_active_parameters` for MoE)."""
+    out: dict[str, Any] = spec.model_dump(mode="json")
+    out["num_parameters"] = spec.num_parameters()
+    if spec.is_moe:
+        out["num_active_parameters"] = spec.num_active_parameters()
+    return out
+
+
+def list_model_presets() -> list[dict[str, Any]]:
+    """Every preset with its parameter counts."""
+    presets = _module("specs.presets")
+    items = []
+    for entry in presets.list_presets():
+        items.append(entry if isinstance(entry, dict) else get_model_preset(str(entry)))
+    return items
+
+
+def get_model_preset(name: str) -> dict[str, Any]:
+    """One preset; CatalogLookupError (404) if unknown."""
+    presets = _module("specs.presets")
+    if hasattr(presets, "preset_info"):
+        return dict(presets.preset_info(name))
+    return model_public(presets.get_preset(name))
+
+
+def resolve_model(value: Any, *, field: str = "model") -> ModelSpec:
+    """A model input (preset, hf_config or explicit spec) → ModelSpec; 422 naming the field."""
+    if not isinstance(value, dict):
+        raise InputError(
+            f"{field} must be an object: a preset, an hf_config or an explicit spec",
+            [_field_error(field, "type", value, "must be an object")],
+        )
+    model_input = _module("specs.model_input")
+    try:
+        spec: ModelSpec = model_input.resolve_model(value)
+    except ValidationError as exc:
+        errors = validation_errors(exc, field)
+        raise InputError(f"invalid {field}: {errors[0]['message']}", errors) from exc
+    except CatalogLookupError as exc:
+        name = value.get("preset")
+        raise UnknownReference(
+            exc.detail,
+            errors=[_field_error(f"{field}.preset", "unknown preset", name, exc.detail)],
+            **{k: v for k, v in exc.extensions.items() if k != "errors"},
+        ) from exc
+    except PlannerError as exc:
+        raise _relabel(exc, field) from exc
+    return spec
+
+
+def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> ResolvedCluster:
+    """Look every accelerator up and fill the catalog defaults; 422 naming the node group."""
+    loader = _module("hardware_catalog.loader")
+    errors = []
+    for index, group in enumerate(cluster.node_groups):
+        try:
+            loader.get_accelerator(group.accelerator)
+        except CatalogLookupError as exc:
+            errors.append(
+                _field_error(f"{field}.node_groups.{index}.accelerator", "unknown accelerator",
+                             group.accelerator, exc.detail)
+            )
+    if errors:
+        raise UnknownReference(
+            "; ".join(e["message"] for e in errors) + " (GET /v1/hardware lists them)",
+            errors=errors,
+        )
+    try:
+        resolved: ResolvedCluster = loader.resolve_cluster(cluster)
+    except ValidationError as exc:
+        errs = validation_errors(exc, field)
+        raise InputError(f"invalid {field}: {errs[0]['message']}", errs) from exc
+    except PlannerError as exc:
+        raise _relabel(exc, field) from exc
+    return resolved
+
+
+# ---- cost models -------------------------------------------------------------------------
+def list_cost_models() -> list[dict[str, Any]]:
+    """Registered cost models as `{"name", "version"?, "description"?}`."""
+    registry = _module("cost_models.registry")
+    items = []
+    for entry in registry.list_cost_models():
+        if isinstance(entry, str):
+            item: dict[str, Any] = {"name": entry}
+            try:
+                item["version"] = str(getattr(registry.build_cost_model(entry), "version", ""))
+            except Exception:  # a plug-in that cannot build with defaults is still listed
+                logger.warning("cost model %s cannot be built with defaults", entry, exc_info=True)
+            items.append(item)
+        elif isinstance(entry, dict):
+            items.append(entry)
+        else:
+            items.append(_as_dict(entry))
+    return items
+
+
+def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> TrainingCostModel:
+    """The cost model a request names (default: analytical); 422 if unknown or misconfigured."""
+    registry = _module("cost_models.registry")
+    name = ref.name if ref else DEFAULT_COST_MODEL
+    config = ref.config if ref else None
+    try:
+        model: TrainingCostModel = registry.build_cost_model(name, config)
+    except ValidationError as exc:
+        errs = validation_errors(exc, f"{field}.config")
+        raise InputError(f"invalid {field}.config: {errs[0]['message']}", errs) from exc
+    except PlannerError as exc:
+        if "errors" not in exc.extensions:
+            exc.extensions["errors"] = [_field_error(f"{field}.name", "unknown cost model",
+                                                     name, exc.detail)]
+        raise
+    return model
+
+
+def load_plugins(allowlist: Sequence[str]) -> list[str]:
+    """Load the allowed third-party cost models of the `meshplan.cost_models` entry-point
+    group (the registry's own loader when it has one). Failures are logged, never raised."""
+    try:
+        registry = importlib.import_module("cost_models.registry")
+    except ImportError:
+        logger.warning("cost_models.registry is missing; no plug-ins loaded")
+        return []
+    for hook in ("load_entry_point_plugins", "load_plugins", "load_entry_points"):
+        loader = getattr(registry, hook, None)
+        if callable(loader):
+            try:
+                return list(loader(list(allowlist)) or [])
+            except Exception:
+                logger.exception("loading cost-model plug-ins failed")
+                return []
+    loaded = []
+    allowed = set(allowlist)
+    for entry_point in metadata.entry_points(group=PLUGIN_GROUP):
+        if entry_point.name not in allowed:
+            logger.info("cost-model plug-in %s is not in the allow-list", entry_point.name)
+            continue
+        try:
+            entry_point.load()
+            loaded.append(entry_point.name)
+        except Exception:
+            logger.exception("cost-model plug-in %s failed to load", entry_point.name)
+    return loaded
+
+
+# ---- estimate ----------------------------------------------------------------------------
+def _training_workload(workload: Any) -> TrainingWorkload:
+    if not isinstance(workload, TrainingWorkload):
+        raise InputError(
+            "only training workloads are supported",
+            [_field_error("workload.kind", "unsupported", getattr(workload, "kind", None),
+                          "only kind=training is supported")],
+        )
+    return workload
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    for name in ("to_dict", "model_dump"):
+        method = getattr(value, name, None)
+        if callable(method):
+            return dict(method())
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return {}
+
+
+def estimate(body: EstimateRequest) -> dict[str, Any]:
+    """Price one plan (`POST /v1/estimate`)."""
+    model = resolve_model(body.model)
+    cluster = resolve_cluster(body.cluster)
+    workload = _training_workload(body.workload)
+    constraints = body.constraints
+    problem = TrainingProblem(
+        model=model,
+        cluster=cluster,
+        workload=workload,
+        memory_headroom_gib=constraints.memory_headroom_gib if constraints else 2.0,
+        allow_tensor_across_nodes=constraints.allow_tensor_across_nodes if constraints else False,
+    )
+    _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
+    cost_model = build_cost_model(body.cost_model)
+    solver = _module("solver")
+    result: TrainingEstimate = solver.estimate_plan(problem, cost_model, body.plan)
+    return estimate_public(result, cost_model)
+
+
+def estimate_public(result: TrainingEstimate, cost_model: TrainingCostModel) -> dict[str, Any]:
+    """The `/v1/estimate` answer for one estimate."""
+    return {
+        "feasible": result.feasible,
+        "violations": [v.model_dump(mode="json") for v in result.violations],
+        "metrics": result.metrics.model_dump(mode="json"),
+        "memory": result.memory.model_dump(mode="json"),
+        "plan": result.plan.model_dump(mode="json"),
+        "cost_model": {"name": cost_model.name, "version": str(cost_model.version)},
+        "details": _jsonable_details(result.details),
+    }
+
+
+def _jsonable_details(details: dict[str, Any]) -> dict[str, Any]:
+    from app.core.problems import to_jsonable
+
+    out = to_jsonable(details)
+    return out if isinstance(out, dict) else {}
+
+
+def _check_stage_layers(stage_layers: Any, num_layers: int, field: str) -> None:
+    if stage_layers is not None and sum(stage_layers) != num_layers:
+        raise InputError(
+            f"{field} sums to {sum(stage_layers)}; the model has {num_layers} layers",
+            [_field_error(field, f"must sum to num_layers ({num_layers})", stage_layers,
+                          f"{field} sums to {sum(stage_layers)}, not {num_layers}")],
+        )
+
+
+# ---- searches ----------------------------------------------------------------------------
+_DEGREES = ("data", "tensor", "pipeline", "virtual_pipeline", "context", "expert",
+            "expert_tensor")
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "zero_stage": (0, 1, 2, 3),
+    "recompute": ("none", "selective", "full"),
+    "pipeline_schedule": ("1f1b", "interleaved_1f1b"),
+}
+
+
+def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
+    """Type/range checks of `constraints.fixed` done before the search is stored."""
+    errors = []
+    for key, value in fixed.items():
+        field = f"constraints.fixed.{key}"
+        if key in _DEGREES or key == "micro_batch_size":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                errors.append(_field_error(field, "positive integer", value,
+                                           f"{field} must be a positive integer"))
+        elif key in ("sequence_parallel", "flash_attention"):
+            if not isinstance(value, bool):
+                errors.append(_field_error(field, "boolean", value, f"{field} must be a boolean"))
+        elif key in _CHOICES:
+            if value not in _CHOICES[key] or isinstance(value, bool):
+                errors.append(_field_error(field, f"one of {list(_CHOICES[key])}", value,
+                                           f"{field} must be one of {list(_CHOICES[key])}"))
+        elif key == "stage_layers":
+            if not (isinstance(value, list) and value
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                            for v in value)):
+                errors.append(_field_error(field, "list of positive integers", value,
+                                           f"{field} must be a list of positive integers"))
+            elif sum(value) != num_layers:
+                errors.append(_field_error(field, f"must sum to num_layers ({num_layers})",
+                                           value, f"{field} sums to {sum(value)}"))
+    if errors:
+        raise InputError("; ".join(e["message"] for e in errors), errors)
+    product = 1
+    for key in ("data", "tensor", "pipeline", "context"):
+        product *= int(fixed.get(key, 1))
+    if num_gpus % product:
+        raise InputError(
+            f"fixed data × tensor × pipeline × context = {product} does not divide the "
+            f"cluster's {num_gpus} GPUs",
+            [_field_error("constraints.fixed", f"degrees must divide the GPU count ({num_gpus})",
+                          fixed, f"product {product} does not divide {num_gpus}")],
+        )
+
+
+@dataclass(frozen=True)
+class PreparedSearch:
+    """A validated search request, ready to store and run."""
+
+    request: dict[str, Any]
+    """The request as received, defaults filled in."""
+    problem: dict[str, Any]
+    """Everything the worker needs, resolved (explicit model, resolved cluster...)."""
+    request_hash: str
+    cost_model_name: str
+    cost_model_version: str
+
+
+def prepare_search(body: SearchCreate, settings: Settings) -> PreparedSearch:
+    """Resolve and validate a search request synchronously (422 before anything is stored)."""
+    if body.top_k > settings.max_top_k:
+        raise InputError(
+            f"top_k must be between 1 and {settings.max_top_k} (got {body.top_k})",
+            [_field_error("top_k", f"between 1 and {settings.max_top_k}", body.top_k,
+                          f"top_k must be at most {settings.max_top_k}")],
+        )
+    constraints = body.constraints or SearchConstraints()
+    if "time_limit_s" not in constraints.model_fields_set:
+        constraints = constraints.model_copy(
+            update={"time_limit_s": settings.default_search_time_limit_s}
+        )
+    elif constraints.time_limit_s > settings.max_search_time_limit_s:
+        raise InputError(
+            f"constraints.time_limit_s must be at most {settings.max_search_time_limit_s} s",
+            [_field_error("constraints.time_limit_s",
+                          f"at most {settings.max_search_time_limit_s}",
+                          constraints.time_limit_s, "time limit above the service maximum")],
+        )
+    model = resolve_model(body.model)
+    cluster = resolve_cluster(body.cluster)
+    workload = _training_workload(body.workload)
+    _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
+    cost_model = build_cost_model(body.cost_model)
+    cost_ref = body.cost_model or CostModelRef()
+    problem = {
+        "model": model.model_dump(mode="json"),
+        "cluster": cluster.model_dump(mode="json"),
+        "workload": workload.model_dump(mode="json"),
+        "constraints": constraints.model_dump(mode="json"),
+        "objective": body.objective,
+        "top_k": body.top_k,
+        "cost_model": {"name": cost_ref.name, "config": cost_ref.config,
+                       "version": str(cost_model.version)},
+    }
+    request = body.model_dump(mode="json")
+    request["constraints"] = constraints.model_dump(mode="json", exclude_defaults=False)
+    return PreparedSearch(
+        request=request,
+        problem=problem,
+        request_hash=canonical_hash(problem),
+        cost_model_name=cost_ref.name,
+        cost_model_version=str(cost_model.version),
+    )
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a finished search stores: plans (best first, as dicts) and stats."""
+
+    plans: list[dict[str, Any]]
+    stats: dict[str, Any]
+
+
+ProgressFn = Callable[[int, int | None], None]
+
+
+def _progress_adapter(report: ProgressFn) -> Callable[..., None]:
+    """Accept the solver's progress call in any of its plausible shapes: (evaluated, total),
+    a mapping, or an object with `evaluated`/`total` attributes."""
+
+    def callback(*args: Any, **kwargs: Any) -> None:
+        evaluated: Any = kwargs.get("evaluated")
+        total: Any = kwargs.get("total")
+        if args:
+            first = args[0]
+            if isinstance(first, dict):
+                evaluated, total = first.get("evaluated"), first.get("total")
+            elif hasattr(first, "evaluated"):
+                evaluated, total = first.evaluated, getattr(first, "total", None)
+            else:
+                evaluated = first
+                total = args[1] if len(args) > 1 else total
+        if isinstance(evaluated, int | float):
+            report(int(evaluated), int(total) if isinstance(total, int | float) else None)
+
+    return callback
+
+
+def run_problem(
+    problem: dict[str, Any],
+    *,
+    progress: ProgressFn,
+    should_stop: Callable[[], bool],
+) -> SearchOutcome:
+    """Run the search a stored problem describes (the worker's job)."""
+    constraints = SearchConstraints.model_validate(problem["constraints"])
+    training = TrainingProblem(
+        model=ModelSpec.model_validate(problem["model"]),
+        cluster=ResolvedCluster.model_validate(problem["cluster"]),
+        workload=TrainingWorkload.model_validate(problem["workload"]),
+        memory_headroom_gib=constraints.memory_headroom_gib,
+        allow_tensor_across_nodes=constraints.allow_tensor_across_nodes,
+    )
+    ref = problem.get("cost_model") or {}
+    cost_model = build_cost_model(
+        CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))
+    )
+    solver = _module("solver")
+    started = time.perf_counter()
+    result = solver.search(
+        training,
+        cost_model,
+        constraints,
+        top_k=int(problem.get("top_k", 10)),
+        progress=_progress_adapter(progress),
+        should_stop=should_stop,
+    )
+    stats = _as_dict(result.stats)
+    stats.setdefault("wall_time_s", time.perf_counter() - started)
+    plans = [_ranked_plan_dict(p) for p in result.plans]
+    if not plans and not should_stop():
+        raise NoFeasiblePlan(
+            f"no plan of the searched space fits {training.num_gpus} × "
+            f"{training.cluster.accelerator.id} for {training.model.name}",
+            reasons=stats.get("pruned", {}),
+            stats=stats,
+        )
+    return SearchOutcome(plans=plans, stats=stats)
+
+
+def _ranked_plan_dict(ranked: Any) -> dict[str, Any]:
+    est: TrainingEstimate = ranked.estimate
+    return {
+        "rank": int(ranked.rank),
+        "plan": est.plan.model_dump(mode="json"),
+        "feasible": bool(est.feasible),
+        "violations": [v.model_dump(mode="json") for v in est.violations],
+        "metrics": est.metrics.model_dump(mode="json"),
+        "memory": est.memory.model_dump(mode="json"),
+        "explanation": str(ranked.explanation),
+    }
+
+
+def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[str, Any]:
+    """A stored plan as the API shows it: the plan fields flattened next to its results."""
+    body = TrainingPlan.model_validate(plan["plan"]).model_dump(mode="json")
+    return {
+        "id": plan_id,
+        "search_id": search_id,
+        "rank": plan["rank"],
+        **body,
+        "metrics": plan["metrics"],
+        "memory": plan["memory"],
+        "explanation": plan.get("explanation", ""),
+        "feasible": plan.get("feasible", True),
+        "violations": plan.get("violations", []),
+    }
+
+
+def raise_spec_error(field: str, rule: str, value: Any, message: str) -> None:
+    """Raise the 422 for one bad request field (query parameters checked by the routes)."""
+    raise SpecError(field, rule, value, message)

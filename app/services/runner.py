@@ -1,0 +1,370 @@
+"""Runs searches off the request path; every bit of a search's state lives in the database.
+
+Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
+
+- `SearchRunner.submit(id)` hands a stored, queued search to a pool of
+  `settings.search_workers` workers: a spawn-context `ProcessPoolExecutor` by default (the
+  solver is CPU-bound Python; in separate processes it does not contend with the API for
+  the GIL), or a `ThreadPoolExecutor` (`MESHPLAN_SEARCH_EXECUTOR=thread`).
+- A worker (`execute_search`) re-reads the search, moves it queued → running with a
+  conditional update (attempts + 1), rebuilds the problem from the stored resolved JSON,
+  and runs the solver. Progress is written at most every `progress_interval_s`;
+  `should_stop` re-reads the status at most every `_STOP_CHECK_S`, so `DELETE` (which only
+  flips the stored status to cancelled) stops the solver from any replica or process.
+- The plans and the final status are written in one transaction. A search cancelled while
+  it ran stays cancelled and keeps the plans found so far. Domain errors are stored as
+  their problem JSON; anything else is logged and stored as a generic problem.
+- A clean shutdown sets a stop event: running searches stop and go back to `queued`
+  (their attempt is not counted), queued futures are dropped; both resume at next start.
+- `recover()` at startup: `queued` searches are submitted again; `running` ones (their
+  process died) are re-queued while attempts < `max_attempts`, else marked failed with
+  "interrupted by a service restart". Nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from app.core.config import Settings
+from app.core.problems import make_problem, problem_from_error
+from app.db import crud
+from app.db.models import TERMINAL_STATUSES, PlanRecord, SearchStatus
+from app.db.session import make_engine
+from specs.errors import PlannerError
+
+logger = logging.getLogger(__name__)
+
+_STOP_CHECK_S = 0.2
+"""Least time between two status reads of `should_stop` (cancellation latency)."""
+_WAIT_POLL_S = 0.05
+
+
+class _StopEvent(Protocol):
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+
+# ---- the worker --------------------------------------------------------------------------
+def search_instance(search_id: str) -> str:
+    return f"/v1/searches/{search_id}"
+
+
+def interrupted_problem(search_id: str, attempts: int) -> dict[str, Any]:
+    """The stored error of a search abandoned after too many interrupted runs."""
+    return make_problem(
+        status=500,
+        slug="search-interrupted",
+        title="Search interrupted",
+        detail=f"interrupted by a service restart ({attempts} attempts)",
+        instance=search_instance(search_id),
+        reason="interrupted by a service restart",
+        attempts=attempts,
+    )
+
+
+def unexpected_problem(search_id: str) -> dict[str, Any]:
+    return make_problem(
+        status=500,
+        slug="internal-error",
+        title="Internal error",
+        detail="the search failed unexpectedly; the error is in the service log",
+        instance=search_instance(search_id),
+    )
+
+
+def execute_search(
+    search_id: str,
+    *,
+    engine: Engine,
+    stop_event: _StopEvent,
+    progress_interval_s: float,
+    run: Callable[..., Any] | None = None,
+) -> str | None:
+    """Run one stored search to its end; returns the final status (never raises)."""
+    from app.services import planning
+
+    run_problem = run or planning.run_problem
+    with Session(engine, expire_on_commit=False) as session:
+        if stop_event.is_set():
+            return crud.current_status(session=session, search_id=search_id)
+        if not crud.start_search(session=session, search_id=search_id):
+            status = crud.current_status(session=session, search_id=search_id)
+            if status == SearchStatus.CANCELLED.value:
+                crud.mark_cancelled_finished(session=session, search_id=search_id)
+            return status
+        record = crud.get_search(session=session, search_id=search_id)
+        assert record is not None
+        problem = dict(record.problem)
+
+    state = _WorkerState(search_id, engine, stop_event, progress_interval_s)
+    try:
+        outcome = run_problem(problem, progress=state.progress, should_stop=state.should_stop)
+    except PlannerError as exc:
+        return state.fail(problem_from_error(exc, instance=search_instance(search_id)))
+    except Exception:
+        logger.exception("search %s failed unexpectedly", search_id)
+        return state.fail(unexpected_problem(search_id))
+    if stop_event.is_set() and not state.cancelled:
+        # a clean shutdown interrupted the search: it runs again at the next start
+        with Session(engine) as session:
+            crud.requeue_search(session=session, search_id=search_id, forget_attempt=True)
+            return crud.current_status(session=session, search_id=search_id)
+    plans = [
+        PlanRecord(
+            search_id=search_id,
+            rank=p["rank"],
+            plan=p["plan"],
+            metrics=p["metrics"],
+            memory=p["memory"],
+            explanation=p.get("explanation", ""),
+            feasible=p.get("feasible", True),
+            violations=p.get("violations", []),
+        )
+        for p in outcome.plans
+    ]
+    with Session(engine, expire_on_commit=False) as session:
+        return crud.finish_search(
+            session=session,
+            search_id=search_id,
+            status=SearchStatus.SUCCEEDED,
+            stats=outcome.stats,
+            plans=plans,
+            progress_evaluated=state.evaluated,
+            progress_total=state.total,
+        )
+
+
+@dataclass
+class _WorkerState:
+    search_id: str
+    engine: Engine
+    stop_event: _StopEvent
+    progress_interval_s: float
+    evaluated: int = 0
+    total: int | None = None
+    cancelled: bool = False
+    _last_write: float = field(default=0.0)
+    _last_check: float = field(default=0.0)
+
+    def progress(self, evaluated: int, total: int | None) -> None:
+        self.evaluated = evaluated
+        if total is not None:
+            self.total = total
+        now = time.monotonic()
+        if now - self._last_write >= self.progress_interval_s:
+            self._last_write = now
+            self._last_check = now
+            with Session(self.engine) as session:
+                status = crud.update_progress(
+                    session=session, search_id=self.search_id, evaluated=evaluated, total=total
+                )
+            self.cancelled = status != SearchStatus.RUNNING.value
+
+    def should_stop(self) -> bool:
+        if self.stop_event.is_set() or self.cancelled:
+            return True
+        now = time.monotonic()
+        if now - self._last_check >= _STOP_CHECK_S:
+            self._last_check = now
+            with Session(self.engine) as session:
+                status = crud.current_status(session=session, search_id=self.search_id)
+            self.cancelled = status != SearchStatus.RUNNING.value
+        return self.cancelled
+
+    def fail(self, problem: dict[str, Any]) -> str | None:
+        with Session(self.engine, expire_on_commit=False) as session:
+            return crud.finish_search(
+                session=session,
+                search_id=self.search_id,
+                status=SearchStatus.FAILED,
+                stats=None,
+                error=problem,
+                progress_evaluated=self.evaluated,
+                progress_total=self.total,
+            )
+
+
+# ---- process-pool plumbing ---------------------------------------------------------------
+_PROCESS_STOP: Any = None
+_PROCESS_ENGINES: dict[str, Engine] = {}
+
+
+def _init_process(stop_event: Any, plugin_allowlist: list[str], log_level: str) -> None:
+    global _PROCESS_STOP
+    _PROCESS_STOP = stop_event
+    logging.basicConfig(level=log_level)
+    from app.services import planning
+
+    planning.load_plugins(plugin_allowlist)
+
+
+def _process_entry(search_id: str, database_url: str, progress_interval_s: float) -> str | None:
+    engine = _PROCESS_ENGINES.get(database_url)
+    if engine is None:
+        engine = _PROCESS_ENGINES[database_url] = make_engine(database_url)
+    return execute_search(
+        search_id,
+        engine=engine,
+        stop_event=_PROCESS_STOP,
+        progress_interval_s=progress_interval_s,
+    )
+
+
+# ---- the runner --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecoveryReport:
+    requeued: list[str]
+    failed: list[str]
+
+
+class SearchRunner:
+    """The worker pool of one service process."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self._futures: dict[str, Future[str | None]] = {}
+        self._lock = threading.Lock()
+        self._executor: Executor | None = None
+        self._stop_event: _StopEvent = threading.Event()
+
+    @property
+    def kind(self) -> str:
+        return self.settings.search_executor
+
+    def start(self) -> None:
+        """Create the pool (process pools start their workers lazily)."""
+        workers = self.settings.search_workers
+        if self.kind == "process":
+            context = multiprocessing.get_context("spawn")
+            self._stop_event = context.Event()
+            self._executor = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=context,
+                initializer=_init_process,
+                initargs=(self._stop_event, list(self.settings.plugin_allowlist),
+                          self.settings.log_level),
+            )
+        else:
+            self._stop_event = threading.Event()
+            self._executor = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="meshplan-search"
+            )
+
+    def submit(self, search_id: str) -> None:
+        """Queue a stored search for a worker (a no-op once shutting down)."""
+        with self._lock:
+            if self._executor is None or self._stop_event.is_set():
+                return
+            if search_id in self._futures:
+                return
+            future: Future[str | None]
+            if self.kind == "process":
+                future = self._executor.submit(
+                    _process_entry, search_id, self.settings.database_url,
+                    self.settings.progress_interval_s,
+                )
+            else:
+                future = self._executor.submit(
+                    execute_search, search_id, engine=self.engine, stop_event=self._stop_event,
+                    progress_interval_s=self.settings.progress_interval_s,
+                )
+            self._futures[search_id] = future
+        future.add_done_callback(lambda f, sid=search_id: self._done(sid, f))
+
+    def _done(self, search_id: str, future: Future[str | None]) -> None:
+        with self._lock:
+            self._futures.pop(search_id, None)
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            logger.error("search worker for %s crashed", search_id, exc_info=error)
+            if not self._stop_event.is_set():
+                with Session(self.engine) as session:
+                    crud.fail_search(session=session, search_id=search_id,
+                                     error=unexpected_problem(search_id))
+
+    def cancel(self, search_id: str) -> bool:
+        """Flag a queued or running search cancelled; False if it had already finished."""
+        with Session(self.engine) as session:
+            if not crud.cancel_search(session=session, search_id=search_id):
+                return False
+        with self._lock:
+            future = self._futures.get(search_id)
+        if future is not None and future.cancel():
+            with Session(self.engine) as session:
+                crud.mark_cancelled_finished(session=session, search_id=search_id)
+        elif future is None:
+            with Session(self.engine) as session:
+                status = crud.current_status(session=session, search_id=search_id)
+                if status == SearchStatus.CANCELLED.value:
+                    record = crud.get_search(session=session, search_id=search_id)
+                    if record is not None and record.started_at is None:
+                        crud.mark_cancelled_finished(session=session, search_id=search_id)
+        return True
+
+    def recover(self) -> RecoveryReport:
+        """Resume what a previous process left: queued → submit; running → re-queue, or
+        fail after `max_attempts` runs."""
+        requeued, failed = [], []
+        with Session(self.engine) as session:
+            queued = crud.searches_with_status(
+                session=session, statuses=[SearchStatus.QUEUED.value]
+            )
+            running = crud.searches_with_status(
+                session=session, statuses=[SearchStatus.RUNNING.value]
+            )
+            for record in running:
+                if record.attempts >= self.settings.max_attempts:
+                    crud.fail_search(session=session, search_id=record.id,
+                                     error=interrupted_problem(record.id, record.attempts))
+                    failed.append(record.id)
+                    logger.warning("search %s failed: interrupted %d times", record.id,
+                                   record.attempts)
+                elif crud.requeue_search(session=session, search_id=record.id):
+                    requeued.append(record.id)
+            resubmit = [r.id for r in queued] + requeued
+        for search_id in resubmit:
+            self.submit(search_id)
+        if resubmit or failed:
+            logger.info("recovered %d searches, failed %d", len(resubmit), len(failed))
+        return RecoveryReport(requeued=resubmit, failed=failed)
+
+    async def wait(self, search_id: str, timeout_s: float) -> str | None:
+        """Wait up to `timeout_s` for the search to finish; returns its status."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with Session(self.engine) as session:
+                status = crud.current_status(session=session, search_id=search_id)
+            if status is None or status in TERMINAL_STATUSES:
+                return status
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return status
+            await asyncio.sleep(min(_WAIT_POLL_S, remaining))
+
+    def active(self) -> list[str]:
+        with self._lock:
+            return list(self._futures)
+
+    def shutdown(self) -> None:
+        """Stop running searches (they return to `queued`) and drop queued futures."""
+        self._stop_event.set()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._futures.clear()

@@ -1,0 +1,149 @@
+"""FLOPs of a decoder layer, the LM head and a training step.
+
+Every GEMM (m×k)·(k×n) costs 2·m·k·n FLOPs. Forward per layer and micro-batch of T = b·s
+tokens: QKV (GQA) 2·T·h·(a·d + 2·g·d), output projection 2·T·a·d·h, MLP 2·T·3·h·f (gated)
+or 2·T·2·h·f (plain), MoE router 2·T·h·E plus top_k routed experts and the shared experts
+per token; MLA projections per DeepSeek-V3 (arXiv 2412.19437 §2.1.1). The attention core
+(QKᵀ and AV) is 2·b·s²·a·(d_qk + d_v) = 4·b·s²·h for d = h/a: the full, unmasked term of
+Narayanan et al. 2021 eq. 3 (model FLOPs for MFU); the causal kernel's time is priced at half
+of it in `attention.py`. Embedding lookups do no FLOPs; the LM head is 2·T·h·V.
+Backward = 2 × forward; full recompute adds one forward of every layer, selective recompute
+the attention core forward (Korthikanti et al. 2022 §4.3). Biases and norms are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.model import ModelSpec
+from specs.plan import Recompute
+
+Split = Literal["col", "row", "rep", "expert_col", "expert_row"]
+"""How tensor parallelism splits a GEMM: column-parallel (n / t), row-parallel (k / t),
+replicated, or an expert GEMM (tokens and expert-tensor split, see `split_gemm`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """One forward GEMM of a layer, unsplit: (m×k)·(k×n)."""
+
+    name: str
+    m: float
+    k: float
+    n: float
+    split: Split
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.k * self.n
+
+
+def split_gemm(g: GemmShape, tensor: int, expert_tensor: int) -> tuple[float, float, float]:
+    """The per-GPU shape of a GEMM under tensor parallelism (Shoeybi et al. 2019 §3).
+
+    Expert GEMMs: a GPU of the tensor group handles 1/t of the group's routed tokens on
+    balance, with each expert's matrices split over expert_tensor (so per-GPU FLOPs are the
+    group's total / t, the same as for a dense layer).
+    """
+    if g.split == "col":
+        return g.m, g.k, g.n / tensor
+    if g.split == "row":
+        return g.m, g.k / tensor, g.n
+    if g.split == "expert_col":
+        return g.m * expert_tensor / tensor, g.k, g.n / expert_tensor
+    if g.split == "expert_row":
+        return g.m * expert_tensor / tensor, g.k / expert_tensor, g.n
+    return g.m, g.k, g.n
+
+
+def _mlp(name: str, tokens: float, h: int, f: int, gated: bool, expert: bool) -> list[GemmShape]:
+    col: Split = "expert_col" if expert else "col"
+    row: Split = "expert_row" if expert else "row"
+    up = 2 * f if gated else f  # gate and up projections fused
+    return [GemmShape(f"{name}_up", tokens, h, up, col), GemmShape(f"{name}_down", tokens, f, h, row)]
+
+
+def attention_dims(model: ModelSpec) -> tuple[int, int]:
+    """(d_qk, d_v): per-head query/key and value dimensions."""
+    if model.mla is not None:
+        return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+    return model.head_size, model.head_size
+
+
+def layer_gemms(model: ModelSpec, is_moe: bool, tokens: float) -> list[GemmShape]:
+    """Forward GEMMs of one layer for `tokens` tokens, before any parallel split."""
+    h, a, g, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
+    out: list[GemmShape] = []
+    if model.mla is not None:
+        m = model.mla
+        qk, v = attention_dims(model)
+        # Down-projections are small and replicated over the tensor group (Megatron MLA).
+        if m.q_lora_rank:
+            out.append(GemmShape("q_down", tokens, h, m.q_lora_rank, "rep"))
+            out.append(GemmShape("q_up", tokens, m.q_lora_rank, a * qk, "col"))
+        else:
+            out.append(GemmShape("q", tokens, h, a * qk, "col"))
+        out.append(GemmShape("kv_down", tokens, h, m.kv_lora_rank + m.qk_rope_head_dim, "rep"))
+        out.append(GemmShape("kv_up", tokens, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "col"))
+        out.append(GemmShape("out", tokens, a * v, h, "row"))
+    else:
+        out.append(GemmShape("qkv", tokens, h, a * d + 2 * g * d, "col"))
+        out.append(GemmShape("out", tokens, a * d, h, "row"))
+    if is_moe:
+        assert model.moe is not None
+        moe = model.moe
+        out.append(GemmShape("router", tokens, h, moe.num_experts, "rep"))
+        out += _mlp("expert", tokens * moe.top_k, h, moe.expert_ffn_hidden_size, model.gated_mlp, True)
+        if moe.num_shared_experts:
+            f_shared = moe.num_shared_experts * moe.shared_ffn
+            out += _mlp("shared", tokens, h, f_shared, model.gated_mlp, False)
+    else:
+        out += _mlp("mlp", tokens, h, model.ffn_hidden_size, model.gated_mlp, False)
+    return out
+
+
+def attention_core_forward_flops(model: ModelSpec, b: float, s: float) -> float:
+    """QKᵀ and AV, full (unmasked) s² term: 2·b·s²·a·(d_qk + d_v) (= 4·b·s²·h for d = h/a;
+    Narayanan et al. 2021 eq. 3 convention)."""
+    qk, v = attention_dims(model)
+    return 2.0 * b * s * s * model.num_attention_heads * (qk + v)
+
+
+def layer_forward_flops(model: ModelSpec, index: int, b: float, s: float) -> float:
+    """Model FLOPs of the forward of layer `index` for b sequences of s tokens."""
+    gemms = sum(gm.flops for gm in layer_gemms(model, model.is_moe_layer(index), b * s))
+    return gemms + attention_core_forward_flops(model, b, s)
+
+
+def lm_head_forward_flops(model: ModelSpec, tokens: float) -> float:
+    """LM head projection 2·T·h·V (the embedding lookup does no FLOPs)."""
+    return 2.0 * tokens * model.hidden_size * model.vocab_size
+
+
+def model_flops_per_step(model: ModelSpec, global_batch: int, s: int) -> float:
+    """Model FLOPs of one optimizer step (forward + backward = 3 × forward, no recompute):
+    the numerator of MFU (Chowdhery et al. 2022 App. B; Korthikanti et al. 2022 §6)."""
+    fwd = sum(layer_forward_flops(model, i, 1, s) for i in range(model.num_layers))
+    fwd += lm_head_forward_flops(model, s)
+    return 3.0 * global_batch * fwd
+
+
+def recompute_flops_per_step(
+    model: ModelSpec, global_batch: int, s: int, recompute: Recompute
+) -> float:
+    """Extra forward FLOPs per step re-run by activation recomputation: every layer's
+    forward (full) or the attention core forward (selective; Korthikanti et al. 2022 §4.3)."""
+    if recompute == "full":
+        per_seq = sum(layer_forward_flops(model, i, 1, s) for i in range(model.num_layers))
+    elif recompute == "selective":
+        per_seq = model.num_layers * attention_core_forward_flops(model, 1, s)
+    else:
+        return 0.0
+    return global_batch * per_seq
+
+
+def narayanan_model_flops(global_batch: int, s: int, layers: int, h: int, vocab: int) -> float:
+    """Narayanan et al. 2021 eq. 3 without recompute (72 instead of 96):
+    72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)). For GPT-shaped models only (f = 4h, g = a)."""
+    return 72.0 * global_batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * layers * h))

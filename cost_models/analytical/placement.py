@@ -1,0 +1,84 @@
+"""Topology mapping: where the members of one parallel group sit on a two-tier cluster.
+
+Ranks are numbered Megatron-style with tensor innermost, then context, then data, then
+pipeline (Megatron-Core order "tp-cp-ep-dp-pp"; Shoeybi et al. 2019, Narayanan et al. 2021
+§3.3 place tensor parallelism inside a node for this reason). A group of `size` ranks whose
+consecutive members are `stride` ranks apart (stride = product of the inner degrees) packs
+`members_per_node` members per node and spans `nodes` nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Tier = Literal["intra", "inter"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlacement:
+    """How one communication group maps onto nodes."""
+
+    size: int
+    """Ranks in the group (n)."""
+    members_per_node: int
+    """Group members sharing one node (g)."""
+    nodes: int
+    """Nodes the group spans (k = ceil(n / g))."""
+    tier: Tier
+    """`intra` when the group fits inside one node's scale-up domain, else `inter`."""
+
+
+def place_group(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
+    """Place a group of `size` ranks, `stride` apart, on nodes of `gpus_per_node` GPUs.
+
+    g_local = max(1, min(n, gpus_per_node // stride)) when stride < gpus_per_node, else 1;
+    k = ceil(n / g_local); the tier is intra-node exactly when k == 1.
+
+    Args:
+        size: group size n (>= 1).
+        stride: rank distance between consecutive members (product of the inner degrees).
+        gpus_per_node: GPUs per node (the scale-up domain of one node).
+    """
+    if stride < gpus_per_node:
+        per_node = max(1, min(size, gpus_per_node // stride))
+    else:
+        per_node = 1
+    nodes = -(-size // per_node)
+    return GroupPlacement(size, per_node, nodes, "intra" if nodes == 1 else "inter")
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelGroups:
+    """Placements of the groups one plan communicates over."""
+
+    tensor: GroupPlacement
+    context: GroupPlacement
+    data: GroupPlacement
+    data_context: GroupPlacement
+    """The data × context group (gradient reduction and ZeRO sharding, as in Megatron-Core)."""
+    pipeline: GroupPlacement
+
+    def tiers(self) -> dict[str, str]:
+        """Tier of each group, for explanations."""
+        return {
+            "tensor": self.tensor.tier,
+            "context": self.context.tier,
+            "data": self.data.tier,
+            "data_context": self.data_context.tier,
+            "pipeline": self.pipeline.tier,
+        }
+
+
+def place_groups(
+    tensor: int, context: int, data: int, pipeline: int, gpus_per_node: int
+) -> ParallelGroups:
+    """Placements of the tensor, context, data, data×context and pipeline groups under the
+    rank order tensor (innermost) → context → data → pipeline."""
+    return ParallelGroups(
+        tensor=place_group(tensor, 1, gpus_per_node),
+        context=place_group(context, tensor, gpus_per_node),
+        data=place_group(data, tensor * context, gpus_per_node),
+        data_context=place_group(data * context, tensor, gpus_per_node),
+        pipeline=place_group(pipeline, tensor * context * data, gpus_per_node),
+    )

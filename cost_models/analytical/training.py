@@ -1,0 +1,803 @@
+"""The registered "analytical" training cost model: FLOPs × achieved GEMM efficiency,
+alpha-beta collectives on a two-tier topology, tensor-counted memory and 1F1B schedules.
+
+Per layer and micro-batch (one GPU): GEMMs forward + backward (+ recompute) on the roofline
+of `gemm.py`, the attention core of `attention.py`, exposed tensor-parallel communication
+(Megatron with SP: 2 all-gathers + 2 reduce-scatters of s·b·h bf16 elements forward and the
+same backward; without SP 2 all-reduces each way; Korthikanti et al. 2022 §4.2.2) and the
+exposed context-parallel ring exchange (c−1 K/V block transfers forward, twice that backward,
+overlapped with the attention core). The step adds the pipeline schedule (`schedule.py`),
+the exposed data-parallel communication, the memory-bound Adam step and a fixed overhead.
+
+Hot path: `profile()` and `evaluate()` are called tens of thousands of times by a search, so
+everything derived from the problem is computed once per problem object, per-layer costs
+once per (layer kind, t, c, b, recompute, SP, flash, etp) and whole profiles once per plan
+key (the plan without `stage_layers`); no pydantic objects are built before the output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cost_models.analytical.attention import AttentionCoreModel
+from cost_models.analytical.collectives import AlphaBetaCollectives, TwoTierNetwork
+from cost_models.analytical.flops import (
+    attention_dims,
+    layer_gemms,
+    model_flops_per_step,
+    recompute_flops_per_step,
+    split_gemm,
+)
+from cost_models.analytical.gemm import MEMORY_EFFICIENCY, RooflineGemm
+from cost_models.analytical.memory import (
+    GIB,
+    grad_bucket_bytes,
+    inflight_1f1b,
+    inflight_interleaved,
+    layer_activation_bytes,
+    logits_bytes,
+    state_bytes_per_param,
+)
+from cost_models.analytical.placement import ParallelGroups, place_groups
+from cost_models.analytical.schedule import pipeline_step
+from cost_models.base import LayerProfile, TrainingEstimate, TrainingProblem
+from cost_models.registry import register_cost_model
+from specs.errors import InfeasiblePlan
+from specs.model import ModelSpec
+from specs.plan import (
+    MemoryReport,
+    StageMemory,
+    TimeBreakdown,
+    TrainingMetrics,
+    TrainingPlan,
+    Violation,
+)
+
+GB = 1e9
+CROSS_ENTROPY_PASSES = 3
+"""fp32 passes over the logits in the vocab-parallel cross entropy (max, exp-sum, grad)."""
+
+
+class AnalyticalConfig(BaseModel):
+    """Options of the analytical cost model (few, physical, calibratable)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    attention_efficiency: float = Field(default=0.6, gt=0, le=1)
+    """Flash-attention achieved fraction of the dense bf16 peak (FA-2/FA-3 papers)."""
+    attention_backward_ratio: float = Field(default=2.5, gt=0, le=10)
+    """Flash backward time / forward time (5 vs 2 matmuls, Dao 2023 §3.1.2)."""
+    kernel_launch_s: float = Field(default=5e-6, ge=0, le=1e-3)
+    """Per-kernel launch and tail latency added to every GEMM and attention kernel."""
+    alpha_intra_s: float = Field(default=10e-6, ge=0, le=1e-2)
+    """Latency per collective step on the scale-up fabric."""
+    alpha_inter_s: float = Field(default=30e-6, ge=0, le=1e-2)
+    """Latency per collective step across nodes."""
+    tp_comm_overlap: float = Field(default=0.0, ge=0, le=1)
+    """Fraction of tensor-parallel communication hidden behind GEMMs (TE comm overlap)."""
+    grad_reduce_bytes: float = Field(default=4.0, gt=0, le=8)
+    """Bytes per gradient element reduced over data parallelism (fp32 default; 2 = bf16)."""
+    dp_overlap_efficiency: float = Field(default=0.8, ge=0, le=1)
+    """Fraction of the overlapping compute that can hide data-parallel communication."""
+    dp_non_overlapped_fraction: float = Field(default=0.05, ge=0, le=1)
+    """Share of each data-parallel collective that is always exposed (the last bucket)."""
+    runtime_context_gib: float = Field(default=1.0, ge=0, le=64)
+    """CUDA context, NCCL and framework buffers per GPU."""
+    fragmentation_fraction: float = Field(default=0.05, ge=0, le=1)
+    """Allocator fragmentation as a fraction of activation memory."""
+    optimizer_bytes_per_param: float = Field(default=30.0, gt=0, le=100)
+    """HBM bytes moved per parameter by the Adam step: read master, m, v, grad (4 each),
+    write master, m, v (4 each) and the bf16 parameter (2)."""
+    step_overhead_s: float = Field(default=0.0, ge=0, le=3600)
+    """Fixed per-step overhead (data loading, logging, synchronisation)."""
+
+
+# ---- internal records (plain dataclasses: no validation in the hot path) -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerCost:
+    """One layer kind under one set of degrees, per micro-batch, one GPU."""
+
+    compute_s: float
+    """Forward + backward GEMMs and attention core (no recompute)."""
+    recompute_s: float
+    tp_s: float
+    """Exposed tensor-parallel communication (forward, backward and recomputed forward)."""
+    cp_s: float
+    """Exposed context-parallel communication."""
+    forward_s: float
+    backward_s: float
+    """Everything but the forward: backward, recompute, their exposed communication."""
+    activation_bytes: float
+    """Raw activation bytes per in-flight micro-batch (no fragmentation)."""
+    working_bytes: float
+    """Activation bytes of the layer without recomputation (full recompute working set)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerState:
+    """Per-GPU parameters of one layer kind and their state bytes."""
+
+    params: float
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    shard_params: float
+    """Parameters whose optimizer state this GPU updates (for the Adam step)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Extra:
+    """Embedding (first chunk) or LM head (last chunk) costs."""
+
+    compute_s: float
+    tp_s: float
+    forward_s: float
+    state: _LayerState
+    activation_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Profiled:
+    """A profile with the components evaluate() needs, per layer as prefix sums."""
+
+    public: LayerProfile
+    groups: ParallelGroups
+    prefix: dict[str, tuple[float, ...]]
+    first: _Extra
+    last: _Extra
+    p2p_s: float
+    runtime_bytes: float
+    bucket_bytes: float
+    zero3_working_bytes: float
+    recompute_working_bytes: float
+
+
+@dataclass(slots=True)
+class _Context:
+    """Everything derived from one TrainingProblem."""
+
+    problem: TrainingProblem
+    model: ModelSpec
+    moe_flags: tuple[bool, ...]
+    seq: int
+    global_batch: int
+    gpus_per_node: int
+    gemm: RooflineGemm
+    attention: AttentionCoreModel
+    comm: AlphaBetaCollectives
+    hbm_bytes_per_s: float
+    peak_flops: float
+    model_flops: float
+    layer_costs: dict[tuple[Any, ...], _LayerCost] = field(default_factory=dict)
+    profiles: dict[tuple[Any, ...], _Profiled] = field(default_factory=dict)
+    recompute_flops: dict[str, float] = field(default_factory=dict)
+
+
+_MAX_CONTEXTS = 32
+_MAX_PROFILES = 200_000
+
+
+def _plan_key(plan: TrainingPlan) -> tuple[Any, ...]:
+    p = plan.parallelism
+    return (
+        p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert, p.expert_tensor,
+        p.sequence_parallel, plan.micro_batch_size, plan.zero_stage, plan.recompute,
+        plan.pipeline_schedule, plan.flash_attention,
+    )
+
+
+def _gib(x: float) -> float:
+    return x / GIB
+
+
+@register_cost_model("analytical")
+class AnalyticalTrainingCostModel:
+    """FLOPs × achieved efficiency, alpha-beta comm, tensor-counted memory, 1F1B schedules."""
+
+    name = "analytical"
+    version = "1"
+    Config = AnalyticalConfig
+
+    def __init__(self, config: AnalyticalConfig | None = None) -> None:
+        self.config = config or AnalyticalConfig()
+        self._contexts: dict[int, _Context] = {}
+
+    # ---- problem context ---------------------------------------------------------------
+    def _context(self, problem: TrainingProblem) -> _Context:
+        ctx = self._contexts.get(id(problem))
+        if ctx is not None and ctx.problem is problem:
+            return ctx
+        if len(self._contexts) >= _MAX_CONTEXTS:
+            self._contexts.clear()
+        ctx = self._build_context(problem)
+        self._contexts[id(problem)] = ctx
+        return ctx
+
+    def _build_context(self, problem: TrainingProblem) -> _Context:
+        cfg = self.config
+        cluster, model, work = problem.cluster, problem.model, problem.workload
+        acc = cluster.accelerator
+        precision = work.precision
+        try:
+            bf16_peak = acc.peak_flops("bf16")
+        except KeyError:
+            bf16_peak = acc.peak_flops("fp32")
+        try:
+            peak = acc.peak_flops(precision)
+        except KeyError:  # check() reports the missing precision; price at bf16
+            peak = bf16_peak
+        if precision == "fp8":
+            gemm_eff = acc.gemm_efficiency_fp8 or acc.gemm_efficiency
+            elem_bytes = 1.0
+        else:
+            gemm_eff = acc.gemm_efficiency
+            elem_bytes = 4.0 if precision == "fp32" else 2.0
+        hbm = acc.memory_bandwidth_bytes_per_s
+        peer = acc.scale_up_peer_bandwidth_gb_s
+        net = TwoTierNetwork(
+            intra_bytes_per_s=cluster.intra_node_bandwidth_gb_s * GB * acc.scale_up_efficiency,
+            inter_bytes_per_s=cluster.inter_node_bandwidth_gb_s * GB * acc.scale_out_efficiency,
+            intra_peer_bytes_per_s=peer * GB * acc.scale_up_efficiency if peer else None,
+            alpha_intra_s=cfg.alpha_intra_s,
+            alpha_inter_s=cfg.alpha_inter_s,
+        )
+        return _Context(
+            problem=problem,
+            model=model,
+            moe_flags=tuple(model.is_moe_layer(i) for i in range(model.num_layers)),
+            seq=work.sequence_length,
+            global_batch=work.global_batch_size,
+            gpus_per_node=cluster.gpus_per_node,
+            gemm=RooflineGemm(peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s),
+            attention=AttentionCoreModel(
+                bf16_peak, cfg.attention_efficiency, acc.gemm_efficiency, hbm,
+                cfg.attention_backward_ratio, cfg.kernel_launch_s,
+            ),
+            comm=AlphaBetaCollectives(net),
+            hbm_bytes_per_s=hbm,
+            peak_flops=peak,
+            model_flops=model_flops_per_step(model, work.global_batch_size, work.sequence_length),
+        )
+
+    # ---- check -------------------------------------------------------------------------
+    def check(self, problem: TrainingProblem, plan: TrainingPlan) -> list[Violation]:
+        """Structural rules (no costs); see the module docstring of each rule's source."""
+        model, work, cluster = problem.model, problem.workload, problem.cluster
+        p = plan.parallelism
+        t, c, d, pp, v = p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline
+        out: list[Violation] = []
+
+        def bad(kind: str, detail: str) -> None:
+            out.append(Violation(kind=kind, detail=detail))
+
+        if not cluster.is_homogeneous:
+            bad("heterogeneous", "the cluster mixes node types; only homogeneous clusters "
+                "are priced for now")
+        if p.world_size != problem.num_gpus:
+            bad("divisibility", f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
+                f"= {p.world_size} must equal the cluster's {problem.num_gpus} GPUs")
+        a = model.num_attention_heads
+        if a % t:
+            bad("divisibility", f"num_attention_heads ({a}) must be divisible by tensor ({t})")
+        if model.mla is None and model.kv_heads % t:
+            bad("divisibility", f"num_kv_heads ({model.kv_heads}) must be divisible by "
+                f"tensor ({t})")
+        if model.ffn_hidden_size % t:
+            bad("divisibility", f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible "
+                f"by tensor ({t})")
+        gpn = cluster.gpus_per_node
+        if t > gpn and not problem.allow_tensor_across_nodes:
+            bad("topology", f"tensor ({t}) must not exceed gpus_per_node ({gpn}) unless "
+                "allow_tensor_across_nodes is set")
+        s = work.sequence_length
+        if c > 1 and s % (2 * c):
+            bad("divisibility", f"sequence_length ({s}) must be divisible by 2 × context "
+                f"= {2 * c} (load-balanced causal context parallelism)")
+        b, gbs = plan.micro_batch_size, work.global_batch_size
+        if gbs % (b * d):
+            bad("batch", f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
+                f"data = {b} × {d} = {b * d}")
+        if pp * v > model.num_layers:
+            bad("divisibility", f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
+                f"exceed num_layers ({model.num_layers})")
+        if plan.pipeline_schedule == "interleaved_1f1b":
+            m = gbs // (b * d) if b * d else 0
+            if pp < 2:
+                bad("schedule", f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
+            elif m < pp or m % pp:
+                bad("schedule", f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
+                    f"a multiple of pipeline ({pp}) and at least pipeline")
+        if plan.zero_stage >= 2 and pp > 1:
+            bad("zero", f"zero_stage {plan.zero_stage} cannot be combined with pipeline "
+                f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)")
+        e, et = p.expert, p.expert_tensor
+        if model.moe is None:
+            if e > 1 or et > 1:
+                bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
+        else:
+            if model.moe.num_experts % e:
+                bad("expert", f"moe.num_experts ({model.moe.num_experts}) must be divisible by "
+                    f"expert ({e})")
+            if (d * c * t) % (e * et):
+                bad("expert", f"expert × expert_tensor = {e} × {et} must divide data × context "
+                    f"× tensor = {d} × {c} × {t} = {d * c * t}")
+        if not cluster.accelerator.peak_tflops.get(work.precision) and not (
+            work.precision in ("fp16", "bf16")
+            and (cluster.accelerator.peak_tflops.get("bf16") or cluster.accelerator.peak_tflops.get("fp16"))
+        ):
+            bad("precision", f"{cluster.accelerator.id} has no dense {work.precision} peak in the "
+                "catalog")
+        return out
+
+    # ---- profile -----------------------------------------------------------------------
+    def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
+        """Per-layer costs independent of the pipeline split (stage_layers is ignored)."""
+        return self._profiled(self._context(problem), plan).public
+
+    def _profiled(self, ctx: _Context, plan: TrainingPlan) -> _Profiled:
+        key = _plan_key(plan)
+        hit = ctx.profiles.get(key)
+        if hit is not None:
+            return hit
+        if len(ctx.profiles) >= _MAX_PROFILES:
+            ctx.profiles.clear()
+        result = self._build_profile(ctx, plan)
+        ctx.profiles[key] = result
+        return result
+
+    def _layer_cost(
+        self, ctx: _Context, is_moe: bool, plan: TrainingPlan, groups: ParallelGroups
+    ) -> _LayerCost:
+        p = plan.parallelism
+        t, c, b, etp = p.tensor, p.context, plan.micro_batch_size, p.expert_tensor
+        sp, flash, rc = p.sequence_parallel, plan.flash_attention, plan.recompute
+        key = (is_moe, t, c, b, rc, sp, flash, etp)
+        hit = ctx.layer_costs.get(key)
+        if hit is not None:
+            return hit
+        model, s, cfg = ctx.model, ctx.seq, self.config
+        h = model.hidden_size
+        tokens = b * s / c
+        fwd = bwd = 0.0
+        for gm in layer_gemms(model, is_moe, tokens):
+            f, bw = ctx.gemm.forward_backward_s(*split_gemm(gm, t, etp))
+            fwd += f
+            bwd += bw
+        qk, vd = attention_dims(model)
+        heads = model.num_attention_heads / t
+        att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
+        att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash)
+        # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective.
+        tp_dir = 0.0
+        if t > 1:
+            size = tokens * h * 2.0
+            if sp:
+                tp_dir = 2 * ctx.comm.all_gather(size, groups.tensor) + 2 * ctx.comm.reduce_scatter(
+                    size, groups.tensor
+                )
+            else:
+                tp_dir = 2 * ctx.comm.all_reduce(size, groups.tensor)
+            tp_dir *= 1.0 - cfg.tp_comm_overlap
+        # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
+        # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
+        cp_f = cp_b = 0.0
+        if c > 1:
+            if model.mla is not None:
+                kv_elems = model.num_attention_heads * (qk + vd) / t
+            else:
+                kv_elems = model.kv_heads * (qk + vd) / t
+            block = tokens * kv_elems * 2.0
+            ring = (c - 1) * ctx.comm.send_recv(block, groups.context.tier)
+            cp_f = max(0.0, ring - att_f)
+            cp_b = max(0.0, 2 * ring - att_b)
+        if rc == "full":  # the whole forward again, collectives included
+            rc_s, tp_rc, cp_rc = fwd + att_f, tp_dir, cp_f
+        elif rc == "selective":
+            rc_s, tp_rc, cp_rc = att_f, 0.0, 0.0
+        else:
+            rc_s, tp_rc, cp_rc = 0.0, 0.0, 0.0
+        act = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, rc)
+        working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
+        forward = fwd + att_f + tp_dir + cp_f
+        cost = _LayerCost(
+            compute_s=fwd + bwd + att_f + att_b,
+            recompute_s=rc_s,
+            tp_s=2 * tp_dir + tp_rc,
+            cp_s=cp_f + cp_b + cp_rc,
+            forward_s=forward,
+            backward_s=bwd + att_b + rc_s + tp_dir + tp_rc + cp_b + cp_rc,
+            activation_bytes=act,
+            working_bytes=working,
+        )
+        ctx.layer_costs[key] = cost
+        return cost
+
+    def _state(
+        self, dense_params: float, expert_params: float, plan: TrainingPlan
+    ) -> _LayerState:
+        """State bytes of per-GPU parameters: dense ones sharded over data × context, expert
+        ones over the expert-data-parallel group data·context·tensor / (expert·expert_tensor)."""
+        p = plan.parallelism
+        shards = p.data * p.context
+        w, g, o = state_bytes_per_param(plan.zero_stage, shards)
+        e_shards = max(1, shards * p.tensor // (p.expert * p.expert_tensor))
+        we, ge, oe = state_bytes_per_param(plan.zero_stage, e_shards)
+        shard = 1.0 if plan.zero_stage == 0 else None
+        return _LayerState(
+            params=dense_params + expert_params,
+            weights_bytes=dense_params * w + expert_params * we,
+            grads_bytes=dense_params * g + expert_params * ge,
+            optimizer_bytes=dense_params * o + expert_params * oe,
+            shard_params=(dense_params + expert_params) if shard else (
+                dense_params / shards + expert_params / e_shards
+            ),
+        )
+
+    def _layer_params(self, model: ModelSpec, is_moe: bool, plan: TrainingPlan) -> tuple[float, float]:
+        """(dense, expert) parameters of one layer on one GPU: matrices / tensor, norms
+        replicated, routed experts / (expert × expert_tensor)."""
+        p = plan.parallelism
+        norms = 2 * model.norm_parameters()
+        if not is_moe:
+            return (model.attention_parameters() + model.dense_mlp_parameters()) / p.tensor + norms, 0.0
+        assert model.moe is not None
+        routed = model.moe.num_experts * model.expert_parameters()
+        rest = model.moe_block_parameters() - routed
+        dense = (model.attention_parameters() + rest) / p.tensor + norms
+        return dense, routed / (p.expert * p.expert_tensor)
+
+    def _build_profile(self, ctx: _Context, plan: TrainingPlan) -> _Profiled:
+        cfg, model, s = self.config, ctx.model, ctx.seq
+        p = plan.parallelism
+        t, c, d, pp, v = p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline
+        b, sp = plan.micro_batch_size, p.sequence_parallel
+        h, vocab = model.hidden_size, model.vocab_size
+        groups = place_groups(t, c, d, pp, ctx.gpus_per_node)
+        m = max(1, ctx.global_batch // (b * d))
+        frag = 1.0 + cfg.fragmentation_fraction
+        hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+
+        kinds = sorted(set(ctx.moe_flags))
+        costs = {k: self._layer_cost(ctx, k, plan, groups) for k in kinds}
+        states = {k: self._state(*self._layer_params(model, k, plan), plan) for k in kinds}
+        per_layer_cost = [costs[k] for k in ctx.moe_flags]
+        per_layer_state = [states[k] for k in ctx.moe_flags]
+
+        tokens = b * s / c
+        act_size = tokens * h * 2.0
+        # Embedding: a memory-bound lookup (read + write T·h bf16) forward, scatter-add backward;
+        # vocab-parallel output reduced over the tensor group (RS with SP, AR without).
+        emb_s = 2 * 2 * act_size / hbm
+        emb_tp = 0.0
+        if t > 1:
+            if sp:
+                emb_tp = ctx.comm.reduce_scatter(act_size, groups.tensor) + ctx.comm.all_gather(
+                    act_size, groups.tensor
+                )
+            else:
+                emb_tp = ctx.comm.all_reduce(act_size, groups.tensor)
+            emb_tp *= 1.0 - cfg.tp_comm_overlap
+        first = _Extra(
+            compute_s=emb_s,
+            tp_s=emb_tp,
+            forward_s=emb_s / 2 + (emb_tp if not sp else emb_tp / 2),
+            state=self._state(model.embedding_parameters() / t, 0.0, plan),
+            activation_bytes=act_size / t if sp else act_size,
+        )
+        # LM head (vocab-parallel GEMM) and the fp32 cross entropy over the logits.
+        head_f, head_b = ctx.gemm.forward_backward_s(tokens, h, vocab / t)
+        ce = CROSS_ENTROPY_PASSES * tokens * vocab / t * 4.0 / hbm
+        head_tp = 0.0
+        if t > 1:
+            if sp:
+                head_tp = ctx.comm.all_gather(act_size, groups.tensor) + ctx.comm.reduce_scatter(
+                    act_size, groups.tensor
+                )
+            else:
+                head_tp = ctx.comm.all_reduce(act_size, groups.tensor)
+            head_tp *= 1.0 - cfg.tp_comm_overlap
+        head_params = vocab * h if (not model.tie_embeddings or pp > 1) else 0
+        last = _Extra(
+            compute_s=head_f + head_b + 2 * ce,
+            tp_s=head_tp,
+            forward_s=head_f + ce + (head_tp / 2 if sp else 0.0),
+            state=self._state(head_params / t + model.norm_parameters(), 0.0, plan),
+            activation_bytes=logits_bytes(b, s, vocab, t, c),
+        )
+
+        p2p = 0.0
+        if pp > 1:
+            p2p_bytes = act_size / t if sp else act_size
+            p2p = ctx.comm.send_recv(p2p_bytes, groups.pipeline.tier)
+
+        # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy of
+        # ~2 layers' bf16 weights, full recompute's one-layer working set.
+        total_params = sum(st.params for st in per_layer_state) / pp
+        bucket = grad_bucket_bytes(d * c, total_params) if plan.zero_stage < 3 else 0.0
+        runtime = cfg.runtime_context_gib * GIB
+        max_layer = max(st.params for st in states.values())
+        zero3 = 2 * 2.0 * max_layer if plan.zero_stage == 3 and d * c > 1 else 0.0
+        rc_work = max(cs.working_bytes for cs in costs.values()) if plan.recompute == "full" else 0.0
+
+        if plan.pipeline_schedule == "interleaved_1f1b" and v > 1:
+            inflight = inflight_interleaved(pp, v, m)
+        else:
+            inflight = inflight_1f1b(pp, m)
+
+        public = LayerProfile(
+            layer_time_s=tuple(lc.total_s for lc in per_layer_cost),
+            layer_forward_time_s=tuple(lc.forward_s for lc in per_layer_cost),
+            layer_state_bytes=tuple(st.total_bytes for st in per_layer_state),
+            layer_activation_bytes=tuple(lc.activation_bytes * frag for lc in per_layer_cost),
+            first_extra_time_s=first.compute_s + first.tp_s,
+            last_extra_time_s=last.compute_s + last.tp_s,
+            first_extra_state_bytes=first.state.total_bytes,
+            last_extra_state_bytes=last.state.total_bytes,
+            first_extra_activation_bytes=first.activation_bytes * frag,
+            last_extra_activation_bytes=last.activation_bytes * frag,
+            p2p_time_s=p2p,
+            fixed_bytes=runtime + bucket + zero3 + rc_work * frag,
+            inflight_microbatches=inflight,
+            num_microbatches=m,
+            usable_bytes=ctx.problem.usable_memory_bytes,
+        )
+
+        def pre(values: list[float]) -> tuple[float, ...]:
+            return tuple(accumulate(values, initial=0.0))
+
+        prefix = {
+            "time": pre([lc.total_s for lc in per_layer_cost]),
+            "forward": pre([lc.forward_s for lc in per_layer_cost]),
+            "backward": pre([lc.backward_s for lc in per_layer_cost]),
+            "compute": pre([lc.compute_s for lc in per_layer_cost]),
+            "recompute": pre([lc.recompute_s for lc in per_layer_cost]),
+            "tp": pre([lc.tp_s for lc in per_layer_cost]),
+            "cp": pre([lc.cp_s for lc in per_layer_cost]),
+            "act": pre([lc.activation_bytes for lc in per_layer_cost]),
+            "params": pre([st.params for st in per_layer_state]),
+            "shard_params": pre([st.shard_params for st in per_layer_state]),
+            "weights": pre([st.weights_bytes for st in per_layer_state]),
+            "grads": pre([st.grads_bytes for st in per_layer_state]),
+            "optimizer": pre([st.optimizer_bytes for st in per_layer_state]),
+        }
+        return _Profiled(
+            public=public, groups=groups, prefix=prefix, first=first, last=last, p2p_s=p2p,
+            runtime_bytes=runtime, bucket_bytes=bucket, zero3_working_bytes=zero3,
+            recompute_working_bytes=rc_work,
+        )
+
+    # ---- evaluate ----------------------------------------------------------------------
+    def evaluate(self, problem: TrainingProblem, plan: TrainingPlan) -> TrainingEstimate:
+        """Full estimate of a plan with stage_layers set.
+
+        Raises:
+            InfeasiblePlan: kind "divisibility" when the degrees do not multiply to the GPU
+                count or stage_layers is missing or does not sum to num_layers.
+        """
+        violations = self.check(problem, plan)
+        p = plan.parallelism
+        if p.world_size != problem.num_gpus:
+            raise InfeasiblePlan("divisibility", violations[0].detail if violations else
+                                 f"plan uses {p.world_size} GPUs, cluster has {problem.num_gpus}")
+        model = problem.model
+        L, pp, v = model.num_layers, p.pipeline, p.virtual_pipeline
+        stages = plan.stage_layers
+        if stages is None:
+            raise InfeasiblePlan("divisibility", "stage_layers must be set to evaluate a plan "
+                                 f"(pipeline × virtual_pipeline = {pp * v} entries summing to "
+                                 f"num_layers = {L})")
+        if len(stages) != pp * v or sum(stages) != L or min(stages) < 1:
+            raise InfeasiblePlan("divisibility", f"stage_layers {stages} must have {pp * v} "
+                                 f"positive entries summing to num_layers ({L}); "
+                                 f"they sum to {sum(stages)}")
+        ctx = self._context(problem)
+        prof = self._profiled(ctx, plan)
+        cfg, pub = self.config, prof.public
+        m = pub.num_microbatches
+        bounds = list(accumulate(stages, initial=0))
+
+        def chunk_sum(name: str, rank: int) -> float:
+            arr = prof.prefix[name]
+            return sum(arr[bounds[ci + 1]] - arr[bounds[ci]] for ci in range(rank, pp * v, pp))
+
+        # Per-rank work per micro-batch and its components.
+        p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
+        comp: list[dict[str, float]] = []
+        work: list[float] = []
+        fwd_rank: list[float] = []
+        bwd_rank: list[float] = []
+        for j in range(pp):
+            parts = {
+                "compute": chunk_sum("compute", j),
+                "recompute": chunk_sum("recompute", j),
+                "tp": chunk_sum("tp", j),
+                "cp": chunk_sum("cp", j),
+                "pp": p2p_rank,
+            }
+            fw = chunk_sum("forward", j)
+            bw = chunk_sum("backward", j)
+            if j == 0:
+                parts["compute"] += prof.first.compute_s
+                parts["tp"] += prof.first.tp_s
+                fw += prof.first.forward_s
+                bw += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
+            if j == pp - 1:
+                parts["compute"] += prof.last.compute_s
+                parts["tp"] += prof.last.tp_s
+                fw += prof.last.forward_s
+                bw += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
+            comp.append(parts)
+            work.append(sum(parts.values()))
+            fwd_rank.append(fw)
+            bwd_rank.append(bw)
+        sched = pipeline_step(work, m, v, plan.pipeline_schedule)
+        crit = max(range(pp), key=lambda j: work[j])
+
+        # Parameters per rank (for DP traffic and the optimizer step).
+        params = [chunk_sum("params", j) for j in range(pp)]
+        shard_params = [chunk_sum("shard_params", j) for j in range(pp)]
+        params[0] += prof.first.state.params
+        shard_params[0] += prof.first.state.shard_params
+        params[-1] += prof.last.state.params
+        shard_params[-1] += prof.last.state.shard_params
+
+        dp_exposed, dp_raw = self._data_parallel_s(ctx, prof, plan, params, fwd_rank, bwd_rank, m)
+        hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+        optimizer_s = max(sp_ * cfg.optimizer_bytes_per_param / hbm for sp_ in shard_params)
+        step = sched.step_s + dp_exposed + optimizer_s + cfg.step_overhead_s
+
+        cparts = comp[crit]
+        breakdown = TimeBreakdown(
+            compute=m * (cparts["compute"] + cparts["recompute"]),
+            tensor_parallel_comm=m * cparts["tp"],
+            data_parallel_comm=dp_exposed,
+            pipeline_comm=m * cparts["pp"],
+            context_parallel_comm=m * cparts["cp"],
+            expert_parallel_comm=0.0,
+            bubble=sched.bubble_s,
+            optimizer=optimizer_s,
+            recompute=m * cparts["recompute"],
+            overhead=cfg.step_overhead_s,
+        )
+
+        # Memory per pipeline rank.
+        frag = cfg.fragmentation_fraction
+        by_stage: list[StageMemory] = []
+        totals: list[float] = []
+        usable = problem.usable_memory_bytes
+        for j in range(pp):
+            weights = chunk_sum("weights", j) + prof.zero3_working_bytes
+            grads = chunk_sum("grads", j)
+            opt = chunk_sum("optimizer", j)
+            arr = prof.prefix["act"]
+            acts = prof.recompute_working_bytes
+            for lc_i, ci in enumerate(range(j, pp * v, pp)):
+                acts += pub.inflight_microbatches[j][lc_i] * (arr[bounds[ci + 1]] - arr[bounds[ci]])
+            if j == 0:
+                weights += prof.first.state.weights_bytes
+                grads += prof.first.state.grads_bytes
+                opt += prof.first.state.optimizer_bytes
+                acts += pub.inflight_microbatches[0][0] * prof.first.activation_bytes
+            if j == pp - 1:
+                weights += prof.last.state.weights_bytes
+                grads += prof.last.state.grads_bytes
+                opt += prof.last.state.optimizer_bytes
+                acts += prof.last.activation_bytes
+            other = prof.runtime_bytes + prof.bucket_bytes + frag * acts
+            total = weights + grads + opt + acts + other
+            totals.append(total)
+            by_stage.append(StageMemory(
+                weights_gib=_gib(weights), gradients_gib=_gib(grads), optimizer_gib=_gib(opt),
+                activations_gib=_gib(acts), other_gib=_gib(other), total_gib=_gib(total),
+            ))
+            if total > usable:
+                violations.append(Violation(kind="memory", detail=(
+                    f"pipeline rank {j} needs {_gib(total):.1f} GiB of {_gib(usable):.2f} GiB "
+                    f"usable (weights {_gib(weights):.1f}, gradients {_gib(grads):.1f}, optimizer "
+                    f"{_gib(opt):.1f}, activations {_gib(acts):.1f}, other {_gib(other):.1f})"
+                )))
+        peak = max(totals)
+        acc = problem.cluster.accelerator
+        memory = MemoryReport(
+            peak_gib=_gib(peak), capacity_gib=acc.memory_gib, usable_gib=_gib(usable),
+            by_stage=by_stage,
+        )
+
+        n = problem.num_gpus
+        rc_flops = ctx.recompute_flops.get(plan.recompute)
+        if rc_flops is None:
+            rc_flops = recompute_flops_per_step(model, ctx.global_batch, ctx.seq, plan.recompute)
+            ctx.recompute_flops[plan.recompute] = rc_flops
+        metrics = TrainingMetrics(
+            step_time_s=step,
+            tokens_per_s=ctx.global_batch * ctx.seq / step,
+            model_tflops_per_gpu=ctx.model_flops / step / n / 1e12,
+            mfu=ctx.model_flops / step / n / ctx.peak_flops,
+            peak_memory_gib=_gib(peak),
+            bubble_fraction=sched.bubble_s / step,
+            time_breakdown_s=breakdown,
+            hardware_tflops_per_gpu=(ctx.model_flops + rc_flops) / step / n / 1e12,
+        )
+        details: dict[str, Any] = {
+            "num_microbatches": m,
+            "rank_work_s": work,
+            "rank_forward_s": fwd_rank,
+            "critical_rank": crit,
+            "group_tiers": prof.groups.tiers(),
+            "p2p_time_s": prof.p2p_s,
+            "data_parallel_comm_raw_s": dp_raw,
+            "data_parallel_comm_exposed_s": dp_exposed,
+            "rank_params": params,
+            "memory_total_gib": [_gib(x) for x in totals],
+        }
+        return TrainingEstimate(
+            plan=plan, feasible=not violations, violations=violations, metrics=metrics,
+            memory=memory, details=details,
+        )
+
+    def _data_parallel_s(
+        self,
+        ctx: _Context,
+        prof: _Profiled,
+        plan: TrainingPlan,
+        params: list[float],
+        fwd_rank: list[float],
+        bwd_rank: list[float],
+        m: int,
+    ) -> tuple[float, float]:
+        """(exposed, raw) data-parallel communication per step, worst pipeline rank.
+
+        ZeRO 0: all-reduce of the gradients (grad_reduce_bytes per parameter); ZeRO 1
+        (Megatron distributed optimizer): reduce-scatter of the gradients + all-gather of the
+        bf16 parameters once per step; ZeRO 2: the gradient reduce-scatter every micro-batch
+        (only a gradient shard is kept); ZeRO 3: reduce-scatter + parameter all-gathers in the
+        forward and again in the backward, every micro-batch (Rajbhandari et al. 2020 §5).
+        Gradient reduction overlaps the rank's backward of the last micro-batch, parameter
+        gathers its forward; a `dp_non_overlapped_fraction` stays exposed.
+        """
+        cfg = self.config
+        group = prof.groups.data_context
+        if group.size <= 1:
+            return 0.0, 0.0
+        eff, frac = cfg.dp_overlap_efficiency, cfg.dp_non_overlapped_fraction
+
+        def exposed(t: float, hide: float) -> float:
+            return max(frac * t, t - eff * hide)
+
+        comm = ctx.comm
+        worst_exp = worst_raw = 0.0
+        for j, n_params in enumerate(params):
+            grad = n_params * cfg.grad_reduce_bytes
+            if plan.zero_stage == 0:
+                raw = comm.all_reduce(grad, group)
+                exp = exposed(raw, bwd_rank[j])
+            elif plan.zero_stage == 1:
+                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                raw, exp = rs + ag, exposed(rs, bwd_rank[j]) + exposed(ag, fwd_rank[j])
+            elif plan.zero_stage == 2:
+                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                raw = m * rs + ag
+                exp = m * exposed(rs, bwd_rank[j]) + exposed(ag, fwd_rank[j])
+            else:
+                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                raw = m * (rs + 2 * ag)
+                exp = m * (
+                    max(0.0, ag - fwd_rank[j]) + max(0.0, ag - bwd_rank[j])
+                    + exposed(rs, bwd_rank[j])
+                )
+            worst_exp, worst_raw = max(worst_exp, exp), max(worst_raw, raw)
+        return worst_exp, worst_raw

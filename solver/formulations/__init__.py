@@ -1,0 +1,1 @@
+"""Inner optimisation problems of the search (one formulation per module)."""

@@ -1,0 +1,555 @@
+r"""Pipeline layer partition: which contiguous layers each pipeline chunk runs.
+
+Data (from a `LayerProfile`): layers l = 0..L-1 with time τ_l, state bytes σ_l and activation
+bytes α_l per in-flight micro-batch; p pipeline ranks, v chunks per rank, C = p·v chunks in
+pipeline order, chunk c on rank j(c) = c mod p at local index k(c) = c div p (Megatron's
+interleaved placement, Narayanan et al. 2021 §2.2). ι[j][k] = in-flight micro-batches of
+local chunk k on rank j at its memory peak. Extras: embedding on chunk 0 (time e_F, states
+σ_F, activations α_F per in-flight micro-batch), final norm + LM head on chunk C-1 (e_L, σ_L,
+α_L held once), one boundary send/recv π per micro-batch, fixed bytes φ per GPU, limit U.
+
+Program (minimise the slowest rank's time per micro-batch; with 1F1B-style schedules the
+step time grows with it, Narayanan et al. 2021 §2.2 and eq. for the bubble):
+
+    min  T
+    (a)  every layer is in exactly one chunk, chunks are contiguous, in order
+    (b)  every chunk has at least one layer
+    (c)  W_j = Σ_{c: j(c)=j} Σ_{l∈c} τ_l + e_F·[0 on j] + e_L·[C-1 on j] + 2π·[p>1] ≤ T
+    (d)  Σ_{c: j(c)=j} (Σ_{l∈c} σ_l + ι[j][k(c)]·Σ_{l∈c} α_l)
+           + (σ_F + ι[0][0]·α_F)·[0 on j] + (σ_L + α_L)·[C-1 on j] + φ ≤ U      ∀ j
+
+Two encodings of (a)-(b):
+
+- Identical layers (dense models): integer counts n_c ≥ 1 with Σ_c n_c = L; contiguity is free
+  because any counts define one contiguous split. (a) is `sum_layers`, (b) the bound n_c ≥ 1.
+- Otherwise cumulative binaries z[l,c] = 1 iff layer l is in a chunk ≤ c, with z[l,C-1] = 1,
+  z[l,c] ≥ z[l,c-1] (a1, monotone in c) and z[l-1,c] ≥ z[l,c] (a2, earlier layers reach chunk
+  c first); x[l,c] = z[l,c] - z[l,c-1] is 1 iff layer l is in chunk c; (b) Σ_l x[l,c] ≥ 1.
+
+For identical layers an exact counting algorithm answers without the ILP (`uniform_exact`):
+the split only matters through the per-rank layer counts N_j (memory is smallest with the
+extra layers on the rank's least-loaded local chunk), both W_j and that least memory grow
+with N_j, so the optimum is the smallest T of the form τ·q + e_j for which
+Σ_j min(cap_j, ⌊(T − e_j)/τ⌋) ≥ L with every term ≥ v, found by bisection. It returns the
+same optimum as the program (tests compare both with brute force).
+
+Results are cached in a bounded LRU keyed by (L, p, v, the profile's numbers rounded to
+7 significant digits); the program is solved on the rounded numbers, so a cached answer never
+depends on which request came first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import pulp
+
+from cost_models.base import LayerProfile
+from solver.base import PartitionResult, SolveStatus
+from specs.errors import SpecError
+
+MIP_REL_GAP = 1e-9
+"""Relative gap at which HiGHS may stop (its default 1e-4 would not prove optimality)."""
+DEFAULT_TIME_LIMIT_S = 10.0
+CACHE_SIZE = 4096
+_SIG_DIGITS = 7
+_EPS = 1e-9
+
+
+# ---- evaluation of a given split (used by the algorithms, the search and tests) ---------
+def chunk_ranges(stage_layers: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) layer range of every chunk."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for n in stage_layers:
+        out.append((start, start + n))
+        start += n
+    return out
+
+
+def rank_times_s(profile: LayerProfile, pipeline: int, stage_layers: Sequence[int]) -> list[float]:
+    """W_j of constraint (c) for a split: time per micro-batch of every rank, seconds."""
+    chunks = len(stage_layers)
+    times = [2.0 * profile.p2p_time_s if pipeline > 1 else 0.0] * pipeline
+    for c, (start, end) in enumerate(chunk_ranges(stage_layers)):
+        times[c % pipeline] += sum(profile.layer_time_s[start:end])
+    times[0] += profile.first_extra_time_s
+    times[(chunks - 1) % pipeline] += profile.last_extra_time_s
+    return times
+
+
+def rank_memory_bytes(
+    profile: LayerProfile, pipeline: int, stage_layers: Sequence[int]
+) -> list[float]:
+    """Left side of constraint (d) for a split: bytes per GPU of every rank."""
+    chunks = len(stage_layers)
+    mem = [profile.fixed_bytes] * pipeline
+    for c, (start, end) in enumerate(chunk_ranges(stage_layers)):
+        j, k = c % pipeline, c // pipeline
+        mem[j] += sum(profile.layer_state_bytes[start:end])
+        mem[j] += profile.inflight_microbatches[j][k] * sum(
+            profile.layer_activation_bytes[start:end]
+        )
+    mem[0] += profile.first_extra_state_bytes
+    mem[0] += profile.inflight_microbatches[0][0] * profile.first_extra_activation_bytes
+    last = (chunks - 1) % pipeline
+    mem[last] += profile.last_extra_state_bytes + profile.last_extra_activation_bytes
+    return mem
+
+
+def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> float:
+    """A lower bound on the program's optimum T (seconds per micro-batch), any memory limit.
+
+    max of: the fractional balance (all work spread evenly over p ranks), the largest single
+    layer (layers are not split), and the first/last rank's extras plus v smallest layers
+    (every chunk holds ≥ 1 layer), each plus the 2π boundary exchange when p > 1.
+    """
+    times = profile.layer_time_s
+    comm = 2.0 * profile.p2p_time_s if pipeline > 1 else 0.0
+    total = sum(times) + profile.first_extra_time_s + profile.last_extra_time_s
+    bound = max(total / pipeline, max(times))
+    smallest = sum(sorted(times)[:virtual]) if virtual > 1 else min(times)
+    if pipeline > 1:
+        bound = max(
+            bound,
+            profile.first_extra_time_s + smallest,
+            profile.last_extra_time_s + smallest,
+        )
+    else:
+        bound = max(bound, total)
+    return bound + comm
+
+
+def memory_lower_bound_bytes(profile: LayerProfile, pipeline: int, virtual: int) -> float:
+    """A lower bound on the busiest rank's memory (left side of (d)) over every split.
+
+    The max over ranks is at least the mean: Σ_j M_j counts every layer's states once and its
+    activations at least min ι times, the extras once, and φ on each of the p ranks. Rank 0
+    also holds the embedding extras and ≥ v layers.
+    """
+    infl_min = min(min(row) for row in profile.inflight_microbatches)
+    states = profile.layer_state_bytes
+    acts = profile.layer_activation_bytes
+    first = profile.first_extra_state_bytes + (
+        profile.inflight_microbatches[0][0] * profile.first_extra_activation_bytes
+    )
+    last = profile.last_extra_state_bytes + profile.last_extra_activation_bytes
+    total = sum(states) + infl_min * sum(acts) + first + last
+    per_layer_min = min(s + infl_min * a for s, a in zip(states, acts, strict=True))
+    mean = total / pipeline
+    rank0 = first + virtual * per_layer_min + (last if pipeline == 1 else 0.0)
+    return profile.fixed_bytes + max(mean, rank0)
+
+
+# ---- the solver with its cache ----------------------------------------------------------
+def _round(x: float) -> float:
+    if x == 0.0 or not math.isfinite(x):
+        return x
+    return round(x, _SIG_DIGITS - 1 - math.floor(math.log10(abs(x))))
+
+
+def _rounded_tuple(values: Sequence[float]) -> tuple[float, ...]:
+    first = values[0]
+    if all(x == first for x in values):  # fast path: identical layers
+        r = _round(first)
+        return (r,) * len(values)
+    return tuple(_round(x) for x in values)
+
+
+def _rounded_profile(profile: LayerProfile, ignore_memory: bool) -> LayerProfile:
+    return dataclasses.replace(
+        profile,
+        layer_time_s=_rounded_tuple(profile.layer_time_s),
+        layer_forward_time_s=(),
+        layer_state_bytes=_rounded_tuple(profile.layer_state_bytes),
+        layer_activation_bytes=_rounded_tuple(profile.layer_activation_bytes),
+        first_extra_time_s=_round(profile.first_extra_time_s),
+        last_extra_time_s=_round(profile.last_extra_time_s),
+        first_extra_state_bytes=_round(profile.first_extra_state_bytes),
+        last_extra_state_bytes=_round(profile.last_extra_state_bytes),
+        first_extra_activation_bytes=_round(profile.first_extra_activation_bytes),
+        last_extra_activation_bytes=_round(profile.last_extra_activation_bytes),
+        p2p_time_s=_round(profile.p2p_time_s),
+        fixed_bytes=_round(profile.fixed_bytes),
+        usable_bytes=math.inf if ignore_memory else _round(profile.usable_bytes),
+        num_microbatches=0,
+    )
+
+
+def _is_uniform(profile: LayerProfile) -> bool:
+    return all(
+        len(set(seq)) == 1
+        for seq in (profile.layer_time_s, profile.layer_state_bytes, profile.layer_activation_bytes)
+    )
+
+
+def _cache_key(rp: LayerProfile, pipeline: int, virtual: int) -> tuple[Any, ...]:
+    num_layers = len(rp.layer_time_s)
+    if _is_uniform(rp):
+        layers: tuple[Any, ...] = (
+            rp.layer_time_s[0], rp.layer_state_bytes[0], rp.layer_activation_bytes[0]
+        )
+    else:
+        layers = (rp.layer_time_s, rp.layer_state_bytes, rp.layer_activation_bytes)
+    return (
+        num_layers, pipeline, virtual, layers, rp.first_extra_time_s, rp.last_extra_time_s,
+        rp.first_extra_state_bytes, rp.last_extra_state_bytes, rp.first_extra_activation_bytes,
+        rp.last_extra_activation_bytes, rp.p2p_time_s, rp.fixed_bytes, rp.usable_bytes,
+        tuple(tuple(row[:virtual]) for row in rp.inflight_microbatches[:pipeline]),
+    )
+
+
+class PartitionSolver:
+    """Solves partition sub-problems with a bounded LRU cache and call counters.
+
+    Thread-safe; one instance may serve many searches (answers depend only on the rounded
+    numbers, never on history).
+    """
+
+    def __init__(self, cache_size: int = CACHE_SIZE) -> None:
+        self._cache: OrderedDict[tuple[Any, ...], PartitionResult] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self.calls = 0
+        """Sub-problems solved (cache misses)."""
+        self.ilp_calls = 0
+        """Of which went to the integer program."""
+        self.cache_hits = 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self.calls = self.ilp_calls = self.cache_hits = 0
+
+    def solve(
+        self,
+        profile: LayerProfile,
+        pipeline: int,
+        virtual: int,
+        *,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        ignore_memory: bool = False,
+        method: str = "auto",
+    ) -> PartitionResult:
+        """The time-optimal split of `profile` into `pipeline × virtual` chunks.
+
+        Args:
+            profile: per-layer costs (its `usable_bytes` is the memory limit U).
+            pipeline, virtual: p and v.
+            time_limit_s: limit of one ILP solve.
+            ignore_memory: drop constraint (d) (the time-optimal split).
+            method: `auto` (counting algorithm for identical layers, else ILP), `ilp`.
+        Returns:
+            PartitionResult; `max_rank_time_s` is recomputed on the unrounded profile.
+        """
+        rows = profile.inflight_microbatches
+        if len(rows) < pipeline or any(len(r) < virtual for r in rows[:pipeline]):
+            raise SpecError(
+                "profile.inflight_microbatches",
+                f"must have {pipeline} rows of {virtual} entries for pipeline {pipeline} × "
+                f"virtual {virtual}", [len(r) for r in rows],
+            )
+        if not profile.layer_time_s:
+            raise SpecError("profile.layer_time_s", "must have at least one layer", 0)
+        rp = _rounded_profile(profile, ignore_memory)
+        key = (*_cache_key(rp, pipeline, virtual), method)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.cache_hits += 1
+        from_cache = hit is not None
+        if hit is None:
+            hit = _solve_uncached(rp, pipeline, virtual, time_limit_s, method)
+            with self._lock:
+                self.calls += 1
+                self.ilp_calls += hit.method == "ilp"
+                if hit.status != SolveStatus.TIMEOUT:  # a timeout may succeed with more time
+                    self._cache[key] = hit
+                    if len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
+        if hit.stage_layers is None:
+            return dataclasses.replace(hit, from_cache=from_cache)
+        return dataclasses.replace(
+            hit,
+            from_cache=from_cache,
+            stage_layers=list(hit.stage_layers),
+            max_rank_time_s=max(rank_times_s(profile, pipeline, hit.stage_layers)),
+        )
+
+
+_DEFAULT_SOLVER = PartitionSolver()
+
+
+def default_solver() -> PartitionSolver:
+    """The process-wide solver (and cache)."""
+    return _DEFAULT_SOLVER
+
+
+def solve_stage_partition(
+    profile: LayerProfile,
+    pipeline: int,
+    virtual: int,
+    *,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    ignore_memory: bool = False,
+    method: str = "auto",
+) -> PartitionResult:
+    """`PartitionSolver.solve` on the process-wide solver."""
+    return _DEFAULT_SOLVER.solve(
+        profile, pipeline, virtual, time_limit_s=time_limit_s, ignore_memory=ignore_memory,
+        method=method,
+    )
+
+
+def _solve_uncached(
+    rp: LayerProfile, pipeline: int, virtual: int, time_limit_s: float, method: str
+) -> PartitionResult:
+    num_layers = len(rp.layer_time_s)
+    if pipeline < 1 or virtual < 1 or pipeline * virtual > num_layers:
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="ilp")
+    if pipeline * virtual == 1:  # one chunk: nothing to choose, only check (d)
+        if max(rank_memory_bytes(rp, 1, [num_layers])) > rp.usable_bytes * (1 + _EPS):
+            return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="fixed")
+        obj = rank_times_s(rp, 1, [num_layers])[0]
+        return PartitionResult(SolveStatus.OPTIMAL, [num_layers], obj, 0.0, method="fixed")
+    if method == "auto" and _is_uniform(rp):
+        return _solve_uniform_exact(rp, pipeline, virtual)
+    return _solve_ilp(rp, pipeline, virtual, time_limit_s)
+
+
+# ---- exact counting algorithm for identical layers ---------------------------------------
+def _rank_extras(rp: LayerProfile, pipeline: int) -> tuple[list[float], list[float]]:
+    """Per rank: the constant time of (c) and the constant bytes of (d) (extras + φ)."""
+    comm = 2.0 * rp.p2p_time_s if pipeline > 1 else 0.0
+    e = [comm] * pipeline
+    e[0] += rp.first_extra_time_s
+    e[pipeline - 1] += rp.last_extra_time_s
+    m = [rp.fixed_bytes] * pipeline
+    m[0] += rp.first_extra_state_bytes + rp.inflight_microbatches[0][0] * rp.first_extra_activation_bytes
+    m[pipeline - 1] += rp.last_extra_state_bytes + rp.last_extra_activation_bytes
+    return e, m
+
+
+def _solve_uniform_exact(rp: LayerProfile, p: int, v: int) -> PartitionResult:
+    num_layers = len(rp.layer_time_s)
+    tau, sigma, alpha = rp.layer_time_s[0], rp.layer_state_bytes[0], rp.layer_activation_bytes[0]
+    e, m_const = _rank_extras(rp, p)
+    max_n = num_layers - v * (p - 1)
+    # cap_j: most layers rank j can hold, with the surplus on its least-loaded local chunk
+    caps: list[int] = []
+    for j in range(p):
+        infl = rp.inflight_microbatches[j][:v]
+        mu = min(infl)
+        base = m_const[j] + alpha * (sum(infl) - mu * v)
+        slope = sigma + alpha * mu
+        if base + slope * v > rp.usable_bytes * (1 + _EPS):
+            return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="uniform_exact")
+        if slope <= 0 or math.isinf(rp.usable_bytes):
+            caps.append(max_n)
+        else:
+            caps.append(min(max_n, math.floor((rp.usable_bytes - base) / slope * (1 + _EPS) + _EPS)))
+    if sum(caps) < num_layers:
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="uniform_exact")
+
+    def counts(t_max: float) -> list[int]:
+        if tau <= 0:
+            return list(caps)
+        return [min(caps[j], math.floor((t_max - e[j]) / tau + 1e-7)) for j in range(p)]
+
+    def feasible(t_max: float) -> bool:
+        n = counts(t_max)
+        return min(n) >= v and sum(n) >= num_layers
+
+    best_t = math.inf
+    for e_g in sorted(set(e)):
+        if tau <= 0:
+            best_t = min(best_t, max(e))
+            break
+        lo, hi = v, num_layers  # smallest q with feasible(τ·q + e_g); feasible at q = L?
+        if not feasible(tau * hi + e_g):
+            continue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if feasible(tau * mid + e_g):
+                hi = mid
+            else:
+                lo = mid + 1
+        best_t = min(best_t, tau * lo + e_g)
+    n = counts(best_t)
+    # trim the surplus from the slowest ranks (ties: lowest rank) to balance the split
+    heap = [(-(tau * n[j] + e[j]), j) for j in range(p)]
+    heapq.heapify(heap)
+    surplus = sum(n) - num_layers
+    while surplus > 0:
+        _, j = heapq.heappop(heap)
+        if n[j] > v:
+            n[j] -= 1
+            surplus -= 1
+            heapq.heappush(heap, (-(tau * n[j] + e[j]), j))
+    stage_layers = [0] * (p * v)
+    for j in range(p):
+        per_chunk = _spread(n[j], rp.inflight_microbatches[j][:v], alpha, sigma,
+                            rp.usable_bytes - m_const[j])
+        for k in range(v):
+            stage_layers[j + k * p] = per_chunk[k]
+    obj = max(tau * n[j] + e[j] for j in range(p))
+    return PartitionResult(SolveStatus.OPTIMAL, stage_layers, obj, 0.0, method="uniform_exact")
+
+
+def _spread(total: int, infl: Sequence[int], alpha: float, sigma: float, budget: float) -> list[int]:
+    """Split a rank's layers over its chunks as evenly as possible, then move layers to the
+    chunk with the fewest in-flight micro-batches until (d) holds."""
+    v = len(infl)
+    base, extra = divmod(total, v)
+    n = [base + (1 if k < extra else 0) for k in range(v)]
+    lo = min(range(v), key=lambda k: (infl[k], k))
+
+    def mem() -> float:
+        return sum(n[k] * (sigma + alpha * infl[k]) for k in range(v))
+
+    while mem() > budget * (1 + _EPS):
+        donors = [k for k in range(v) if k != lo and n[k] > 1 and infl[k] > infl[lo]]
+        if not donors:
+            break
+        k = max(donors, key=lambda d: (infl[d], -d))
+        n[k] -= 1
+        n[lo] += 1
+    return n
+
+
+# ---- the integer program ---------------------------------------------------------------
+def _make_solver(time_limit_s: float) -> Any:
+    limit = max(0.01, time_limit_s)
+    try:
+        solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP,
+                            random_seed=0)
+        if solver.available():
+            return solver
+    except Exception:  # pragma: no cover - highspy missing or broken
+        pass
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP)  # pragma: no cover
+
+
+def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> PartitionResult:
+    # data
+    num_layers = len(rp.layer_time_s)
+    chunks = p * v
+    uniform = _is_uniform(rp)
+    # scaling: times relative to the total work, memory relative to the limit U, so every
+    # coefficient is O(1) and HiGHS's absolute tolerances (1e-7..1e-9) are relative ones
+    e, m_const = _rank_extras(rp, p)
+    time_scale = 1.0 / max(sum(rp.layer_time_s) + sum(e), 1e-300)
+    mem_scale = 1.0 / rp.usable_bytes if math.isfinite(rp.usable_bytes) and rp.usable_bytes > 0 else 1.0
+    tau = [t * time_scale for t in rp.layer_time_s]
+    sigma = [s * mem_scale for s in rp.layer_state_bytes]
+    alpha = [a * mem_scale for a in rp.layer_activation_bytes]
+    e = [x * time_scale for x in e]
+    m_const = [x * mem_scale for x in m_const]
+    usable = rp.usable_bytes * mem_scale
+    prob = pulp.LpProblem("stage_partition", pulp.LpMinimize)
+    # variables
+    t_max = pulp.LpVariable("T", lowBound=0)  # T: slowest rank's time per micro-batch (scaled)
+    if uniform:
+        count_vars = _add_count_vars(prob, chunks, num_layers)
+        chunk_time = {c: tau[0] * count_vars[c] for c in range(chunks)}
+        chunk_state = {c: sigma[0] * count_vars[c] for c in range(chunks)}
+        chunk_act = {c: alpha[0] * count_vars[c] for c in range(chunks)}
+    else:
+        x = _add_cumulative_vars(prob, chunks, num_layers)
+        chunk_time = {c: pulp.lpSum(tau[lyr] * x[lyr, c] for lyr in range(num_layers))
+                      for c in range(chunks)}
+        chunk_state = {c: pulp.lpSum(sigma[lyr] * x[lyr, c] for lyr in range(num_layers))
+                       for c in range(chunks)}
+        chunk_act = {c: pulp.lpSum(alpha[lyr] * x[lyr, c] for lyr in range(num_layers))
+                     for c in range(chunks)}
+    # objective
+    prob += t_max
+    # constraints (c): rank time, (d): rank memory
+    for j in range(p):
+        own = range(j, chunks, p)
+        prob += pulp.lpSum(chunk_time[c] for c in own) + e[j] <= t_max, f"c_time_{j}"
+        if math.isfinite(usable):
+            prob += (
+                pulp.lpSum(
+                    chunk_state[c] + rp.inflight_microbatches[j][c // p] * chunk_act[c]
+                    for c in own
+                )
+                + m_const[j]
+                <= usable,
+                f"d_memory_{j}",
+            )
+    # solve
+    solver = _make_solver(time_limit_s)
+    prob.solve(solver)
+    # decode
+    has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    if prob.status == pulp.LpStatusInfeasible or (
+        prob.sol_status == pulp.LpSolutionInfeasible
+    ):
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None)
+    if not has_solution:
+        return PartitionResult(SolveStatus.TIMEOUT, None, None, None)
+    if uniform:
+        stage_layers = [round(count_vars[c].value()) for c in range(chunks)]
+    else:
+        stage_layers = [
+            sum(round(pulp.value(x[lyr, c])) for lyr in range(num_layers)) for c in range(chunks)
+        ]
+    optimal = prob.sol_status == pulp.LpSolutionOptimal
+    gap = 0.0 if optimal else _mip_gap(prob)
+    # verify: a decoded split must be a composition of L into C positive parts
+    assert sum(stage_layers) == num_layers and min(stage_layers) >= 1, stage_layers
+    obj = max(rank_times_s(rp, p, stage_layers))
+    return PartitionResult(
+        SolveStatus.OPTIMAL if optimal else SolveStatus.FEASIBLE, stage_layers, obj, gap
+    )
+
+
+def _mip_gap(prob: pulp.LpProblem) -> float | None:
+    model = getattr(prob, "solverModel", None)
+    try:
+        return float(model.getInfo().mip_gap) if model is not None else None
+    except Exception:  # pragma: no cover - CBC has no info object
+        return None
+
+
+def _add_count_vars(prob: pulp.LpProblem, chunks: int, num_layers: int) -> dict[int, Any]:
+    # n[c]: number of layers of chunk c; (b) n[c] >= 1 as a bound
+    n = {c: pulp.LpVariable(f"n_{c}", lowBound=1, upBound=num_layers, cat="Integer")
+         for c in range(chunks)}
+    # (a) every layer in exactly one chunk
+    prob += pulp.lpSum(n.values()) == num_layers, "a_sum_layers"
+    return n
+
+
+def _add_cumulative_vars(
+    prob: pulp.LpProblem, chunks: int, num_layers: int
+) -> dict[tuple[int, int], Any]:
+    # z[l, c] == 1 iff layer l is in a chunk <= c; z[l, C-1] == 1 (every layer is placed)
+    z: dict[tuple[int, int], Any] = {}
+    for lyr in range(num_layers):
+        for c in range(chunks - 1):
+            z[lyr, c] = pulp.LpVariable(f"z_{lyr}_{c}", cat="Binary")
+        z[lyr, chunks - 1] = 1
+    for lyr in range(num_layers):
+        for c in range(1, chunks - 1):
+            prob += z[lyr, c] - z[lyr, c - 1] >= 0, f"a1_monotone_chunk_{lyr}_{c}"
+    for lyr in range(1, num_layers):
+        for c in range(chunks - 1):
+            prob += z[lyr - 1, c] - z[lyr, c] >= 0, f"a2_monotone_layer_{lyr}_{c}"
+    # x[l, c] == 1 iff layer l is in chunk c
+    x = {
+        (lyr, c): z[lyr, c] - (z[lyr, c - 1] if c > 0 else 0)
+        for lyr in range(num_layers)
+        for c in range(chunks)
+    }
+    for c in range(chunks):
+        prob += pulp.lpSum(x[lyr, c] for lyr in range(num_layers)) >= 1, f"b_nonempty_{c}"
+    return x

@@ -1,0 +1,1 @@
+"""Search drivers: exact branch-and-bound and the exhaustive reference."""

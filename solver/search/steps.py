@@ -1,0 +1,230 @@
+"""Steps shared by the search drivers: enumerate and screen candidates, bound them,
+evaluate one, keep a deterministic top-k.
+
+Screening (per candidate, no costing beyond the profile): the space generator, the cost
+model's `check()` (rejections counted as `rule:<kind>`), `profile()`, the memory lower bound
+(`memory_bound`) and the step-time lower bound. Evaluation: the partition program (no split
+fits: `memory`), the plan with `stage_layers`, `cost_model.evaluate` (infeasible: counted by
+the first violation's kind).
+
+Step-time lower bound (why it is a true bound): every pipeline rank runs its chunks' forward
+and backward once per micro-batch, so any schedule takes at least m · max_j W_j
+(Narayanan et al. 2021 §2.2: the ideal time of 1F1B and interleaved 1F1B is m·W before the
+bubble is added); max_j W_j ≥ `balanced_lower_bound` for every split. Data-parallel
+communication, the optimizer and the bubble only add to it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
+from solver.base import SearchStats, SolveStatus
+from solver.formulations.stage_partition import (
+    PartitionSolver,
+    balanced_lower_bound,
+    memory_lower_bound_bytes,
+    rank_times_s,
+)
+from solver.space import Candidate, candidates, count_candidates
+from specs.constraints import SearchConstraints
+from specs.errors import InfeasiblePlan
+from specs.plan import TrainingPlan
+
+BOUND_SAFETY = 1e-9
+"""Relative slack on the bounds: floating-point summation order must not turn a true bound
+into a cut of the optimum."""
+_POLL_EVERY = 256
+"""Candidates between two progress/cancel checks while screening."""
+
+
+@dataclass(slots=True)
+class Screened:
+    """A candidate that passed the cheap screens."""
+
+    candidate: Candidate
+    key: tuple[Any, ...]
+    plan: TrainingPlan
+    profile: LayerProfile
+    step_lower_bound_s: float
+
+
+class Stopped(Exception):
+    """Raised inside a driver when the time limit passes or the caller cancels."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class Monitor:
+    """Deadline, cancellation and progress reporting of one search."""
+
+    def __init__(
+        self,
+        time_limit_s: float,
+        progress: Callable[[int, int], None] | None,
+        should_stop: Callable[[], bool] | None,
+        total: int,
+    ) -> None:
+        self.start = time.perf_counter()
+        self.deadline = self.start + time_limit_s
+        self.progress = progress
+        self.should_stop = should_stop
+        self.total = total
+        self.done = 0
+
+    def remaining_s(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def poll(self, *, report: bool = True) -> None:
+        """Raise Stopped when the limit passed or the caller cancelled; report progress."""
+        if report and self.progress is not None:
+            self.progress(min(self.done, self.total), self.total)
+        if time.perf_counter() > self.deadline:
+            raise Stopped("time_limit")
+        if self.should_stop is not None and self.should_stop():
+            raise Stopped("cancelled")
+
+
+def step_lower_bound_s(profile: LayerProfile, candidate: Candidate) -> float:
+    """m · (lower bound on the slowest rank's time per micro-batch), seconds (module doc)."""
+    p, v = candidate.pipeline, candidate.virtual_pipeline
+    if candidate.stage_layers is not None:
+        per_mb = max(rank_times_s(profile, p, candidate.stage_layers))
+    else:
+        per_mb = balanced_lower_bound(profile, p, v)
+    return profile.num_microbatches * per_mb * (1.0 - BOUND_SAFETY)
+
+
+def screen(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    stats: SearchStats,
+    monitor: Monitor,
+    *,
+    memory_bound: bool,
+) -> list[Screened]:
+    """Every candidate that passes check(), profile() and (if `memory_bound`) the memory
+    lower bound, with its step-time lower bound. Counts go to `stats`."""
+    out: list[Screened] = []
+    for i, cand in enumerate(candidates(problem, constraints)):
+        stats.enumerated += 1
+        if i % _POLL_EVERY == 0:
+            monitor.poll(report=i > 0)
+        plan = cand.to_plan()
+        violations = cost_model.check(problem, plan)
+        if violations:
+            stats.rule_rejected += 1
+            stats.add_pruned(f"rule:{violations[0].kind}")
+            monitor.done += 1
+            continue
+        try:
+            profile = cost_model.profile(problem, plan)
+        except InfeasiblePlan as exc:
+            stats.rule_rejected += 1
+            stats.add_pruned(f"rule:{exc.kind}")
+            monitor.done += 1
+            continue
+        if (
+            memory_bound
+            and cand.stage_layers is None
+            and memory_lower_bound_bytes(profile, cand.pipeline, cand.virtual_pipeline)
+            > profile.usable_bytes * (1.0 + BOUND_SAFETY)
+        ):
+            stats.add_pruned("memory_bound")
+            monitor.done += 1
+            continue
+        out.append(Screened(cand, cand.key(), plan, profile, step_lower_bound_s(profile, cand)))
+    return out
+
+
+def evaluate_screened(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    item: Screened,
+    solver: PartitionSolver,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> TrainingEstimate | None:
+    """Split, build and evaluate one candidate; the feasible estimate or None (counted)."""
+    cand = item.candidate
+    layers: tuple[int, ...] | list[int] | None = cand.stage_layers
+    if layers is None:
+        res = solver.solve(
+            item.profile, cand.pipeline, cand.virtual_pipeline,
+            time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
+        )
+        if res.from_cache:
+            stats.solver_cache_hits += 1
+        else:
+            stats.solver_calls += 1
+        if res.status == SolveStatus.INFEASIBLE:
+            stats.add_pruned("memory")
+            return None
+        if res.stage_layers is None:
+            stats.add_pruned("partition_timeout")
+            return None
+        layers = res.stage_layers
+    plan = cand.to_plan(layers)
+    try:
+        est = cost_model.evaluate(problem, plan)
+    except InfeasiblePlan as exc:
+        stats.add_pruned(exc.kind)
+        return None
+    stats.evaluated += 1
+    if not est.feasible:
+        stats.add_pruned(est.violations[0].kind if est.violations else "infeasible")
+        return None
+    stats.feasible += 1
+    return est
+
+
+class TopK:
+    """The k best feasible estimates by (step time, canonical plan key)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._items: list[tuple[float, tuple[Any, ...], int, TrainingEstimate]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def full(self) -> bool:
+        return len(self._items) >= self.k
+
+    def worst(self) -> tuple[float, tuple[Any, ...]]:
+        step, key, _, _ = self._items[-1]
+        return step, key
+
+    def push(self, key: tuple[Any, ...], est: TrainingEstimate) -> None:
+        self._seq += 1
+        bisect.insort(self._items, (est.metrics.step_time_s, key, self._seq, est))
+        del self._items[self.k:]
+
+    def estimates(self) -> list[TrainingEstimate]:
+        return [item[3] for item in self._items]
+
+    def keys(self) -> list[tuple[Any, ...]]:
+        return [item[1] for item in self._items]
+
+
+def validated_estimates(top: TopK) -> list[TrainingEstimate]:
+    """The top-k with fully validated plans (the inner loop skipped pydantic validation)."""
+    out: list[TrainingEstimate] = []
+    for est in top.estimates():
+        plan = TrainingPlan.model_validate(est.plan.model_dump())
+        out.append(dataclasses.replace(est, plan=plan))
+    return out
+
+
+def total_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:
+    return count_candidates(problem, constraints)

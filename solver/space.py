@@ -1,0 +1,318 @@
+"""The declared search space: pure generators of legal plan candidates (Calculon's
+`get_all_*` style).
+
+A candidate is every plan field except the pipeline split (`stage_layers`, chosen later by the
+partition ILP) unless the request fixes it. The rules here are structural and cheap; the cost
+model's `check()` has the last word.
+
+- Degrees (Megatron-LM, Narayanan et al. 2021 §2-3): `data × tensor × pipeline × context` is
+  the GPU count; tensor divides the query heads, the KV heads and the FFN width and stays inside
+  a node (the scale-up domain) unless allowed across nodes; `pipeline ≤ num_layers`; the
+  context degree divides `sequence_length / 2` (load-balanced ring attention cuts each sequence
+  into `2·context` chunks, Megatron-Core context parallelism); `data` divides the global batch.
+- Virtual pipeline (interleaved 1F1B, Narayanan et al. 2021 §2.2): `v = 1` always; with
+  `pipeline > 1` also every `v` in `2..max_v` with `pipeline·v ≤ num_layers`; interleaving needs
+  the micro-batch count to be a multiple of, and at least, `pipeline` (Megatron's schedule).
+- Micro-batch: the requested sizes, or powers of two up to 16, dividing `global_batch / data`.
+- ZeRO 0-3 (Rajbhandari et al. 2020); stages 2 and 3 only without pipelining (Megatron and
+  DeepSpeed do not combine gradient/parameter sharding with pipeline parallelism).
+- Recompute none / selective / full (Korthikanti et al. 2022); sequence parallelism is on
+  whenever tensor > 1 (it only saves memory and time) unless fixed off.
+- Expert degrees stay 1 (dense search) unless fixed.
+
+`constraints.fixed` restricts a dimension to one value (plan fields or degree names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from cost_models.base import TrainingProblem
+from specs.constraints import SearchConstraints
+from specs.errors import SpecError
+from specs.plan import ParallelDims, TrainingPlan
+
+RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "selective", "full")
+"""Recompute modes in canonical order."""
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+DEFAULT_MAX_MICRO_BATCH = 16
+"""Largest default micro-batch size (powers of two up to this)."""
+
+_INT_FIELDS = (
+    "data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor",
+    "micro_batch_size", "zero_stage",
+)
+_BOOL_FIELDS = ("sequence_parallel", "flash_attention")
+
+
+class Candidate(NamedTuple):
+    """One point of the space as a plain tuple (cheap to build, hash and sort)."""
+
+    data: int
+    tensor: int
+    pipeline: int
+    virtual_pipeline: int
+    context: int
+    expert: int
+    expert_tensor: int
+    sequence_parallel: bool
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    pipeline_schedule: str
+    stage_layers: tuple[int, ...] | None
+    flash_attention: bool
+
+    def key(self) -> tuple[Any, ...]:
+        """Canonical sort key (deterministic tie-break between equal step times)."""
+        return (
+            self.data, self.tensor, self.pipeline, self.virtual_pipeline, self.context,
+            self.expert, self.expert_tensor, self.sequence_parallel, self.micro_batch_size,
+            self.zero_stage, RECOMPUTE_OPTIONS.index(self.recompute), self.pipeline_schedule,
+            self.stage_layers or (), self.flash_attention,
+        )
+
+    def to_plan(self, stage_layers: tuple[int, ...] | list[int] | None = None,
+                *, validate: bool = False) -> TrainingPlan:
+        """The plan for this candidate; `validate=False` skips pydantic validation (the
+        generators already guarantee every validator's rule) for the search's inner loop."""
+        layers = stage_layers if stage_layers is not None else self.stage_layers
+        fields: dict[str, Any] = {
+            "micro_batch_size": self.micro_batch_size,
+            "zero_stage": self.zero_stage,
+            "recompute": self.recompute,
+            "pipeline_schedule": self.pipeline_schedule,
+            "stage_layers": list(layers) if layers is not None else None,
+            "flash_attention": self.flash_attention,
+        }
+        dims: dict[str, Any] = {
+            "data": self.data, "tensor": self.tensor, "pipeline": self.pipeline,
+            "virtual_pipeline": self.virtual_pipeline, "context": self.context,
+            "expert": self.expert, "expert_tensor": self.expert_tensor,
+            "sequence_parallel": self.sequence_parallel,
+        }
+        if validate:
+            return TrainingPlan.model_validate({"parallelism": dims, **fields})
+        return TrainingPlan.model_construct(parallelism=ParallelDims.model_construct(**dims),
+                                            **fields)
+
+
+def candidate_of(plan: TrainingPlan) -> Candidate:
+    """The candidate tuple of a plan (inverse of `Candidate.to_plan`)."""
+    p = plan.parallelism
+    return Candidate(
+        p.data, p.tensor, p.pipeline, p.virtual_pipeline, p.context, p.expert, p.expert_tensor,
+        p.sequence_parallel, plan.micro_batch_size, plan.zero_stage, plan.recompute,
+        plan.pipeline_schedule, tuple(plan.stage_layers) if plan.stage_layers else None,
+        plan.flash_attention,
+    )
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of `n`, ascending."""
+    if n < 1:
+        raise SpecError("n", "must be a positive integer", n)
+    small: list[int] = []
+    large: list[int] = []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
+    """`constraints.fixed` with types checked (SpecError naming the field otherwise)."""
+    out: dict[str, Any] = {}
+    for name, value in constraints.fixed.items():
+        field = f"constraints.fixed.{name}"
+        if name in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(field, "must be a non-negative integer", value)
+        elif name in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise SpecError(field, "must be a boolean", value)
+        elif name == "recompute":
+            if value not in RECOMPUTE_OPTIONS:
+                raise SpecError(field, f"must be one of {list(RECOMPUTE_OPTIONS)}", value)
+        elif name == "pipeline_schedule":
+            if value not in ("1f1b", "interleaved_1f1b"):
+                raise SpecError(field, "must be 1f1b or interleaved_1f1b", value)
+        elif name == "stage_layers":
+            if value is not None and (
+                not isinstance(value, list | tuple)
+                or not value
+                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in value)
+            ):
+                raise SpecError(field, "must be a list of positive integers", value)
+            value = tuple(value) if value is not None else None
+        out[name] = value
+    return out
+
+
+def _restrict(values: list[Any], fixed: Mapping[str, Any], name: str) -> list[Any]:
+    if name not in fixed:
+        return values
+    return [v for v in values if v == fixed[name]]
+
+
+def degree_tuples(
+    problem: TrainingProblem, constraints: SearchConstraints
+) -> Iterator[tuple[int, int, int, int]]:
+    """Legal `(data, tensor, pipeline, context)` degree tuples, in ascending order.
+
+    Rules (Megatron-LM): the product is the GPU count; tensor divides the attention heads, KV
+    heads and FFN width and is at most `gpus_per_node` unless `allow_tensor_across_nodes`;
+    `pipeline ≤ num_layers`; context > 1 divides `sequence_length / 2`; data divides the
+    global batch.
+    """
+    fixed = validated_fixed(constraints)
+    model, wl = problem.model, problem.workload
+    n = problem.num_gpus
+    across = constraints.allow_tensor_across_nodes or problem.allow_tensor_across_nodes
+    gpn = problem.cluster.gpus_per_node
+    for tensor in _restrict(divisors(n), fixed, "tensor"):
+        if (
+            model.num_attention_heads % tensor
+            or model.kv_heads % tensor
+            or model.ffn_hidden_size % tensor
+            or (not across and tensor > gpn)
+        ):
+            continue
+        rest_t = n // tensor
+        for pipeline in _restrict(divisors(rest_t), fixed, "pipeline"):
+            if pipeline > model.num_layers:
+                continue
+            rest_p = rest_t // pipeline
+            for context in _restrict(divisors(rest_p), fixed, "context"):
+                if context > 1 and (
+                    wl.sequence_length % 2 or (wl.sequence_length // 2) % context
+                ):
+                    continue
+                data = rest_p // context
+                if "data" in fixed and fixed["data"] != data:
+                    continue
+                if wl.global_batch_size % data:
+                    continue
+                yield data, tensor, pipeline, context
+
+
+def virtual_pipeline_options(num_layers: int, pipeline: int, max_v: int) -> list[int]:
+    """Virtual pipeline degrees: 1 (plain 1F1B), and with pipeline > 1 every v in 2..max_v
+    with `pipeline·v ≤ num_layers` (each chunk needs a layer; Narayanan et al. 2021 §2.2)."""
+    if pipeline <= 1:
+        return [1]
+    return [1] + [v for v in range(2, max_v + 1) if pipeline * v <= num_layers]
+
+
+def micro_batch_options(
+    global_batch_size: int, data: int, sizes: list[int] | None = None
+) -> list[int]:
+    """Micro-batch sizes dividing the per-replica batch `global_batch_size / data`: the given
+    sizes (sorted, deduplicated) or powers of two up to 16."""
+    if global_batch_size % data:
+        return []
+    per_replica = global_batch_size // data
+    if sizes is None:
+        pool = [1 << i for i in range(DEFAULT_MAX_MICRO_BATCH.bit_length())
+                if 1 << i <= DEFAULT_MAX_MICRO_BATCH]
+    else:
+        pool = sorted(set(sizes))
+    return [b for b in pool if per_replica % b == 0]
+
+
+def zero_stage_options(pipeline: int) -> list[int]:
+    """ZeRO stages: 0-3 without pipelining, 0-1 with it."""
+    return list(ZERO_STAGES) if pipeline == 1 else [0, 1]
+
+
+def interleave_allowed(num_microbatches: int, pipeline: int) -> bool:
+    """Megatron's interleaved schedule needs m to be a multiple of, and at least, p."""
+    return num_microbatches >= pipeline and num_microbatches % pipeline == 0
+
+
+class _Inner(NamedTuple):
+    virtual_pipeline: int
+    schedule: str
+    micro_batch_size: int
+
+
+def _inner_options(
+    problem: TrainingProblem,
+    constraints: SearchConstraints,
+    fixed: Mapping[str, Any],
+    data: int,
+    pipeline: int,
+) -> list[_Inner]:
+    model, wl = problem.model, problem.workload
+    vs = _restrict(
+        virtual_pipeline_options(model.num_layers, pipeline, constraints.max_virtual_pipeline),
+        fixed, "virtual_pipeline",
+    )
+    mbs = _restrict(
+        micro_batch_options(wl.global_batch_size, data, constraints.micro_batch_sizes),
+        fixed, "micro_batch_size",
+    )
+    out: list[_Inner] = []
+    for v in vs:
+        schedule = "1f1b" if v == 1 else "interleaved_1f1b"
+        if "pipeline_schedule" in fixed and fixed["pipeline_schedule"] != schedule:
+            continue
+        for b in mbs:
+            if v > 1 and not interleave_allowed(wl.global_batch_size // (b * data), pipeline):
+                continue
+            out.append(_Inner(v, schedule, b))
+    return out
+
+
+def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers: int) -> bool:
+    layers = fixed.get("stage_layers")
+    return layers is None or (len(layers) == pipeline * v and sum(layers) == num_layers)
+
+
+def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
+    """Every candidate of the declared space, in a deterministic order."""
+    fixed = validated_fixed(constraints)
+    num_layers = problem.model.num_layers
+    expert = fixed.get("expert", 1)
+    expert_tensor = fixed.get("expert_tensor", 1)
+    flash = fixed.get("flash_attention", True)
+    stage_layers = fixed.get("stage_layers")
+    recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
+    for data, tensor, pipeline, context in degree_tuples(problem, constraints):
+        sp = fixed.get("sequence_parallel", tensor > 1)
+        if sp and tensor == 1:
+            continue
+        zeros = _restrict(zero_stage_options(pipeline), fixed, "zero_stage")
+        for inner in _inner_options(problem, constraints, fixed, data, pipeline):
+            if not _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers):
+                continue
+            for zero in zeros:
+                for recompute in recomputes:
+                    yield Candidate(
+                        data, tensor, pipeline, inner.virtual_pipeline, context, expert,
+                        expert_tensor, sp, inner.micro_batch_size, zero, recompute,
+                        inner.schedule, stage_layers, flash,
+                    )
+
+
+def count_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:
+    """Number of candidates `candidates()` yields, without building them (progress totals)."""
+    fixed = validated_fixed(constraints)
+    num_layers = problem.model.num_layers
+    n_recompute = len(_restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute"))
+    total = 0
+    for data, tensor, pipeline, _context in degree_tuples(problem, constraints):
+        if fixed.get("sequence_parallel", tensor > 1) and tensor == 1:
+            continue
+        n_zero = len(_restrict(zero_stage_options(pipeline), fixed, "zero_stage"))
+        n_inner = sum(
+            _stage_layers_ok(fixed, pipeline, i.virtual_pipeline, num_layers)
+            for i in _inner_options(problem, constraints, fixed, data, pipeline)
+        )
+        total += n_inner * n_zero * n_recompute
+    return total

@@ -1,0 +1,67 @@
+"""Shared fixtures: `settings_factory`, `client` (TestClient over `create_app` with a
+temporary SQLite file and a thread-pool runner) and the `tiny` inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+TINY_MODEL: dict[str, Any] = {
+    "name": "tiny",
+    "num_layers": 4,
+    "hidden_size": 256,
+    "num_attention_heads": 8,
+    "num_kv_heads": 4,
+    "ffn_hidden_size": 1024,
+    "vocab_size": 1000,
+}
+TINY_CLUSTER: dict[str, Any] = {
+    "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]
+}
+TINY_WORKLOAD: dict[str, Any] = {
+    "kind": "training", "global_batch_size": 8, "sequence_length": 512, "precision": "bf16"
+}
+
+
+@pytest.fixture
+def tiny() -> dict[str, Any]:
+    """A 4-layer model on 4 H100s: small enough that a search finishes in well under 1 s."""
+    return {
+        "model": dict(TINY_MODEL),
+        "cluster": {"node_groups": [dict(g) for g in TINY_CLUSTER["node_groups"]]},
+        "workload": dict(TINY_WORKLOAD),
+    }
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path) -> Callable[..., Any]:
+    """Settings on a temporary SQLite file (same file for every call of one test)."""
+    from app.core.config import Settings
+
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "database_url": f"sqlite:///{tmp_path / 'meshplan.db'}",
+            "search_executor": "thread",
+            "search_workers": 2,
+            "default_search_time_limit_s": 20.0,
+            "progress_interval_s": 0.05,
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def client(settings_factory: Callable[..., Any]) -> Iterator[Any]:
+    """A TestClient over a fresh app (lifespan run: migrations, runner, recovery)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    with TestClient(create_app(settings_factory())) as test_client:
+        yield test_client
