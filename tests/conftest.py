@@ -7,7 +7,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import warnings
+
 import pytest
+
+with warnings.catch_warnings():
+    # starlette warns once, at import, that it prefers httpx2 over httpx
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 
 TINY_MODEL: dict[str, Any] = {
@@ -59,8 +66,6 @@ def settings_factory(tmp_path: Path) -> Callable[..., Any]:
 @pytest.fixture
 def client(settings_factory: Callable[..., Any]) -> Iterator[Any]:
     """A TestClient over a fresh app (lifespan run: migrations, runner, recovery)."""
-    from fastapi.testclient import TestClient
-
     from app.main import create_app
 
     with TestClient(create_app(settings_factory())) as test_client:

@@ -65,6 +65,8 @@ def field_errors(errors: Any) -> list[dict[str, Any]]:
         # drop the discriminator tag pydantic inserts for tagged unions (workload.training.x)
         if len(path) >= 2 and path[0] == "workload" and path[1] == "training":
             path = [path[0], *path[2:]]
+        if err.get("type") == "json_invalid":
+            path = []  # the location is a character offset, not a field
         out.append(
             {
                 "field": ".".join(path) if path else (location or ""),

@@ -188,7 +188,7 @@ def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> Resolved
             )
     if errors:
         raise UnknownReference(
-            "; ".join(e["message"] for e in errors) + " (GET /v1/hardware lists them)",
+            "; ".join(e["message"] for e in errors),
             errors=errors,
         )
     try:

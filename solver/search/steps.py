@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
-from solver.base import SearchStats, SolveStatus
+from solver.base import RankedPlan, SearchResult, SearchStats, SolveStatus
+from solver.explain import explain
 from solver.formulations.stage_partition import (
     PartitionSolver,
     balanced_lower_bound,
@@ -228,3 +229,16 @@ def validated_estimates(top: TopK) -> list[TrainingEstimate]:
 
 def total_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:
     return count_candidates(problem, constraints)
+
+
+def finish(top: TopK, stats: SearchStats, monitor: Monitor) -> SearchResult:
+    """Rank, explain and time the result."""
+    estimates = validated_estimates(top)
+    sentences = explain(estimates)
+    plans = [RankedPlan(rank=i + 1, estimate=est, explanation=sentences[i])
+             for i, est in enumerate(estimates)]
+    stats.best_step_time_s = estimates[0].metrics.step_time_s if estimates else None
+    stats.wall_time_s = time.perf_counter() - monitor.start
+    if monitor.progress is not None:
+        monitor.progress(monitor.total if stats.complete else monitor.done, monitor.total)
+    return SearchResult(plans=plans, stats=stats)
