@@ -4,11 +4,13 @@ search runner and recovers unfinished searches. `uvicorn app.main:app` serves it
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
 from app import __version__
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
@@ -62,8 +64,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
     for module in (health, catalog, estimate, searches, plans):
+        _docstring_summaries(module.router)
         app.include_router(module.router)
     return app
+
+
+def _docstring_summaries(router: APIRouter) -> None:
+    """Each route's one-line docstring becomes its OpenAPI summary."""
+    for route in router.routes:
+        if isinstance(route, APIRoute) and route.summary is None:
+            doc = inspect.getdoc(route.endpoint) or ""
+            if doc:
+                route.summary = doc.splitlines()[0].rstrip(".")
 
 
 app = create_app()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hardware_catalog.schema import AcceleratorSpec
 from specs.cluster import ClusterSpec
@@ -44,6 +44,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _default_kind(value: Any) -> Any:
+    """A workload without `kind` is a training workload (the only kind so far)."""
+    if isinstance(value, dict) and "kind" not in value:
+        return {"kind": "training", **value}
+    return value
+
+
 class CostModelRef(_Body):
     """Which cost model prices the plans, with its options."""
 
@@ -76,6 +83,8 @@ class EstimateRequest(_Body):
     constraints: EstimateConstraints | None = None
     cost_model: CostModelRef | None = None
 
+    _workload_kind = field_validator("workload", mode="before")(_default_kind)
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -98,6 +107,8 @@ class SearchCreate(_Body):
     top_k: int = Field(default=10, ge=1)
     """Plans kept (at most the service's max_top_k)."""
     cost_model: CostModelRef | None = None
+
+    _workload_kind = field_validator("workload", mode="before")(_default_kind)
 
     model_config = ConfigDict(
         extra="forbid",

@@ -436,15 +436,16 @@ class AnalyticalTrainingCostModel:
         w, g, o = state_bytes_per_param(plan.zero_stage, shards)
         e_shards = max(1, shards * p.tensor // (p.expert * p.expert_tensor))
         we, ge, oe = state_bytes_per_param(plan.zero_stage, e_shards)
-        shard = 1.0 if plan.zero_stage == 0 else None
+        if plan.zero_stage == 0:  # every replica runs the full Adam step
+            shard_params = dense_params + expert_params
+        else:
+            shard_params = dense_params / shards + expert_params / e_shards
         return _LayerState(
             params=dense_params + expert_params,
             weights_bytes=dense_params * w + expert_params * we,
             grads_bytes=dense_params * g + expert_params * ge,
             optimizer_bytes=dense_params * o + expert_params * oe,
-            shard_params=(dense_params + expert_params) if shard else (
-                dense_params / shards + expert_params / e_shards
-            ),
+            shard_params=shard_params,
         )
 
     def _layer_params(self, model: ModelSpec, is_moe: bool, plan: TrainingPlan) -> tuple[float, float]:

@@ -1,0 +1,52 @@
+"""Estimate one plan, choosing the pipeline split when the plan leaves it open.
+
+When `stage_layers` is None the partition program picks the time-optimal split that fits in
+memory; when no split fits, the time-optimal split ignoring memory is used so the estimate
+reports the memory violation (with numbers) instead of failing.
+"""
+
+from __future__ import annotations
+
+from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from solver.base import SolveStatus
+from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
+from specs.errors import InfeasiblePlan, SolverTimeout
+from specs.plan import TrainingPlan
+
+
+def estimate_plan(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    plan: TrainingPlan,
+    *,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+) -> TrainingEstimate:
+    """The cost model's estimate of `plan`, with the split filled in when absent.
+
+    Raises:
+        InfeasiblePlan: the cost model cannot price the plan at all (e.g. GPU count mismatch).
+        SolverTimeout: the partition program found no split within `time_limit_s`.
+    """
+    if plan.stage_layers is not None:
+        return cost_model.evaluate(problem, plan)
+    violations = cost_model.check(problem, plan)
+    if violations:
+        first = violations[0]
+        raise InfeasiblePlan(first.kind, first.detail,
+                             violations=[v.model_dump() for v in violations])
+    profile = cost_model.profile(problem, plan)
+    p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
+    solver = default_solver()
+    res = solver.solve(profile, p, v, time_limit_s=time_limit_s)
+    if res.status == SolveStatus.INFEASIBLE:
+        res = solver.solve(profile, p, v, time_limit_s=time_limit_s, ignore_memory=True)
+    if res.stage_layers is None:
+        if res.status == SolveStatus.INFEASIBLE:
+            raise InfeasiblePlan(
+                "stage_layers",
+                f"no split of {problem.model.num_layers} layers into pipeline {p} × "
+                f"virtual {v} chunks exists",
+            )
+        raise SolverTimeout(f"the pipeline partition found no split within {time_limit_s} s")
+    split = plan.model_copy(update={"stage_layers": res.stage_layers})
+    return cost_model.evaluate(problem, TrainingPlan.model_validate(split.model_dump()))

@@ -1,0 +1,143 @@
+"""Plain-language explanations of ranked plans, built only from the estimates' numbers.
+
+For each plan: its bottleneck (the largest time component of `metrics.time_breakdown_s`),
+the bubble share, the exposed communication and its tier (from `details["comm_tiers"]`
+when the cost model gives it), the memory headroom, and what it trades against its
+neighbour (the plan above it; for #1 the plan below it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cost_models.base import TrainingEstimate
+from specs.plan import TrainingPlan
+
+_COMPONENT_LABEL = {
+    "compute": "compute",
+    "tensor_parallel_comm": "tensor-parallel communication",
+    "data_parallel_comm": "data-parallel communication",
+    "pipeline_comm": "pipeline send/recv",
+    "context_parallel_comm": "context-parallel communication",
+    "expert_parallel_comm": "expert-parallel communication",
+    "bubble": "the pipeline bubble",
+    "optimizer": "the optimizer step",
+    "overhead": "fixed overhead",
+}
+_COMM_COMPONENTS = (
+    "tensor_parallel_comm", "data_parallel_comm", "pipeline_comm", "context_parallel_comm",
+    "expert_parallel_comm",
+)
+_TIER_LABEL = {"scale_up": "the scale-up fabric (NVLink)", "scale_out": "the network (NIC)"}
+_TINY = 1e-12
+
+
+def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
+    p = plan.parallelism
+    return [
+        ("data", p.data), ("tensor", p.tensor), ("pipeline", p.pipeline),
+        ("virtual pipeline", p.virtual_pipeline), ("context", p.context),
+        ("expert", p.expert), ("sequence parallel", p.sequence_parallel),
+        ("micro-batch", plan.micro_batch_size), ("ZeRO stage", plan.zero_stage),
+        ("recompute", plan.recompute), ("flash attention", plan.flash_attention),
+    ]
+
+
+def _plan_diff(plan: TrainingPlan, other: TrainingPlan) -> str:
+    """'pipeline 8 instead of 4, micro-batch 2 instead of 1' (fields that differ)."""
+    parts = [
+        f"{name} {mine} instead of {theirs}"
+        for (name, mine), (_, theirs) in zip(_dims(plan), _dims(other), strict=True)
+        if mine != theirs
+    ]
+    if not parts and plan.stage_layers != other.stage_layers:
+        parts.append(f"stage split {plan.stage_layers} instead of {other.stage_layers}")
+    return ", ".join(parts) if parts else "the same degrees"
+
+
+def _comm(est: TrainingEstimate) -> tuple[float, str | None]:
+    """Exposed communication seconds and the largest component's name."""
+    tb = est.metrics.time_breakdown_s
+    values = {name: float(getattr(tb, name)) for name in _COMM_COMPONENTS}
+    total = sum(values.values())
+    biggest = max(values, key=lambda n: (values[n], n)) if total > _TINY else None
+    return total, biggest
+
+
+def _tier(est: TrainingEstimate, component: str) -> str | None:
+    tiers = est.details.get("comm_tiers") if isinstance(est.details, dict) else None
+    if not isinstance(tiers, dict):
+        return None
+    key = component.removesuffix("_comm")
+    tier = tiers.get(key, tiers.get(component))
+    return _TIER_LABEL.get(str(tier), str(tier)) if tier is not None else None
+
+
+def describe(est: TrainingEstimate) -> str:
+    """One sentence: bottleneck, bubble, exposed communication and tier, memory headroom."""
+    m = est.metrics
+    tb = m.time_breakdown_s
+    components = {name: float(getattr(tb, name)) for name in _COMPONENT_LABEL}
+    bottleneck = max(components, key=lambda n: (components[n], n))
+    share = components[bottleneck] / m.step_time_s if m.step_time_s > 0 else 0.0
+    comm, biggest = _comm(est)
+    if biggest is None:
+        comm_text = "no exposed communication"
+    else:
+        tier = _tier(est, biggest)
+        where = f" over {tier}" if tier else ""
+        comm_text = (f"{comm:.2f} s exposed communication (mostly "
+                     f"{_COMPONENT_LABEL[biggest]}{where})")
+    headroom = est.memory.usable_gib - est.memory.peak_gib
+    return (
+        f"{m.step_time_s:.2f} s per step at {m.mfu:.1%} MFU; the bottleneck is "
+        f"{_COMPONENT_LABEL[bottleneck]} ({share:.0%} of the step), the bubble is "
+        f"{m.bubble_fraction:.1%}, {comm_text}, and {headroom:.1f} GiB of memory headroom."
+    )
+
+
+def compare(est: TrainingEstimate, other: TrainingEstimate, other_rank: int) -> str:
+    """One sentence: how `est` differs from the plan ranked `other_rank`, and what it costs."""
+    t, t_other = est.metrics.step_time_s, other.metrics.step_time_s
+    rel = (t / t_other - 1.0) * 100.0 if t_other > 0 else 0.0
+    if abs(rel) < 0.05:
+        head = f"As fast as #{other_rank}"
+    elif rel > 0:
+        head = f"{rel:.1f}% slower than #{other_rank}"
+    else:
+        head = f"{-rel:.1f}% faster than #{other_rank}"
+    effects: list[str] = []
+    d_bubble = (est.metrics.bubble_fraction - other.metrics.bubble_fraction) * 100.0
+    if d_bubble >= 0.05:
+        effects.append(f"adds {d_bubble:.1f}% bubble")
+    elif d_bubble <= -0.05:
+        effects.append(f"cuts the bubble by {-d_bubble:.1f}%")
+    comm, _ = _comm(est)
+    comm_other, _ = _comm(other)
+    if abs(comm - comm_other) >= 0.005:
+        verb = "exposes" if comm > comm_other else "hides"
+        effects.append(f"{verb} {abs(comm - comm_other):.2f} s more communication"
+                       if comm > comm_other else f"{verb} {comm_other - comm:.2f} s of communication")
+    d_mem = est.memory.peak_gib - other.memory.peak_gib
+    if d_mem <= -0.05:
+        effects.append(f"frees {-d_mem:.1f} GiB")
+    elif d_mem >= 0.05:
+        effects.append(f"needs {d_mem:.1f} GiB more")
+    text = f"{head}: {_plan_diff(est.plan, other.plan)}"
+    if effects:
+        text += " " + (", ".join(effects[:-1]) + " but " + effects[-1]
+                       if len(effects) > 1 else effects[0])
+    return text + "."
+
+
+def explain(ranked: Sequence[TrainingEstimate]) -> list[str]:
+    """One or two sentences per plan (best first) saying why it ranks where it does."""
+    out: list[str] = []
+    for i, est in enumerate(ranked):
+        text = f"#{i + 1}: {describe(est)}"
+        if i > 0:
+            text += " " + compare(est, ranked[i - 1], i)
+        elif len(ranked) > 1:
+            text += " " + compare(est, ranked[1], 2)
+        out.append(text)
+    return out
