@@ -15,7 +15,7 @@ from cost_models.base import TrainingEstimate
 SearchStatus = Literal["complete", "time_limit", "cancelled"]
 
 
-class SolveStatus(str, enum.Enum):
+class SolveStatus(enum.StrEnum):
     """Outcome of an inner optimisation problem."""
 
     OPTIMAL = "optimal"

@@ -32,6 +32,11 @@ _TIER_LABEL = {"scale_up": "the scale-up fabric (NVLink)", "scale_out": "the net
 _TINY = 1e-12
 
 
+def _seconds(x: float) -> str:
+    """'9.10 s' from one second up, '12.3 ms' below."""
+    return f"{x:.2f} s" if abs(x) >= 1.0 else f"{x * 1e3:.3g} ms"
+
+
 def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
     p = plan.parallelism
     return [
@@ -86,11 +91,11 @@ def describe(est: TrainingEstimate) -> str:
     else:
         tier = _tier(est, biggest)
         where = f" over {tier}" if tier else ""
-        comm_text = (f"{comm:.2f} s exposed communication (mostly "
+        comm_text = (f"{_seconds(comm)} exposed communication (mostly "
                      f"{_COMPONENT_LABEL[biggest]}{where})")
     headroom = est.memory.usable_gib - est.memory.peak_gib
     return (
-        f"{m.step_time_s:.2f} s per step at {m.mfu:.1%} MFU; the bottleneck is "
+        f"{_seconds(m.step_time_s)} per step at {m.mfu:.1%} MFU; the bottleneck is "
         f"{_COMPONENT_LABEL[bottleneck]} ({share:.0%} of the step), the bubble is "
         f"{m.bubble_fraction:.1%}, {comm_text}, and {headroom:.1f} GiB of memory headroom."
     )
@@ -114,10 +119,9 @@ def compare(est: TrainingEstimate, other: TrainingEstimate, other_rank: int) -> 
         effects.append(f"cuts the bubble by {-d_bubble:.1f}%")
     comm, _ = _comm(est)
     comm_other, _ = _comm(other)
-    if abs(comm - comm_other) >= 0.005:
-        verb = "exposes" if comm > comm_other else "hides"
-        effects.append(f"{verb} {abs(comm - comm_other):.2f} s more communication"
-                       if comm > comm_other else f"{verb} {comm_other - comm:.2f} s of communication")
+    if abs(comm - comm_other) >= 0.001 * max(t, t_other):
+        effects.append(f"exposes {_seconds(comm - comm_other)} more communication"
+                       if comm > comm_other else f"hides {_seconds(comm_other - comm)} of communication")
     d_mem = est.memory.peak_gib - other.memory.peak_gib
     if d_mem <= -0.05:
         effects.append(f"frees {-d_mem:.1f} GiB")

@@ -46,6 +46,19 @@ _INT_FIELDS = (
 _BOOL_FIELDS = ("sequence_parallel", "flash_attention")
 
 
+def _field_max(name: str) -> int:
+    """The `le` bound of a ParallelDims field (the space never proposes what it rejects)."""
+    for meta in ParallelDims.model_fields[name].metadata:
+        bound = getattr(meta, "le", None)
+        if bound is not None:
+            return int(bound)
+    return 1 << 62
+
+
+_MAX_DEGREE = {name: _field_max(name) for name in ("data", "tensor", "pipeline", "context")}
+MAX_VIRTUAL_PIPELINE = _field_max("virtual_pipeline")
+
+
 class Candidate(NamedTuple):
     """One point of the space as a plain tuple (cheap to build, hash and sort)."""
 
@@ -74,28 +87,30 @@ class Candidate(NamedTuple):
         )
 
     def to_plan(self, stage_layers: tuple[int, ...] | list[int] | None = None,
-                *, validate: bool = False) -> TrainingPlan:
-        """The plan for this candidate; `validate=False` skips pydantic validation (the
-        generators already guarantee every validator's rule) for the search's inner loop."""
+                *, dims: ParallelDims | None = None) -> TrainingPlan:
+        """The validated plan for this candidate (with `stage_layers` if given); pass a
+        shared `dims` (from `parallel_dims`) to save rebuilding it in inner loops."""
         layers = stage_layers if stage_layers is not None else self.stage_layers
-        fields: dict[str, Any] = {
-            "micro_batch_size": self.micro_batch_size,
-            "zero_stage": self.zero_stage,
-            "recompute": self.recompute,
-            "pipeline_schedule": self.pipeline_schedule,
-            "stage_layers": list(layers) if layers is not None else None,
-            "flash_attention": self.flash_attention,
-        }
-        dims: dict[str, Any] = {
-            "data": self.data, "tensor": self.tensor, "pipeline": self.pipeline,
-            "virtual_pipeline": self.virtual_pipeline, "context": self.context,
-            "expert": self.expert, "expert_tensor": self.expert_tensor,
-            "sequence_parallel": self.sequence_parallel,
-        }
-        if validate:
-            return TrainingPlan.model_validate({"parallelism": dims, **fields})
-        return TrainingPlan.model_construct(parallelism=ParallelDims.model_construct(**dims),
-                                            **fields)
+        return TrainingPlan(
+            parallelism=dims if dims is not None else self.parallel_dims(),
+            micro_batch_size=self.micro_batch_size,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
+            pipeline_schedule=self.pipeline_schedule,
+            stage_layers=list(layers) if layers is not None else None,
+            flash_attention=self.flash_attention,
+        )
+
+    def dims_key(self) -> tuple[int, int, int, int, int, int, int, bool]:
+        return (self.data, self.tensor, self.pipeline, self.virtual_pipeline, self.context,
+                self.expert, self.expert_tensor, self.sequence_parallel)
+
+    def parallel_dims(self) -> ParallelDims:
+        return ParallelDims(
+            data=self.data, tensor=self.tensor, pipeline=self.pipeline,
+            virtual_pipeline=self.virtual_pipeline, context=self.context, expert=self.expert,
+            expert_tensor=self.expert_tensor, sequence_parallel=self.sequence_parallel,
+        )
 
 
 def candidate_of(plan: TrainingPlan) -> Candidate:
@@ -168,7 +183,7 @@ def degree_tuples(
     Rules (Megatron-LM): the product is the GPU count; tensor divides the attention heads, KV
     heads and FFN width and is at most `gpus_per_node` unless `allow_tensor_across_nodes`;
     `pipeline ≤ num_layers`; context > 1 divides `sequence_length / 2`; data divides the
-    global batch.
+    global batch; every degree within ParallelDims' field limits.
     """
     fixed = validated_fixed(constraints)
     model, wl = problem.model, problem.workload
@@ -181,11 +196,12 @@ def degree_tuples(
             or model.kv_heads % tensor
             or model.ffn_hidden_size % tensor
             or (not across and tensor > gpn)
+            or tensor > _MAX_DEGREE["tensor"]
         ):
             continue
         rest_t = n // tensor
         for pipeline in _restrict(divisors(rest_t), fixed, "pipeline"):
-            if pipeline > model.num_layers:
+            if pipeline > model.num_layers or pipeline > _MAX_DEGREE["pipeline"]:
                 continue
             rest_p = rest_t // pipeline
             for context in _restrict(divisors(rest_p), fixed, "context"):
@@ -194,6 +210,8 @@ def degree_tuples(
                 ):
                     continue
                 data = rest_p // context
+                if context > _MAX_DEGREE["context"] or data > _MAX_DEGREE["data"]:
+                    continue
                 if "data" in fixed and fixed["data"] != data:
                     continue
                 if wl.global_batch_size % data:
@@ -206,7 +224,8 @@ def virtual_pipeline_options(num_layers: int, pipeline: int, max_v: int) -> list
     with `pipeline·v ≤ num_layers` (each chunk needs a layer; Narayanan et al. 2021 §2.2)."""
     if pipeline <= 1:
         return [1]
-    return [1] + [v for v in range(2, max_v + 1) if pipeline * v <= num_layers]
+    top = min(max_v, MAX_VIRTUAL_PIPELINE)
+    return [1] + [v for v in range(2, top + 1) if pipeline * v <= num_layers]
 
 
 def micro_batch_options(

@@ -3,11 +3,10 @@ temporary SQLite file and a thread-pool runner) and the `tiny` inputs."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-import warnings
 
 import pytest
 

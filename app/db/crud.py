@@ -96,7 +96,7 @@ def start_search(*, session: Session, search_id: str, now: datetime | None = Non
         status=SearchStatus.RUNNING.value,
         started_at=now or utcnow(),
         finished_at=None,
-        attempts=SearchRecord.attempts + 1,  # type: ignore[operator]
+        attempts=SearchRecord.attempts + 1,
     )
     session.commit()
     return changed
@@ -175,7 +175,7 @@ def requeue_search(*, session: Session, search_id: str, forget_attempt: bool = F
     """running → queued (a service restart or shutdown interrupted it)."""
     values: dict[str, Any] = {"status": SearchStatus.QUEUED.value, "started_at": None}
     if forget_attempt:
-        values["attempts"] = SearchRecord.attempts - 1  # type: ignore[operator]
+        values["attempts"] = SearchRecord.attempts - 1
     changed = _update(session, search_id, [SearchStatus.RUNNING.value], **values)
     session.commit()
     return changed

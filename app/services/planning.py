@@ -516,13 +516,30 @@ def run_problem(
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_ranked_plan_dict(p) for p in result.plans]
     if not plans and not should_stop():
-        raise NoFeasiblePlan(
-            f"no plan of the searched space fits {training.num_gpus} × "
-            f"{training.cluster.accelerator.id} for {training.model.name}",
-            reasons=stats.get("pruned", {}),
-            stats=stats,
-        )
+        raise NoFeasiblePlan(_no_plan_detail(training), reasons=stats.get("pruned", {}),
+                             stats=stats)
     return SearchOutcome(plans=plans, stats=stats)
+
+
+MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
+"""bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam moments (4 + 4):
+ZeRO, Rajbhandari et al. 2020 (arXiv 1910.02054), §3.1 ("16Ψ bytes")."""
+
+
+def _no_plan_detail(problem: TrainingProblem) -> str:
+    """Why nothing fits, in numbers: model states against the cluster's memory."""
+    params = problem.model.num_parameters()
+    states_tb = params * MIXED_PRECISION_ADAM_BYTES_PER_PARAM / 1e12
+    accelerator = problem.cluster.accelerator
+    memory_tb = problem.num_gpus * accelerator.memory_gib * 1024**3 / 1e12
+    return (
+        f"no plan of the searched space fits {problem.model.name} on {problem.num_gpus} × "
+        f"{accelerator.id}: its {params / 1e9:.2f}e9 parameters need "
+        f"{states_tb:.2f} TB of weights, gradients and Adam states (16 bytes per parameter) "
+        f"before activations; the cluster has {problem.num_gpus} × "
+        f"{accelerator.memory_gib:.1f} GiB = {memory_tb:.2f} TB (see `reasons` for what "
+        "pruned the candidates)"
+    )
 
 
 def _ranked_plan_dict(ranked: Any) -> dict[str, Any]:

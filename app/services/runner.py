@@ -24,6 +24,7 @@ Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import multiprocessing
 import threading
@@ -282,7 +283,7 @@ class SearchRunner:
                     progress_interval_s=self.settings.progress_interval_s,
                 )
             self._futures[search_id] = future
-        future.add_done_callback(lambda f, sid=search_id: self._done(sid, f))
+        future.add_done_callback(functools.partial(self._done, search_id))
 
     def _done(self, search_id: str, future: Future[str | None]) -> None:
         with self._lock:

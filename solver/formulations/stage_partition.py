@@ -141,7 +141,7 @@ def memory_lower_bound_bytes(profile: LayerProfile, pipeline: int, virtual: int)
     )
     last = profile.last_extra_state_bytes + profile.last_extra_activation_bytes
     total = sum(states) + infl_min * sum(acts) + first + last
-    per_layer_min = min(s + infl_min * a for s, a in zip(states, acts, strict=True))
+    per_layer_min = min(states) + infl_min * min(acts)  # ≤ min_l (σ_l + ι_min·α_l)
     mean = total / pipeline
     rank0 = first + virtual * per_layer_min + (last if pipeline == 1 else 0.0)
     return profile.fixed_bytes + max(mean, rank0)

@@ -29,7 +29,6 @@ from solver.search.steps import (
     finish,
     screen,
     total_candidates,
-    validated_estimates,
 )
 from specs.constraints import SearchConstraints
 from specs.errors import SpecError

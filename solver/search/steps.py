@@ -35,7 +35,7 @@ from solver.formulations.stage_partition import (
 from solver.space import Candidate, candidates, count_candidates
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
-from specs.plan import TrainingPlan
+from specs.plan import ParallelDims, TrainingPlan
 
 BOUND_SAFETY = 1e-9
 """Relative slack on the bounds: floating-point summation order must not turn a true bound
@@ -115,11 +115,16 @@ def screen(
     """Every candidate that passes check(), profile() and (if `memory_bound`) the memory
     lower bound, with its step-time lower bound. Counts go to `stats`."""
     out: list[Screened] = []
+    dims_cache: dict[tuple[Any, ...], ParallelDims] = {}
     for i, cand in enumerate(candidates(problem, constraints)):
         stats.enumerated += 1
         if i % _POLL_EVERY == 0:
             monitor.poll(report=i > 0)
-        plan = cand.to_plan()
+        dkey = cand.dims_key()
+        dims = dims_cache.get(dkey)
+        if dims is None:
+            dims = dims_cache[dkey] = cand.parallel_dims()
+        plan = cand.to_plan(dims=dims)
         violations = cost_model.check(problem, plan)
         if violations:
             stats.rule_rejected += 1
@@ -173,7 +178,7 @@ def evaluate_screened(
             stats.add_pruned("partition_timeout")
             return None
         layers = res.stage_layers
-    plan = cand.to_plan(layers)
+    plan = cand.to_plan(layers, dims=item.plan.parallelism)
     try:
         est = cost_model.evaluate(problem, plan)
     except InfeasiblePlan as exc:
@@ -219,11 +224,12 @@ class TopK:
 
 
 def validated_estimates(top: TopK) -> list[TrainingEstimate]:
-    """The top-k with fully validated plans (the inner loop skipped pydantic validation)."""
+    """The top-k estimates, their plans checked to be `TrainingPlan`s."""
     out: list[TrainingEstimate] = []
     for est in top.estimates():
-        plan = TrainingPlan.model_validate(est.plan.model_dump())
-        out.append(dataclasses.replace(est, plan=plan))
+        if not isinstance(est.plan, TrainingPlan):  # a plug-in returned something else
+            est = dataclasses.replace(est, plan=TrainingPlan.model_validate(est.plan))
+        out.append(est)
     return out
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from cost_models.base import LayerProfile
 from solver.base import SolveStatus
-from specs.errors import SpecError
 from solver.formulations.stage_partition import (
     PartitionSolver,
     balanced_lower_bound,
@@ -19,6 +18,7 @@ from solver.formulations.stage_partition import (
     rank_memory_bytes,
     rank_times_s,
 )
+from specs.errors import SpecError
 
 
 def _compositions(total: int, parts: int):

@@ -33,8 +33,10 @@ def search_public(record: SearchRecord, *, num_plans: int | None = None) -> dict
     model = problem.get("model") or {}
     cluster = problem.get("cluster") or {}
     stats = dict(record.stats or {})
-    if record.started_at and record.finished_at and "wall_time_s" not in stats:
-        stats["wall_time_s"] = (_utc(record.finished_at) - _utc(record.started_at)).total_seconds()  # type: ignore[operator]
+    started, finished = _utc(record.started_at), _utc(record.finished_at)
+    if "wall_time_s" not in stats:  # queued: 0; running: so far; finished without stats: total
+        end = finished or (datetime.now(UTC) if started else None)
+        stats["wall_time_s"] = (end - started).total_seconds() if started and end else 0.0
     return {
         "id": record.id,
         "status": record.status,
@@ -42,8 +44,8 @@ def search_public(record: SearchRecord, *, num_plans: int | None = None) -> dict
         "stats": stats,
         "error": record.error,
         "created_at": _utc(record.created_at),
-        "started_at": _utc(record.started_at),
-        "finished_at": _utc(record.finished_at),
+        "started_at": started,
+        "finished_at": finished,
         "attempts": record.attempts,
         "objective": problem.get("objective", "max_throughput"),
         "top_k": problem.get("top_k", request.get("top_k", 10)),
