@@ -156,8 +156,8 @@ class _WorkerState:
     evaluated: int = 0
     total: int | None = None
     cancelled: bool = False
-    _last_write: float = field(default=0.0)
-    _last_check: float = field(default=0.0)
+    _last_write: float = field(default_factory=time.monotonic)
+    _last_check: float = field(default_factory=time.monotonic)
 
     def progress(self, evaluated: int, total: int | None) -> None:
         self.evaluated = evaluated

@@ -1,0 +1,67 @@
+"""Memory-bound elementwise work of a transformer layer and of the loss.
+
+Normalisation, rotary embedding, activation functions, bias-dropout-add and residual adds do
+almost no FLOPs; their time is the bytes they move through HBM (roofline, Williams et al.
+2009). Korthikanti et al. 2022 §4.2.2 make the same point for sequence parallelism: without
+SP every tensor-parallel rank repeats the norm and dropout work on the whole sequence, with SP
+each rank does 1/t of it. Counted per token, in elements read + written (bf16 activations,
+Megatron-style fused kernels: fused RMSNorm/LayerNorm, fused bias-GeLU / SwiGLU, fused
+bias-dropout-add):
+
+- each norm: read h, write h;
+- rotary embedding on Q and K: read and write (a + g)·d (only with rotary positions);
+- activation: GeLU read f, write f; SwiGLU read 2f, write f (per tensor rank: f / t);
+- each residual (bias-dropout-)add: read 2h, write h, plus a 1-byte mask when dropout is on.
+
+The backward pass moves about twice the forward bytes (it reads the saved input and the
+incoming gradient and writes the input gradient). The cross-entropy loss reads the fp32
+logits, writes the softmax, and reads both again in the backward: about 4 fp32 passes over
+`tokens · V / t` elements (Megatron's vocab-parallel cross-entropy).
+"""
+
+from __future__ import annotations
+
+from specs.model import ModelSpec
+
+BYTES_PER_ACTIVATION = 2.0
+BACKWARD_BYTES_RATIO = 2.0
+LOSS_PASSES_FP32 = 4.0
+
+
+def layer_elementwise_bytes(
+    model: ModelSpec,
+    tokens: float,
+    *,
+    tensor: int,
+    sequence_parallel: bool,
+    ffn_hidden_size: int,
+    gated: bool,
+) -> float:
+    """Forward HBM bytes of one layer's elementwise kernels on one GPU.
+
+    Args:
+        model: the architecture (h, heads, KV heads, head dim, dropout, position embedding).
+        tokens: tokens in the micro-batch on this GPU's sequence share (b·s / context).
+        tensor: tensor-parallel degree t.
+        sequence_parallel: norms and residual work split over t (else repeated on every rank).
+        ffn_hidden_size: FFN width of this layer's MLP (experts: per routed token copy).
+        gated: SwiGLU (three matrices) or a plain activation.
+    Returns:
+        Bytes read + written in the forward pass.
+    """
+    h = model.hidden_size
+    hidden_share = 1.0 / tensor if sequence_parallel else 1.0
+    norms = 2 * (2 * h) * hidden_share
+    mask = 0.5 if model.dropout else 0.0  # 1-byte mask in 2-byte element units
+    residual = 2 * (3 * h + mask * h) * hidden_share
+    rope = 0.0
+    if model.position_embedding == "rope":
+        rope = 2 * (model.num_attention_heads + model.kv_heads) * model.head_size / tensor
+    f = ffn_hidden_size / tensor
+    activation = (3 * f) if gated else (2 * f)
+    return tokens * (norms + residual + rope + activation) * BYTES_PER_ACTIVATION
+
+
+def loss_bytes(tokens: float, vocab_size: int, tensor: int) -> float:
+    """Forward + backward HBM bytes of the vocab-parallel cross-entropy on one GPU."""
+    return LOSS_PASSES_FP32 * 4.0 * tokens * vocab_size / tensor
