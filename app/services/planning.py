@@ -2,8 +2,7 @@
 price one plan or run a search → shape the results for the API.
 
 Every call into the lower layers (hardware_catalog, specs presets/model input, cost_models
-registry, solver) lives in this module and is imported lazily, so the service starts (and
-reports a clear error) even while one of those pieces is missing.
+registry, solver) lives in this module.
 
 Input errors are re-labelled with the request field they came from (`model.num_kv_heads`,
 `cluster.node_groups.0.accelerator`) and answered as 422 before anything is stored.
@@ -11,20 +10,22 @@ Input errors are re-labelled with the request field they came from (`model.num_k
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
-from importlib import metadata
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+import hardware_catalog
+import solver
 from app.core.config import Settings
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
+from cost_models import registry
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
+from specs import model_input, presets
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.errors import (
@@ -39,7 +40,6 @@ from specs.workload import TrainingWorkload
 
 logger = logging.getLogger(__name__)
 
-PLUGIN_GROUP = "meshplan.cost_models"
 DEFAULT_COST_MODEL = "analytical"
 
 
@@ -59,21 +59,6 @@ class UnknownReference(CatalogLookupError):
     because the request body is what is wrong, not the URL."""
 
     status = 422
-
-
-class ServiceUnavailable(PlannerError):
-    """A planner component is not installed (integration incomplete)."""
-
-    problem_type = "component-unavailable"
-    title = "Component unavailable"
-    status = 503
-
-
-def _module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ServiceUnavailable(f"the {name} component is not available: {exc}") from exc
 
 
 def _field_error(field: str, rule: str, value: Any, message: str) -> dict[str, Any]:
@@ -114,13 +99,12 @@ def _relabel(error: PlannerError, prefix: str) -> PlannerError:
 # ---- catalog -----------------------------------------------------------------------------
 def list_hardware() -> list[AcceleratorSpec]:
     """Every accelerator of the catalog."""
-    return list(_module("hardware_catalog.loader").list_accelerators())
+    return hardware_catalog.list_accelerators()
 
 
 def get_hardware(accelerator_id: str) -> AcceleratorSpec:
     """One accelerator (id or alias); CatalogLookupError (404) if unknown."""
-    result: AcceleratorSpec = _module("hardware_catalog.loader").get_accelerator(accelerator_id)
-    return result
+    return hardware_catalog.get_accelerator(accelerator_id)
 
 
 def model_public(spec: ModelSpec) -> dict[str, Any]:
@@ -134,19 +118,12 @@ def model_public(spec: ModelSpec) -> dict[str, Any]:
 
 def list_model_presets() -> list[dict[str, Any]]:
     """Every preset with its parameter counts."""
-    presets = _module("specs.presets")
-    items = []
-    for entry in presets.list_presets():
-        items.append(entry if isinstance(entry, dict) else get_model_preset(str(entry)))
-    return items
+    return [presets.preset_info(name) for name in presets.list_presets()]
 
 
 def get_model_preset(name: str) -> dict[str, Any]:
     """One preset; CatalogLookupError (404) if unknown."""
-    presets = _module("specs.presets")
-    if hasattr(presets, "preset_info"):
-        return dict(presets.preset_info(name))
-    return model_public(presets.get_preset(name))
+    return presets.preset_info(name)
 
 
 def resolve_model(value: Any, *, field: str = "model") -> ModelSpec:
@@ -156,7 +133,6 @@ def resolve_model(value: Any, *, field: str = "model") -> ModelSpec:
             f"{field} must be an object: a preset, an hf_config or an explicit spec",
             [_field_error(field, "type", value, "must be an object")],
         )
-    model_input = _module("specs.model_input")
     try:
         spec: ModelSpec = model_input.resolve_model(value)
     except ValidationError as exc:
@@ -176,11 +152,10 @@ def resolve_model(value: Any, *, field: str = "model") -> ModelSpec:
 
 def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> ResolvedCluster:
     """Look every accelerator up and fill the catalog defaults; 422 naming the node group."""
-    loader = _module("hardware_catalog.loader")
     errors = []
     for index, group in enumerate(cluster.node_groups):
         try:
-            loader.get_accelerator(group.accelerator)
+            hardware_catalog.get_accelerator(group.accelerator)
         except CatalogLookupError as exc:
             errors.append(
                 _field_error(f"{field}.node_groups.{index}.accelerator", "unknown accelerator",
@@ -192,7 +167,7 @@ def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> Resolved
             errors=errors,
         )
     try:
-        resolved: ResolvedCluster = loader.resolve_cluster(cluster)
+        resolved = hardware_catalog.resolve_cluster(cluster)
     except ValidationError as exc:
         errs = validation_errors(exc, field)
         raise InputError(f"invalid {field}: {errs[0]['message']}", errs) from exc
@@ -204,26 +179,19 @@ def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> Resolved
 # ---- cost models -------------------------------------------------------------------------
 def list_cost_models() -> list[dict[str, Any]]:
     """Registered cost models as `{"name", "version"?, "description"?}`."""
-    registry = _module("cost_models.registry")
     items = []
-    for entry in registry.list_cost_models():
-        if isinstance(entry, str):
-            item: dict[str, Any] = {"name": entry}
-            try:
-                item["version"] = str(getattr(registry.build_cost_model(entry), "version", ""))
-            except Exception:  # a plug-in that cannot build with defaults is still listed
-                logger.warning("cost model %s cannot be built with defaults", entry, exc_info=True)
-            items.append(item)
-        elif isinstance(entry, dict):
-            items.append(entry)
-        else:
-            items.append(_as_dict(entry))
+    for name in registry.list_cost_models():
+        item: dict[str, Any] = {"name": name}
+        try:
+            item["version"] = str(registry.build_cost_model(name).version)
+        except Exception:  # a plug-in that cannot build with defaults is still listed
+            logger.warning("cost model %s cannot be built with defaults", name, exc_info=True)
+        items.append(item)
     return items
 
 
 def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> TrainingCostModel:
     """The cost model a request names (default: analytical); 422 if unknown or misconfigured."""
-    registry = _module("cost_models.registry")
     name = ref.name if ref else DEFAULT_COST_MODEL
     config = ref.config if ref else None
     try:
@@ -241,32 +209,20 @@ def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> 
 
 def load_plugins(allowlist: Sequence[str]) -> list[str]:
     """Load the allowed third-party cost models of the `meshplan.cost_models` entry-point
-    group (the registry's own loader when it has one). Failures are logged, never raised."""
+    group. Failures are logged, never raised."""
     try:
-        registry = importlib.import_module("cost_models.registry")
-    except ImportError:
-        logger.warning("cost_models.registry is missing; no plug-ins loaded")
+        return registry.load_entry_point_plugins(list(allowlist))
+    except Exception:
+        logger.exception("loading cost-model plug-ins failed")
         return []
-    for hook in ("load_entry_point_plugins", "load_plugins", "load_entry_points"):
-        loader = getattr(registry, hook, None)
-        if callable(loader):
-            try:
-                return list(loader(list(allowlist)) or [])
-            except Exception:
-                logger.exception("loading cost-model plug-ins failed")
-                return []
-    loaded = []
-    allowed = set(allowlist)
-    for entry_point in metadata.entry_points(group=PLUGIN_GROUP):
-        if entry_point.name not in allowed:
-            logger.info("cost-model plug-in %s is not in the allow-list", entry_point.name)
-            continue
-        try:
-            entry_point.load()
-            loaded.append(entry_point.name)
-        except Exception:
-            logger.exception("cost-model plug-in %s failed to load", entry_point.name)
-    return loaded
+
+
+def warm_up() -> None:
+    """Load the catalogs and build the default cost model once, so that a worker's first
+    search does not pay for it."""
+    hardware_catalog.list_accelerators()
+    presets.list_presets()
+    registry.build_cost_model(DEFAULT_COST_MODEL)
 
 
 # ---- estimate ----------------------------------------------------------------------------
@@ -278,18 +234,6 @@ def _training_workload(workload: Any) -> TrainingWorkload:
                           "only kind=training is supported")],
         )
     return workload
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    for name in ("to_dict", "model_dump"):
-        method = getattr(value, name, None)
-        if callable(method):
-            return dict(method())
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, dict):
-        return dict(value)
-    return {}
 
 
 def estimate(body: EstimateRequest) -> dict[str, Any]:
@@ -307,8 +251,7 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
     )
     _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
     cost_model = build_cost_model(body.cost_model)
-    solver = _module("solver")
-    result: TrainingEstimate = solver.estimate_plan(problem, cost_model, body.plan)
+    result = solver.estimate_plan(problem, cost_model, body.plan)
     return estimate_public(result, cost_model)
 
 
@@ -461,28 +404,6 @@ class SearchOutcome:
 ProgressFn = Callable[[int, int | None], None]
 
 
-def _progress_adapter(report: ProgressFn) -> Callable[..., None]:
-    """Accept the solver's progress call in any of its plausible shapes: (evaluated, total),
-    a mapping, or an object with `evaluated`/`total` attributes."""
-
-    def callback(*args: Any, **kwargs: Any) -> None:
-        evaluated: Any = kwargs.get("evaluated")
-        total: Any = kwargs.get("total")
-        if args:
-            first = args[0]
-            if isinstance(first, dict):
-                evaluated, total = first.get("evaluated"), first.get("total")
-            elif hasattr(first, "evaluated"):
-                evaluated, total = first.evaluated, getattr(first, "total", None)
-            else:
-                evaluated = first
-                total = args[1] if len(args) > 1 else total
-        if isinstance(evaluated, int | float):
-            report(int(evaluated), int(total) if isinstance(total, int | float) else None)
-
-    return callback
-
-
 def run_problem(
     problem: dict[str, Any],
     *,
@@ -502,17 +423,16 @@ def run_problem(
     cost_model = build_cost_model(
         CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))
     )
-    solver = _module("solver")
     started = time.perf_counter()
     result = solver.search(
         training,
         cost_model,
         constraints,
         top_k=int(problem.get("top_k", 10)),
-        progress=_progress_adapter(progress),
+        progress=progress,
         should_stop=should_stop,
     )
-    stats = _as_dict(result.stats)
+    stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_ranked_plan_dict(p) for p in result.plans]
     if not plans and not should_stop():

@@ -209,6 +209,13 @@ def _init_process(stop_event: Any, plugin_allowlist: list[str], log_level: str) 
     from app.services import planning
 
     planning.load_plugins(plugin_allowlist)
+    planning.warm_up()
+
+
+def _warm_worker(hold_s: float) -> None:
+    """A no-op that keeps one worker busy briefly, so that `start()` spawns every worker
+    (and runs its initializer) before the first search arrives."""
+    time.sleep(hold_s)
 
 
 def _process_entry(search_id: str, database_url: str, progress_interval_s: float) -> str | None:
@@ -258,6 +265,10 @@ class SearchRunner:
                 initargs=(self._stop_event, list(self.settings.plugin_allowlist),
                           self.settings.log_level),
             )
+            # Spawn and initialise every worker now: a first search must not pay for
+            # interpreter start-up and imports (about 0.7 s).
+            for _ in range(workers):
+                self._executor.submit(_warm_worker, 0.2)
         else:
             self._stop_event = threading.Event()
             self._executor = ThreadPoolExecutor(

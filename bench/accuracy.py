@@ -1,0 +1,143 @@
+"""Accuracy report: every row of `shared/calibration/published_runs.jsonl` through the search
+(the source's parallel settings fixed, the rest chosen by the planner), predicted vs measured
+time per step and MFU, memory verdicts, and error summaries per source and overall.
+
+Usage: `python bench/accuracy.py [--cost-model analytical] [--json]`.
+Rows that cannot be represented are listed with the reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.published_runs import Case, load_cases  # noqa: E402
+from cost_models.base import TrainingProblem  # noqa: E402
+from cost_models.registry import build_cost_model  # noqa: E402
+from hardware_catalog import resolve_cluster  # noqa: E402
+from solver import search  # noqa: E402
+from specs import ClusterSpec, SearchConstraints, TrainingWorkload  # noqa: E402
+from specs.model_input import resolve_model  # noqa: E402
+
+
+@dataclass
+class RowResult:
+    case: Case
+    predicted_step_s: float | None = None
+    predicted_mfu: float | None = None
+    feasible: bool | None = None
+    plan: dict[str, Any] | None = None
+    pruned: dict[str, int] | None = None
+
+    @property
+    def step_error(self) -> float | None:
+        if self.predicted_step_s is None or not self.case.measured_step_s:
+            return None
+        return (self.predicted_step_s - self.case.measured_step_s) / self.case.measured_step_s
+
+    @property
+    def memory_verdict_ok(self) -> bool:
+        """A run that fitted must be feasible; an OOM row must not be."""
+        if self.case.status == "OOM":
+            return not self.feasible
+        return bool(self.feasible)
+
+
+def evaluate_case(case: Case, cost_model_name: str = "analytical",
+                  cost_model_config: dict[str, Any] | None = None) -> RowResult:
+    assert case.request is not None
+    req = case.request
+    constraints = SearchConstraints.model_validate(req["constraints"])
+    problem = TrainingProblem(
+        model=resolve_model(req["model"]),
+        cluster=resolve_cluster(ClusterSpec.model_validate(req["cluster"])),
+        workload=TrainingWorkload.model_validate(req["workload"]),
+        memory_headroom_gib=constraints.memory_headroom_gib,
+    )
+    cost_model = build_cost_model(cost_model_name, cost_model_config)
+    result = search(problem, cost_model, constraints, top_k=1)
+    out = RowResult(case=case, pruned=dict(result.stats.pruned))
+    if not result.plans:
+        out.feasible = False
+        return out
+    est = result.plans[0].estimate
+    out.feasible = est.feasible
+    out.predicted_step_s = est.metrics.step_time_s
+    out.predicted_mfu = est.metrics.mfu
+    out.plan = est.plan.model_dump(mode="json")
+    return out
+
+
+def run(cost_model_name: str = "analytical",
+        cost_model_config: dict[str, Any] | None = None) -> tuple[list[RowResult], list[Case]]:
+    results, skipped = [], []
+    for case in load_cases():
+        if case.request is None:
+            skipped.append(case)
+        else:
+            results.append(evaluate_case(case, cost_model_name, cost_model_config))
+    return results, skipped
+
+
+def summarise(results: list[RowResult]) -> dict[str, dict[str, float]]:
+    """Mean and max absolute step-time error per source and overall (rows that ran)."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        err = r.step_error
+        if err is None:
+            continue
+        groups.setdefault(r.case.source, []).append(abs(err))
+        groups.setdefault("all", []).append(abs(err))
+    return {
+        k: {"rows": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)}
+        for k, v in groups.items()
+    }
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return format(x, spec) if x is not None else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cost-model", default="analytical")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args()
+    results, skipped = run(args.cost_model)
+    summary = summarise(results)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print(f"{'row':>4} {'source':22} {'model':34} {'pred s':>9} {'meas s':>9} {'err':>7} "
+          f"{'pred MFU':>8} {'meas MFU':>8} {'memory':>8}  plan")
+    for r in results:
+        c = r.case
+        p = r.plan or {}
+        par = p.get("parallelism", {})
+        plan = (f"dp{par.get('data')} tp{par.get('tensor')} pp{par.get('pipeline')} "
+                f"vp{par.get('virtual_pipeline')} mbs{p.get('micro_batch_size')} "
+                f"z{p.get('zero_stage')} {p.get('recompute')}") if p else f"pruned {r.pruned}"
+        verdict = ("ok" if r.memory_verdict_ok else "WRONG") + ("/OOM" if c.status == "OOM" else "")
+        print(f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {_fmt(r.predicted_step_s, '9.3f')} "
+              f"{_fmt(c.measured_step_s, '9.3f')} {_fmt(r.step_error, '+7.1%')} "
+              f"{_fmt(r.predicted_mfu, '8.3f')} {_fmt(c.measured_mfu, '8.3f')} {verdict:>8}  {plan}")
+    print("\nNot representable:")
+    for c in skipped:
+        print(f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {c.reason}")
+    print("\nStep-time error (|predicted − measured| / measured):")
+    print(f"{'source':24} {'rows':>5} {'mean':>7} {'max':>7}")
+    for k, v in sorted(summary.items()):
+        print(f"{k:24} {v['rows']:>5.0f} {v['mean_abs_error']:7.1%} {v['max_abs_error']:7.1%}")
+    wrong = [r.case.row_id for r in results if not r.memory_verdict_ok]
+    print(f"\nMemory verdicts wrong: {wrong or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
