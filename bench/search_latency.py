@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
-          f"{'ILP':>5} {'best step s':>11} {'MFU':>5}  pruned")
+          f"{'splits':>6} {'best step s':>11} {'MFU':>5}  pruned")
     for label, preset, accel, nodes, gpn, gbs, seq, target in CASES:
         times = []
         result = None
@@ -66,7 +66,7 @@ def main() -> None:
         med = statistics.median(times)
         print(
             f"{label:32} {med:9.3f} {target:7.1f} {'yes' if med < target else 'NO':>3} "
-            f"{st.enumerated:10d} {st.evaluated:9d} {st.solver_calls:5d} "
+            f"{st.enumerated:10d} {st.evaluated:9d} {st.solver_calls:6d} "
             f"{best.step_time_s if best else float('nan'):11.2f} {best.mfu if best else float('nan'):5.2f}  "
             f"{dict(sorted(st.pruned.items()))}"
         )

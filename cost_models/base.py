@@ -18,7 +18,7 @@ Units: seconds, bytes (SI) and FLOP; per GPU unless a name says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from hardware_catalog.schema import ResolvedCluster
 from specs.model import ModelSpec
@@ -44,6 +44,53 @@ class TrainingProblem:
     def usable_memory_bytes(self) -> float:
         """Device memory less headroom: the feasibility limit per GPU."""
         return (self.cluster.accelerator.memory_gib - self.memory_headroom_gib) * 1024**3
+
+
+class PlanKey(NamedTuple):
+    """Every `TrainingPlan` field but `stage_layers`, as a plain tuple (no validation): the
+    key of the optional fast entry points of `KeyedTrainingCostModel`. The values must be
+    those of a valid `TrainingPlan` (`to_plan()` builds it)."""
+
+    tensor: int
+    context: int
+    data: int
+    pipeline: int
+    virtual_pipeline: int
+    expert: int
+    expert_tensor: int
+    sequence_parallel: bool
+    micro_batch_size: int
+    zero_stage: int
+    recompute: str
+    pipeline_schedule: str
+    flash_attention: bool
+
+    @classmethod
+    def of(cls, plan: TrainingPlan) -> PlanKey:
+        """The key of a plan (its `stage_layers` dropped)."""
+        p = plan.parallelism
+        return cls(
+            p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert,
+            p.expert_tensor, p.sequence_parallel, plan.micro_batch_size, plan.zero_stage,
+            plan.recompute, plan.pipeline_schedule, plan.flash_attention,
+        )
+
+    def to_plan(self, stage_layers: list[int] | None = None) -> TrainingPlan:
+        """The validated plan of this key (with `stage_layers` if given)."""
+        return TrainingPlan.model_validate({
+            "parallelism": {
+                "tensor": self.tensor, "context": self.context, "data": self.data,
+                "pipeline": self.pipeline, "virtual_pipeline": self.virtual_pipeline,
+                "expert": self.expert, "expert_tensor": self.expert_tensor,
+                "sequence_parallel": self.sequence_parallel,
+            },
+            "micro_batch_size": self.micro_batch_size,
+            "zero_stage": self.zero_stage,
+            "recompute": self.recompute,
+            "pipeline_schedule": self.pipeline_schedule,
+            "stage_layers": stage_layers,
+            "flash_attention": self.flash_attention,
+        })
 
 
 @dataclass(frozen=True)
@@ -121,4 +168,41 @@ class TrainingCostModel(Protocol):
     def evaluate(self, problem: TrainingProblem, plan: TrainingPlan) -> TrainingEstimate:
         """Full estimate of a plan with stage_layers set; raises InfeasiblePlan only when
         nothing can be computed."""
+        ...
+
+
+@runtime_checkable
+class KeyedTrainingCostModel(Protocol):
+    """Optional fast entry points a cost model may add (the solver uses them when present
+    and falls back to `check` / `profile` otherwise). Each must return exactly what the
+    plain method returns for `key.to_plan()`; they exist so a search can screen tens of
+    thousands of candidates without building a validated `TrainingPlan` for each."""
+
+    def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
+        """`check(problem, key.to_plan())`."""
+        ...
+
+    def profile_key(self, problem: TrainingProblem, key: PlanKey) -> LayerProfile:
+        """`profile(problem, key.to_plan())`."""
+        ...
+
+
+@runtime_checkable
+class BoundedTrainingCostModel(Protocol):
+    """Optional bounds a cost model may guarantee so that an exact search can skip work:
+    plans (or whole groups of plans) are dropped only when a bound proves they cannot fit or
+    cannot be among the fastest, so the search result does not change."""
+
+    def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """A lower bound, bytes per GPU, on the peak memory (the busiest pipeline rank, as
+        `evaluate` reports it in `memory.peak_gib`) of every plan that differs from `key` at
+        most in `micro_batch_size`, `recompute`, `virtual_pipeline` and `pipeline_schedule`,
+        under every `stage_layers` split. The caller may use any member's key and apply the
+        answer to the whole group."""
+        ...
+
+    def step_time_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """A lower bound, seconds, on `evaluate(...).metrics.step_time_s` of plan `key` under
+        every `stage_layers` split (up to floating-point rounding: callers leave a small
+        relative slack)."""
         ...

@@ -9,10 +9,17 @@ exposed context-parallel ring exchange (c−1 K/V block transfers forward, twice
 overlapped with the attention core). The step adds the pipeline schedule (`schedule.py`),
 the exposed data-parallel communication, the memory-bound Adam step and a fixed overhead.
 
-Hot path: `profile()` and `evaluate()` are called tens of thousands of times by a search, so
-everything derived from the problem is computed once per problem object, per-layer costs
-once per (layer kind, t, c, b, recompute, SP, flash, etp) and whole profiles once per plan
-key (the plan without `stage_layers`); no pydantic objects are built before the output.
+Hot path: a search screens tens of thousands of plans, so everything derived from the
+problem is computed once per problem object and every part of a profile once per the fields
+it depends on: per-layer costs per (layer kind, t, c, b, recompute, SP, flash, etp), the
+per-layer tuples (`(x,) * L` for identical layers) per the same key without the kind, state
+bytes per (t, data·context, ZeRO, expert degrees), embedding/head extras, p2p time, group
+placement and in-flight counts per their own keys; prefix sums (only evaluate() needs them)
+are built on first use per layer sequence. Rule checks are cached per the fields they read.
+The keyed entry points (`check_key`, `profile_key`) and the search bounds
+(`group_memory_lower_bound_bytes`, `step_time_lower_bound_s`) implement the optional
+`KeyedTrainingCostModel` / `BoundedTrainingCostModel` protocols of `cost_models.base`; no
+pydantic object is built before the output.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from cost_models.analytical.memory import (
 )
 from cost_models.analytical.placement import ParallelGroups, place_groups
 from cost_models.analytical.schedule import pipeline_step
-from cost_models.base import LayerProfile, TrainingEstimate, TrainingProblem
+from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
 from cost_models.registry import register_cost_model
 from specs.errors import InfeasiblePlan
 from specs.model import ModelSpec
@@ -150,13 +157,75 @@ class _Extra:
     activation_bytes: float
 
 
+_PREFIX_FIELDS = {
+    "time": "total_s", "forward": "forward_s", "backward": "backward_s",
+    "compute": "compute_s", "recompute": "recompute_s", "tp": "tp_s", "cp": "cp_s",
+    "act": "activation_bytes", "params": "params", "shard_params": "shard_params",
+    "weights": "weights_bytes", "grads": "grads_bytes", "optimizer": "optimizer_bytes",
+}
+"""Prefix-sum arrays evaluate() may ask for, and the per-layer record field of each."""
+
+
 @dataclass(frozen=True, slots=True)
+class _TimeStats:
+    total: float
+    smallest: float
+    largest: float
+
+
+@dataclass(slots=True)
+class _LayerSeq:
+    """Per-layer records of every layer (one `_LayerCost` or `_LayerState` per layer) under
+    one set of degrees, shared by every plan that has them. Prefix sums are built on first
+    use (only evaluate() needs them), once per sequence rather than once per plan."""
+
+    items: tuple[Any, ...]
+    public: dict[str, tuple[float, ...]]
+    """The LayerProfile tuples built from these records."""
+    max_working_bytes: float
+    """Largest `working_bytes` over layer kinds (cost sequences)."""
+    max_params: float
+    """Largest per-GPU parameter count over layer kinds (state sequences)."""
+    params_sum: float
+    """Σ_l params_l (state sequences), summed in layer order."""
+    prefixes: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    _stats: _TimeStats | None = None
+
+    def stats(self) -> _TimeStats:
+        """Sum, smallest and largest per-layer time (cost sequences), computed once."""
+        if self._stats is None:
+            times = self.public["time"]
+            self._stats = _TimeStats(self.prefix("time")[-1], min(times), max(times))
+        return self._stats
+
+    def prefix(self, name: str) -> tuple[float, ...]:
+        arr = self.prefixes.get(name)
+        if arr is None:
+            attr = _PREFIX_FIELDS[name]
+            arr = tuple(accumulate([getattr(x, attr) for x in self.items], initial=0.0))
+            self.prefixes[name] = arr
+        return arr
+
+
+def _per_layer(by_kind: dict[bool, Any], flags: tuple[bool, ...]) -> tuple[Any, ...]:
+    """The per-layer tuple of a value given per layer kind (`(x,) * L` when uniform)."""
+    if len(by_kind) == 1:
+        (only,) = by_kind.values()
+        return (only,) * len(flags)
+    return tuple(by_kind[f] for f in flags)
+
+
+_STATE_PREFIXES = frozenset({"params", "shard_params", "weights", "grads", "optimizer"})
+
+
+@dataclass(slots=True)
 class _Profiled:
-    """A profile with the components evaluate() needs, per layer as prefix sums."""
+    """A profile with the components evaluate() needs (per-layer prefix sums on demand)."""
 
     public: LayerProfile
     groups: ParallelGroups
-    prefix: dict[str, tuple[float, ...]]
+    costs: _LayerSeq
+    states: _LayerSeq
     first: _Extra
     last: _Extra
     p2p_s: float
@@ -164,6 +233,10 @@ class _Profiled:
     bucket_bytes: float
     zero3_working_bytes: float
     recompute_working_bytes: float
+
+    def prefix(self, name: str) -> tuple[float, ...]:
+        seq = self.states if name in _STATE_PREFIXES else self.costs
+        return seq.prefix(name)
 
 
 @dataclass(slots=True)
@@ -182,7 +255,20 @@ class _Context:
     hbm_bytes_per_s: float
     peak_flops: float
     model_flops: float
+    kinds: tuple[bool, ...]
+    """Distinct layer kinds (is MoE), sorted."""
+    usable_bytes: float
+    num_gpus: int
+    is_homogeneous: bool
     layer_costs: dict[tuple[Any, ...], _LayerCost] = field(default_factory=dict)
+    checks: dict[tuple[Any, ...], tuple[Violation, ...]] = field(default_factory=dict)
+    cost_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
+    state_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
+    extras: dict[tuple[Any, ...], tuple[_Extra, _Extra]] = field(default_factory=dict)
+    groups: dict[tuple[int, int, int, int], ParallelGroups] = field(default_factory=dict)
+    p2p: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    group_memory: dict[tuple[Any, ...], float] = field(default_factory=dict)
     profiles: dict[tuple[Any, ...], _Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
 
@@ -255,10 +341,15 @@ class AnalyticalTrainingCostModel:
             alpha_intra_s=cfg.alpha_intra_s,
             alpha_inter_s=cfg.alpha_inter_s,
         )
+        moe_flags = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
         return _Context(
             problem=problem,
             model=model,
-            moe_flags=tuple(model.is_moe_layer(i) for i in range(model.num_layers)),
+            moe_flags=moe_flags,
+            kinds=tuple(sorted(set(moe_flags))),
+            usable_bytes=problem.usable_memory_bytes,
+            num_gpus=problem.num_gpus,
+            is_homogeneous=cluster.is_homogeneous,
             seq=work.sequence_length,
             global_batch=work.global_batch_size,
             gpus_per_node=cluster.gpus_per_node,
@@ -276,20 +367,40 @@ class AnalyticalTrainingCostModel:
     # ---- check -------------------------------------------------------------------------
     def check(self, problem: TrainingProblem, plan: TrainingPlan) -> list[Violation]:
         """Structural rules (no costs); see the module docstring of each rule's source."""
-        model, work, cluster = problem.model, problem.workload, problem.cluster
         p = plan.parallelism
-        t, c, d, pp, v = p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline
+        return self._check(
+            problem, p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert,
+            p.expert_tensor, plan.micro_batch_size, plan.zero_stage, plan.pipeline_schedule,
+        )
+
+    def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
+        """`check()` of the plan `key` describes, without building the plan; cached per
+        problem by the fields the rules read (not recompute, SP or flash attention)."""
+        ctx = self._context(problem)
+        ckey = (*key[:7], key[8], key[9], key[11])
+        hit = ctx.checks.get(ckey)
+        if hit is None:
+            hit = ctx.checks[ckey] = tuple(self._check(problem, *ckey))
+        return list(hit)
+
+    def _check(
+        self, problem: TrainingProblem, t: int, c: int, d: int, pp: int, v: int, e: int,
+        et: int, b: int, zero: int, schedule: str,
+    ) -> list[Violation]:
+        model, work, cluster = problem.model, problem.workload, problem.cluster
+        world_size = d * t * pp * c
         out: list[Violation] = []
 
         def bad(kind: str, detail: str) -> None:
             out.append(Violation(kind=kind, detail=detail))
 
-        if not cluster.is_homogeneous:
+        ctx = self._context(problem)
+        if not ctx.is_homogeneous:
             bad("heterogeneous", "the cluster mixes node types; only homogeneous clusters "
                 "are priced for now")
-        if p.world_size != problem.num_gpus:
+        if world_size != ctx.num_gpus:
             bad("divisibility", f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
-                f"= {p.world_size} must equal the cluster's {problem.num_gpus} GPUs")
+                f"= {world_size} must equal the cluster's {ctx.num_gpus} GPUs")
         a = model.num_attention_heads
         if a % t:
             bad("divisibility", f"num_attention_heads ({a}) must be divisible by tensor ({t})")
@@ -307,24 +418,23 @@ class AnalyticalTrainingCostModel:
         if c > 1 and s % (2 * c):
             bad("divisibility", f"sequence_length ({s}) must be divisible by 2 × context "
                 f"= {2 * c} (load-balanced causal context parallelism)")
-        b, gbs = plan.micro_batch_size, work.global_batch_size
+        gbs = work.global_batch_size
         if gbs % (b * d):
             bad("batch", f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
                 f"data = {b} × {d} = {b * d}")
         if pp * v > model.num_layers:
             bad("divisibility", f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
                 f"exceed num_layers ({model.num_layers})")
-        if plan.pipeline_schedule == "interleaved_1f1b":
+        if schedule == "interleaved_1f1b":
             m = gbs // (b * d) if b * d else 0
             if pp < 2:
                 bad("schedule", f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
             elif m < pp or m % pp:
                 bad("schedule", f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
                     f"a multiple of pipeline ({pp}) and at least pipeline")
-        if plan.zero_stage >= 2 and pp > 1:
-            bad("zero", f"zero_stage {plan.zero_stage} cannot be combined with pipeline "
+        if zero >= 2 and pp > 1:
+            bad("zero", f"zero_stage {zero} cannot be combined with pipeline "
                 f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)")
-        e, et = p.expert, p.expert_tensor
         if model.moe is None:
             if e > 1 or et > 1:
                 bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
@@ -346,25 +456,35 @@ class AnalyticalTrainingCostModel:
     # ---- profile -----------------------------------------------------------------------
     def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
         """Per-layer costs independent of the pipeline split (stage_layers is ignored)."""
-        return self._profiled(self._context(problem), plan).public
+        return self._profiled(self._context(problem), _plan_key(plan)).public
 
-    def _profiled(self, ctx: _Context, plan: TrainingPlan) -> _Profiled:
-        key = _plan_key(plan)
+    def profile_key(self, problem: TrainingProblem, key: PlanKey) -> LayerProfile:
+        """`profile()` of the plan `key` describes, without building the plan (the fast
+        entry point of `cost_models.base.KeyedTrainingCostModel`)."""
+        return self._profiled(self._context(problem), key).public
+
+    def _profiled(self, ctx: _Context, key: tuple[Any, ...]) -> _Profiled:
         hit = ctx.profiles.get(key)
         if hit is not None:
             return hit
         if len(ctx.profiles) >= _MAX_PROFILES:
             ctx.profiles.clear()
-        result = self._build_profile(ctx, plan)
+        result = self._build_profile(ctx, key)
         ctx.profiles[key] = result
         return result
 
+    def _groups(self, ctx: _Context, t: int, c: int, d: int, pp: int) -> ParallelGroups:
+        key = (t, c, d, pp)
+        hit = ctx.groups.get(key)
+        if hit is None:
+            hit = ctx.groups[key] = place_groups(t, c, d, pp, ctx.gpus_per_node)
+        return hit
+
     def _layer_cost(
-        self, ctx: _Context, is_moe: bool, plan: TrainingPlan, groups: ParallelGroups
+        self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, rc: str, sp: bool,
+        flash: bool, etp: int, groups: ParallelGroups,
     ) -> _LayerCost:
-        p = plan.parallelism
-        t, c, b, etp = p.tensor, p.context, plan.micro_batch_size, p.expert_tensor
-        sp, flash, rc = p.sequence_parallel, plan.flash_attention, plan.recompute
+        # Only the tensor and context placements enter, and they depend on (t, c) alone.
         key = (is_moe, t, c, b, rc, sp, flash, etp)
         hit = ctx.layer_costs.get(key)
         if hit is not None:
@@ -410,7 +530,7 @@ class AnalyticalTrainingCostModel:
             rc_s, tp_rc, cp_rc = att_f, 0.0, 0.0
         else:
             rc_s, tp_rc, cp_rc = 0.0, 0.0, 0.0
-        act = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, rc)
+        act = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, rc)  # type: ignore[arg-type]
         working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
         forward = fwd + att_f + tp_dir + cp_f
         cost = _LayerCost(
@@ -426,17 +546,67 @@ class AnalyticalTrainingCostModel:
         ctx.layer_costs[key] = cost
         return cost
 
+    def _cost_seq(
+        self, ctx: _Context, t: int, c: int, b: int, rc: str, sp: bool, flash: bool, etp: int,
+        groups: ParallelGroups,
+    ) -> _LayerSeq:
+        """Per-layer costs of every layer (shared by every plan with these degrees)."""
+        key = (t, c, b, rc, sp, flash, etp)
+        hit = ctx.cost_seqs.get(key)
+        if hit is not None:
+            return hit
+        frag = 1.0 + self.config.fragmentation_fraction
+        costs = {k: self._layer_cost(ctx, k, t, c, b, rc, sp, flash, etp, groups)
+                 for k in ctx.kinds}
+        per_layer = _per_layer(costs, ctx.moe_flags)
+        hit = ctx.cost_seqs[key] = _LayerSeq(
+            items=per_layer,
+            public={
+                "time": _per_layer({k: x.total_s for k, x in costs.items()}, ctx.moe_flags),
+                "forward": _per_layer({k: x.forward_s for k, x in costs.items()}, ctx.moe_flags),
+                "act": _per_layer({k: x.activation_bytes * frag for k, x in costs.items()},
+                                  ctx.moe_flags),
+            },
+            max_working_bytes=max(x.working_bytes for x in costs.values()),
+            max_params=0.0,
+            params_sum=0.0,
+        )
+        return hit
+
+    def _state_seq(
+        self, ctx: _Context, t: int, shards: int, zero: int, e: int, etp: int
+    ) -> _LayerSeq:
+        """Per-layer state bytes of every layer (shared by every plan with these degrees)."""
+        key = (t, shards, zero, e, etp)
+        hit = ctx.state_seqs.get(key)
+        if hit is not None:
+            return hit
+        model = ctx.model
+        states = {k: self._state(*self._layer_params(model, k, t, e, etp), t, shards, zero, e, etp)
+                  for k in ctx.kinds}
+        per_layer = _per_layer(states, ctx.moe_flags)
+        hit = ctx.state_seqs[key] = _LayerSeq(
+            items=per_layer,
+            public={
+                "state": _per_layer({k: x.total_bytes for k, x in states.items()}, ctx.moe_flags),
+            },
+            max_working_bytes=0.0,
+            max_params=max(st.params for st in states.values()),
+            params_sum=sum(st.params for st in per_layer),
+        )
+        return hit
+
     def _state(
-        self, dense_params: float, expert_params: float, plan: TrainingPlan
+        self, dense_params: float, expert_params: float, t: int, shards: int, zero: int,
+        e: int, etp: int,
     ) -> _LayerState:
-        """State bytes of per-GPU parameters: dense ones sharded over data × context, expert
-        ones over the expert-data-parallel group data·context·tensor / (expert·expert_tensor)."""
-        p = plan.parallelism
-        shards = p.data * p.context
-        w, g, o = state_bytes_per_param(plan.zero_stage, shards)
-        e_shards = max(1, shards * p.tensor // (p.expert * p.expert_tensor))
-        we, ge, oe = state_bytes_per_param(plan.zero_stage, e_shards)
-        if plan.zero_stage == 0:  # every replica runs the full Adam step
+        """State bytes of per-GPU parameters: dense ones sharded over data × context
+        (`shards`), expert ones over the expert-data-parallel group
+        data·context·tensor / (expert·expert_tensor)."""
+        w, g, o = state_bytes_per_param(zero, shards)
+        e_shards = max(1, shards * t // (e * etp))
+        we, ge, oe = state_bytes_per_param(zero, e_shards)
+        if zero == 0:  # every replica runs the full Adam step
             shard_params = dense_params + expert_params
         else:
             shard_params = dense_params / shards + expert_params / e_shards
@@ -448,36 +618,32 @@ class AnalyticalTrainingCostModel:
             shard_params=shard_params,
         )
 
-    def _layer_params(self, model: ModelSpec, is_moe: bool, plan: TrainingPlan) -> tuple[float, float]:
+    def _layer_params(
+        self, model: ModelSpec, is_moe: bool, t: int, e: int, etp: int
+    ) -> tuple[float, float]:
         """(dense, expert) parameters of one layer on one GPU: matrices / tensor, norms
         replicated, routed experts / (expert × expert_tensor)."""
-        p = plan.parallelism
         norms = 2 * model.norm_parameters()
         if not is_moe:
-            return (model.attention_parameters() + model.dense_mlp_parameters()) / p.tensor + norms, 0.0
+            return (model.attention_parameters() + model.dense_mlp_parameters()) / t + norms, 0.0
         assert model.moe is not None
         routed = model.moe.num_experts * model.expert_parameters()
         rest = model.moe_block_parameters() - routed
-        dense = (model.attention_parameters() + rest) / p.tensor + norms
-        return dense, routed / (p.expert * p.expert_tensor)
+        dense = (model.attention_parameters() + rest) / t + norms
+        return dense, routed / (e * etp)
 
-    def _build_profile(self, ctx: _Context, plan: TrainingPlan) -> _Profiled:
+    def _extras(
+        self, ctx: _Context, t: int, c: int, b: int, sp: bool, head_params_on: bool,
+        shards: int, zero: int, e: int, etp: int, groups: ParallelGroups,
+    ) -> tuple[_Extra, _Extra]:
+        """(embedding on the first chunk, LM head + loss on the last chunk)."""
+        key = (t, c, b, sp, head_params_on, shards, zero, e, etp)
+        hit = ctx.extras.get(key)
+        if hit is not None:
+            return hit
         cfg, model, s = self.config, ctx.model, ctx.seq
-        p = plan.parallelism
-        t, c, d, pp, v = p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline
-        b, sp = plan.micro_batch_size, p.sequence_parallel
         h, vocab = model.hidden_size, model.vocab_size
-        groups = place_groups(t, c, d, pp, ctx.gpus_per_node)
-        m = max(1, ctx.global_batch // (b * d))
-        frag = 1.0 + cfg.fragmentation_fraction
         hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-
-        kinds = sorted(set(ctx.moe_flags))
-        costs = {k: self._layer_cost(ctx, k, plan, groups) for k in kinds}
-        states = {k: self._state(*self._layer_params(model, k, plan), plan) for k in kinds}
-        per_layer_cost = [costs[k] for k in ctx.moe_flags]
-        per_layer_state = [states[k] for k in ctx.moe_flags]
-
         tokens = b * s / c
         act_size = tokens * h * 2.0
         # Embedding: a memory-bound lookup (read + write T·h bf16) forward, scatter-add backward;
@@ -496,7 +662,7 @@ class AnalyticalTrainingCostModel:
             compute_s=emb_s,
             tp_s=emb_tp,
             forward_s=emb_s / 2 + (emb_tp if not sp else emb_tp / 2),
-            state=self._state(model.embedding_parameters() / t, 0.0, plan),
+            state=self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp),
             activation_bytes=act_size / t if sp else act_size,
         )
         # LM head (vocab-parallel GEMM) and the fp32 cross entropy over the logits.
@@ -511,39 +677,153 @@ class AnalyticalTrainingCostModel:
             else:
                 head_tp = ctx.comm.all_reduce(act_size, groups.tensor)
             head_tp *= 1.0 - cfg.tp_comm_overlap
-        head_params = vocab * h if (not model.tie_embeddings or pp > 1) else 0
+        head_params = vocab * h if head_params_on else 0
         last = _Extra(
             compute_s=head_f + head_b + 2 * ce,
             tp_s=head_tp,
             forward_s=head_f + ce + (head_tp / 2 if sp else 0.0),
-            state=self._state(head_params / t + model.norm_parameters(), 0.0, plan),
+            state=self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero,
+                              e, etp),
             activation_bytes=logits_bytes(b, s, vocab, t, c),
         )
+        hit = ctx.extras[key] = (first, last)
+        return hit
 
+    def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """Model states and fixed bytes only: a peak-memory lower bound valid for every
+        micro-batch size, recompute mode, virtual pipeline degree, schedule and split of the
+        plan's degrees and ZeRO stage (`GroupMemoryBoundedCostModel`).
+
+        Why it is a bound: evaluate() charges pipeline rank j its layers' weights, gradients
+        and optimizer states, the embedding / LM-head states when it holds the first / last
+        chunk, the ZeRO-3 working copy, the runtime context and the gradient bucket (none of
+        which depends on micro-batch, recompute, v or the schedule), plus (1 + fragmentation)
+        × activations ≥ 0. The busiest rank holds at least the mean over the p ranks (every
+        layer's states once, both extras once) and at least what rank 0 holds: the
+        embedding and ≥ 1 layer (every chunk has a layer; with p = 1 everything).
+        """
+        ctx = self._context(problem)
+        t, c, d, pp = key[0], key[1], key[2], key[3]
+        e, etp, zero = key[5], key[6], key[9]
+        gkey = (t, c, d, pp, e, etp, zero)
+        hit = ctx.group_memory.get(gkey)
+        if hit is not None:
+            return hit
+        model = ctx.model
+        shards = d * c
+        states = self._state_seq(ctx, t, shards, zero, e, etp)
+        first = self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp)
+        head_params = model.vocab_size * model.hidden_size if (
+            not model.tie_embeddings or pp > 1) else 0
+        last = self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero, e,
+                           etp)
+        bucket = grad_bucket_bytes(shards, states.params_sum / pp) if zero < 3 else 0.0
+        zero3 = 2 * 2.0 * states.max_params if zero == 3 and shards > 1 else 0.0
+        fixed = self.config.runtime_context_gib * GIB + bucket + zero3
+        layer_bytes = states.public["state"]
+        mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp
+        rank0 = first.total_bytes + min(layer_bytes) + (last.total_bytes if pp == 1 else 0.0)
+        hit = ctx.group_memory[gkey] = fixed + max(mean, rank0)
+        return hit
+
+    def step_time_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """Step time ≥ schedule(max_j W_j) + optimizer + overhead, for every split
+        (`BoundedTrainingCostModel`).
+
+        Why it is a bound: evaluate()'s rank work W_j (layers' compute, recompute, exposed TP
+        and CP communication, the extras on the first / last rank, 2·v boundary transfers)
+        sums over the ranks to ΣW, which no split changes. The busiest rank's W is at least
+        ΣW / p, at least the largest layer plus the transfers (layers are not split) and at
+        least an extra plus v smallest layers (every chunk has a layer). Both schedules grow
+        with max W at fixed ΣW: 1F1B (m−1)·max W + ΣW, interleaved (m − 1/v)·max W + ΣW/v
+        (Narayanan et al. 2021 §2.2.1-2.2.2, `schedule.py`). The Adam step takes the busiest
+        rank's shard, at least the mean shard; data-parallel exposure is ≥ 0.
+        """
+        ctx = self._context(problem)
+        _, costs, states, first, last, p2p, m = self._parts(ctx, key)
+        pp, v, schedule = key[3], key[4], key[11]
+        times = costs.stats()
+        p2p_rank = 2 * v * p2p if pp > 1 else 0.0
+        first_x = first.compute_s + first.tp_s
+        last_x = last.compute_s + last.tp_s
+        total = times.total + first_x + last_x + pp * p2p_rank
+        if pp == 1:
+            w_max = total
+        else:
+            w_max = max(
+                total / pp,
+                times.largest + p2p_rank,
+                max(first_x, last_x) + v * times.smallest + p2p_rank,
+            )
+        if schedule == "interleaved_1f1b" and v > 1:
+            sched = m * w_max + (total - w_max) / v
+        else:
+            sched = (m - 1) * w_max + total
+        shard_total = (states.prefix("shard_params")[-1] + first.state.shard_params
+                       + last.state.shard_params)
+        hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+        optimizer = shard_total / pp * self.config.optimizer_bytes_per_param / hbm
+        return sched + optimizer + self.config.step_overhead_s
+
+    def _inflight(
+        self, ctx: _Context, interleaved: bool, pp: int, v: int, m: int
+    ) -> tuple[tuple[int, ...], ...]:
+        key = (interleaved, pp, v, m)
+        hit = ctx.inflight.get(key)
+        if hit is None:
+            hit = ctx.inflight[key] = (
+                inflight_interleaved(pp, v, m) if interleaved else inflight_1f1b(pp, m)
+            )
+        return hit
+
+    def _parts(
+        self, ctx: _Context, key: tuple[Any, ...]
+    ) -> tuple[ParallelGroups, _LayerSeq, _LayerSeq, _Extra, _Extra, float, int]:
+        """(groups, layer costs, layer states, embedding, LM head, p2p s, micro-batches) of
+        plan key `key`, each cached by the fields it depends on."""
+        t, c, d, pp, _v, e, etp, sp, b, zero, rc, _schedule, flash = key
+        model = ctx.model
+        groups = self._groups(ctx, t, c, d, pp)
+        m = max(1, ctx.global_batch // (b * d))
+        shards = d * c
+        cost_seq = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups)
+        state_seq = self._state_seq(ctx, t, shards, zero, e, etp)
+        head_params_on = not model.tie_embeddings or pp > 1
+        first, last = self._extras(ctx, t, c, b, sp, head_params_on, shards, zero, e, etp, groups)
         p2p = 0.0
         if pp > 1:
-            p2p_bytes = act_size / t if sp else act_size
-            p2p = ctx.comm.send_recv(p2p_bytes, groups.pipeline.tier)
+            p2p_key = (t, c, b, sp, groups.pipeline.tier)
+            p2p_hit = ctx.p2p.get(p2p_key)
+            if p2p_hit is None:
+                act_size = b * ctx.seq / c * model.hidden_size * 2.0
+                p2p_bytes = act_size / t if sp else act_size
+                p2p_hit = ctx.p2p[p2p_key] = ctx.comm.send_recv(p2p_bytes, groups.pipeline.tier)
+            p2p = p2p_hit
+        return groups, cost_seq, state_seq, first, last, p2p, m
+
+    def _build_profile(self, ctx: _Context, key: tuple[Any, ...]) -> _Profiled:
+        """The profile of plan key `key` (see `_plan_key`), assembled from parts cached by
+        the fields each depends on."""
+        t, c, d, pp, v, e, etp, sp, b, zero, rc, schedule, flash = key
+        cfg = self.config
+        frag = 1.0 + cfg.fragmentation_fraction
+        groups, cost_seq, state_seq, first, last, p2p, m = self._parts(ctx, key)
 
         # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy of
         # ~2 layers' bf16 weights, full recompute's one-layer working set.
-        total_params = sum(st.params for st in per_layer_state) / pp
-        bucket = grad_bucket_bytes(d * c, total_params) if plan.zero_stage < 3 else 0.0
+        total_params = state_seq.params_sum / pp
+        bucket = grad_bucket_bytes(d * c, total_params) if zero < 3 else 0.0
         runtime = cfg.runtime_context_gib * GIB
-        max_layer = max(st.params for st in states.values())
-        zero3 = 2 * 2.0 * max_layer if plan.zero_stage == 3 and d * c > 1 else 0.0
-        rc_work = max(cs.working_bytes for cs in costs.values()) if plan.recompute == "full" else 0.0
+        zero3 = 2 * 2.0 * state_seq.max_params if zero == 3 and d * c > 1 else 0.0
+        rc_work = cost_seq.max_working_bytes if rc == "full" else 0.0
 
-        if plan.pipeline_schedule == "interleaved_1f1b" and v > 1:
-            inflight = inflight_interleaved(pp, v, m)
-        else:
-            inflight = inflight_1f1b(pp, m)
+        inflight = self._inflight(ctx, schedule == "interleaved_1f1b" and v > 1, pp, v, m)
 
         public = LayerProfile(
-            layer_time_s=tuple(lc.total_s for lc in per_layer_cost),
-            layer_forward_time_s=tuple(lc.forward_s for lc in per_layer_cost),
-            layer_state_bytes=tuple(st.total_bytes for st in per_layer_state),
-            layer_activation_bytes=tuple(lc.activation_bytes * frag for lc in per_layer_cost),
+            layer_time_s=cost_seq.public["time"],
+            layer_forward_time_s=cost_seq.public["forward"],
+            layer_state_bytes=state_seq.public["state"],
+            layer_activation_bytes=cost_seq.public["act"],
             first_extra_time_s=first.compute_s + first.tp_s,
             last_extra_time_s=last.compute_s + last.tp_s,
             first_extra_state_bytes=first.state.total_bytes,
@@ -554,31 +834,12 @@ class AnalyticalTrainingCostModel:
             fixed_bytes=runtime + bucket + zero3 + rc_work * frag,
             inflight_microbatches=inflight,
             num_microbatches=m,
-            usable_bytes=ctx.problem.usable_memory_bytes,
+            usable_bytes=ctx.usable_bytes,
         )
-
-        def pre(values: list[float]) -> tuple[float, ...]:
-            return tuple(accumulate(values, initial=0.0))
-
-        prefix = {
-            "time": pre([lc.total_s for lc in per_layer_cost]),
-            "forward": pre([lc.forward_s for lc in per_layer_cost]),
-            "backward": pre([lc.backward_s for lc in per_layer_cost]),
-            "compute": pre([lc.compute_s for lc in per_layer_cost]),
-            "recompute": pre([lc.recompute_s for lc in per_layer_cost]),
-            "tp": pre([lc.tp_s for lc in per_layer_cost]),
-            "cp": pre([lc.cp_s for lc in per_layer_cost]),
-            "act": pre([lc.activation_bytes for lc in per_layer_cost]),
-            "params": pre([st.params for st in per_layer_state]),
-            "shard_params": pre([st.shard_params for st in per_layer_state]),
-            "weights": pre([st.weights_bytes for st in per_layer_state]),
-            "grads": pre([st.grads_bytes for st in per_layer_state]),
-            "optimizer": pre([st.optimizer_bytes for st in per_layer_state]),
-        }
         return _Profiled(
-            public=public, groups=groups, prefix=prefix, first=first, last=last, p2p_s=p2p,
-            runtime_bytes=runtime, bucket_bytes=bucket, zero3_working_bytes=zero3,
-            recompute_working_bytes=rc_work,
+            public=public, groups=groups, costs=cost_seq, states=state_seq, first=first,
+            last=last, p2p_s=p2p, runtime_bytes=runtime, bucket_bytes=bucket,
+            zero3_working_bytes=zero3, recompute_working_bytes=rc_work,
         )
 
     # ---- evaluate ----------------------------------------------------------------------
@@ -589,7 +850,7 @@ class AnalyticalTrainingCostModel:
             InfeasiblePlan: kind "divisibility" when the degrees do not multiply to the GPU
                 count or stage_layers is missing or does not sum to num_layers.
         """
-        violations = self.check(problem, plan)
+        violations = self.check_key(problem, PlanKey.of(plan))
         p = plan.parallelism
         if p.world_size != problem.num_gpus:
             raise InfeasiblePlan("divisibility", violations[0].detail if violations else
@@ -606,14 +867,20 @@ class AnalyticalTrainingCostModel:
                                  f"positive entries summing to num_layers ({L}); "
                                  f"they sum to {sum(stages)}")
         ctx = self._context(problem)
-        prof = self._profiled(ctx, plan)
+        prof = self._profiled(ctx, _plan_key(plan))
         cfg, pub = self.config, prof.public
         m = pub.num_microbatches
         bounds = list(accumulate(stages, initial=0))
 
+        # [rank] -> [start, end) layer ranges of its chunks, in local order
+        rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)]
+                       for j in range(pp)]
+
+        arrays = {name: prof.prefix(name) for name in _PREFIX_FIELDS}
+
         def chunk_sum(name: str, rank: int) -> float:
-            arr = prof.prefix[name]
-            return sum(arr[bounds[ci + 1]] - arr[bounds[ci]] for ci in range(rank, pp * v, pp))
+            arr = arrays[name]
+            return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
 
         # Per-rank work per micro-batch and its components.
         p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
@@ -684,10 +951,11 @@ class AnalyticalTrainingCostModel:
             weights = chunk_sum("weights", j) + prof.zero3_working_bytes
             grads = chunk_sum("grads", j)
             opt = chunk_sum("optimizer", j)
-            arr = prof.prefix["act"]
+            arr = arrays["act"]
             acts = prof.recompute_working_bytes
-            for lc_i, ci in enumerate(range(j, pp * v, pp)):
-                acts += pub.inflight_microbatches[j][lc_i] * (arr[bounds[ci + 1]] - arr[bounds[ci]])
+            infl_j = pub.inflight_microbatches[j]
+            for lc_i, (lo, hi) in enumerate(rank_ranges[j]):
+                acts += infl_j[lc_i] * (arr[hi] - arr[lo])
             if j == 0:
                 weights += prof.first.state.weights_bytes
                 grads += prof.first.state.grads_bytes

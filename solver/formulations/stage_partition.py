@@ -46,7 +46,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pulp
 
@@ -103,6 +103,49 @@ def rank_memory_bytes(
     return mem
 
 
+class _SeqStats(NamedTuple):
+    total: float
+    """sum(values), summed left to right."""
+    smallest: float
+    largest: float
+    ascending: tuple[float, ...]
+
+
+_SEQ_STATS: dict[int, tuple[Any, Any]] = {}
+_SEQ_STATS_SIZE = 4096
+
+
+def _memo_by_identity(values: Any, compute: Any) -> Any:
+    """`compute(values)`, remembered for the very object `values` (profiles of one search
+    share their per-layer tuples, so the bounds need not rescan them per candidate). The
+    entry keeps `values` alive, so its id cannot be reused while the entry exists."""
+    hit = _SEQ_STATS.get(id(values))
+    if hit is not None and hit[0] is values:
+        return hit[1]
+    result = compute(values)
+    if len(_SEQ_STATS) >= _SEQ_STATS_SIZE:
+        _SEQ_STATS.clear()
+    _SEQ_STATS[id(values)] = (values, result)
+    return result
+
+
+def clear_bound_memo() -> None:
+    """Forget the remembered per-sequence statistics (cold-cache benchmarks)."""
+    _SEQ_STATS.clear()
+
+
+def _seq_stats(values: Sequence[float]) -> _SeqStats:
+    return _memo_by_identity(  # type: ignore[no-any-return]
+        values,
+        lambda xs: _SeqStats(sum(xs), min(xs), max(xs), tuple(sorted(xs))),
+    )
+
+
+def _min_inflight(rows: tuple[tuple[int, ...], ...]) -> int:
+    return _memo_by_identity(  # type: ignore[no-any-return]
+        rows, lambda rs: min(min(row) for row in rs))
+
+
 def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> float:
     """A lower bound on the program's optimum T (seconds per micro-batch), any memory limit.
 
@@ -110,11 +153,11 @@ def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> 
     layer (layers are not split), and the first/last rank's extras plus v smallest layers
     (every chunk holds ≥ 1 layer), each plus the 2π boundary exchange when p > 1.
     """
-    times = profile.layer_time_s
+    times = _seq_stats(profile.layer_time_s)
     comm = 2.0 * profile.p2p_time_s if pipeline > 1 else 0.0
-    total = sum(times) + profile.first_extra_time_s + profile.last_extra_time_s
-    bound = max(total / pipeline, max(times))
-    smallest = sum(sorted(times)[:virtual]) if virtual > 1 else min(times)
+    total = times.total + profile.first_extra_time_s + profile.last_extra_time_s
+    bound = max(total / pipeline, times.largest)
+    smallest = sum(times.ascending[:virtual]) if virtual > 1 else times.smallest
     if pipeline > 1:
         bound = max(
             bound,
@@ -133,15 +176,15 @@ def memory_lower_bound_bytes(profile: LayerProfile, pipeline: int, virtual: int)
     activations at least min ι times, the extras once, and φ on each of the p ranks. Rank 0
     also holds the embedding extras and ≥ v layers.
     """
-    infl_min = min(min(row) for row in profile.inflight_microbatches)
-    states = profile.layer_state_bytes
-    acts = profile.layer_activation_bytes
+    infl_min = _min_inflight(profile.inflight_microbatches)
+    states = _seq_stats(profile.layer_state_bytes)
+    acts = _seq_stats(profile.layer_activation_bytes)
     first = profile.first_extra_state_bytes + (
         profile.inflight_microbatches[0][0] * profile.first_extra_activation_bytes
     )
     last = profile.last_extra_state_bytes + profile.last_extra_activation_bytes
-    total = sum(states) + infl_min * sum(acts) + first + last
-    per_layer_min = min(states) + infl_min * min(acts)  # ≤ min_l (σ_l + ι_min·α_l)
+    total = states.total + infl_min * acts.total + first + last
+    per_layer_min = states.smallest + infl_min * acts.smallest  # ≤ min_l (σ_l + ι_min·α_l)
     mean = total / pipeline
     rank0 = first + virtual * per_layer_min + (last if pipeline == 1 else 0.0)
     return profile.fixed_bytes + max(mean, rank0)
@@ -156,7 +199,7 @@ def _round(x: float) -> float:
 
 def _rounded_tuple(values: Sequence[float]) -> tuple[float, ...]:
     first = values[0]
-    if all(x == first for x in values):  # fast path: identical layers
+    if values.count(first) == len(values):  # fast path: identical layers
         r = _round(first)
         return (r,) * len(values)
     return tuple(_round(x) for x in values)
@@ -184,7 +227,7 @@ def _rounded_profile(profile: LayerProfile, ignore_memory: bool) -> LayerProfile
 
 def _is_uniform(profile: LayerProfile) -> bool:
     return all(
-        len(set(seq)) == 1
+        seq.count(seq[0]) == len(seq)
         for seq in (profile.layer_time_s, profile.layer_state_bytes, profile.layer_activation_bytes)
     )
 

@@ -10,24 +10,46 @@
    only if its key sorts after the k-th plan's, so ties resolve exactly as in the exhaustive
    search. The result is the exhaustive search's top-k whenever the bounds are true bounds.
 
+With a cost model that offers the keyed entry points and bounds of `cost_models.base`
+(`KeyedTrainingCostModel`, `BoundedTrainingCostModel`) the same search runs lazily
+(best-first): screening only checks rules, applies the cost model's group memory bound (one
+per group of candidates differing in micro-batch, recompute and virtual pipeline) and its
+step-time bound, with no profile. Candidates are popped from a heap by (bound, key); a popped
+candidate is profiled, dropped if the profile's memory bound exceeds the limit, and pushed
+back when the profile's step-time bound is larger than the one it was queued with; otherwise
+it is evaluated. A candidate leaves the queue unevaluated only when its bound, a true lower
+bound on its step time, proves it cannot enter the top-k, so the result is the same. Only the
+reason a candidate is counted under may differ from the eager order (a candidate never
+profiled is counted as `throughput_bound`, not `memory_bound`).
+
 Time limit and cancellation stop the search with the best plans so far (`status`
 `time_limit` / `cancelled`); unreached candidates are counted as `not_reached`.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 
 from cost_models.base import TrainingCostModel, TrainingProblem
 from solver.base import SearchResult, SearchStats
-from solver.formulations.stage_partition import PartitionSolver, default_solver
+from solver.formulations.stage_partition import (
+    PartitionSolver,
+    clear_bound_memo,
+    default_solver,
+)
 from solver.search.steps import (
     Monitor,
+    Pending,
+    Screened,
     Stopped,
     TopK,
     evaluate_screened,
     finish,
+    is_lazy_capable,
+    refine,
     screen,
+    screen_light,
     total_candidates,
 )
 from specs.constraints import SearchConstraints
@@ -35,8 +57,10 @@ from specs.errors import SpecError
 
 
 def clear_caches() -> None:
-    """Forget every cached partition (benchmarks measure cold searches)."""
+    """Forget every cached partition and remembered bound statistic (benchmarks measure
+    cold searches; cost-model caches live in the cost model object: build a fresh one)."""
     default_solver().clear()
+    clear_bound_memo()
 
 
 def search(
@@ -71,6 +95,9 @@ def search(
                       total_candidates(problem, constraints))
     top = TopK(top_k)
     try:
+        if is_lazy_capable(cost_model):
+            _lazy(problem, cost_model, constraints, stats, monitor, top, solver)
+            return finish(top, stats, monitor)
         screened = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
         screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
         for i, item in enumerate(screened):
@@ -93,3 +120,53 @@ def search(
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
     return finish(top, stats, monitor)
+
+
+def _lazy(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    stats: SearchStats,
+    monitor: Monitor,
+    top: TopK,
+    solver: PartitionSolver,
+) -> None:
+    """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
+    heap = screen_light(problem, cost_model, constraints, stats, monitor)
+    heapq.heapify(heap)
+    while heap:
+        monitor.poll(report=True)
+        bound, key, item = heap[0]
+        if top.full:
+            worst_time, worst_key = top.worst()
+            if bound > worst_time:  # every queued bound is at least this one
+                stats.add_pruned("throughput_bound", len(heap))
+                monitor.done += len(heap)
+                return
+            if bound == worst_time and key > worst_key:
+                heapq.heappop(heap)
+                stats.add_pruned("throughput_bound")
+                monitor.done += 1
+                continue
+        heapq.heappop(heap)
+        if item.profile is None:
+            reason, refined = refine(problem, cost_model, item)
+            if reason is not None:
+                if reason.startswith("rule:"):
+                    stats.rule_rejected += 1
+                stats.add_pruned(reason)
+                monitor.done += 1
+                continue
+            if refined > bound:  # not the smallest bound any more: queue it again
+                heapq.heappush(heap, (refined, key, item))
+                continue
+        est = evaluate_screened(problem, cost_model, _screened(item, bound), solver, stats,
+                                monitor)
+        monitor.done += 1
+        if est is not None:
+            top.push(key, est)
+
+
+def _screened(item: Pending, bound: float) -> Screened:
+    assert item.profile is not None
+    return Screened(item.candidate, item.key, None, item.profile, bound)

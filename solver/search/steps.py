@@ -3,7 +3,12 @@ evaluate one, keep a deterministic top-k.
 
 Screening (per candidate, no costing beyond the profile): the space generator, the cost
 model's `check()` (rejections counted as `rule:<kind>`), `profile()`, the memory lower bound
-(`memory_bound`) and the step-time lower bound. Evaluation: the partition program (no split
+(`memory_bound`) and the step-time lower bound. Cost models offering the optional protocols
+of `cost_models.base` are screened through `check_key` / `profile_key` (no TrainingPlan is
+built until evaluation), with the group memory bound (one call per group of candidates that
+differ only in micro-batch, recompute, virtual pipeline and schedule) and the cost model's own
+step-time bound (the larger of the two bounds is used); `screen_light` / `refine` serve the
+lazy best-first driver of `branch_and_bound`. Evaluation: the partition program (no split
 fits: `memory`), the plan with `stage_layers`, `cost_model.evaluate` (infeasible: counted by
 the first violation's kind).
 
@@ -21,9 +26,17 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.base import (
+    BoundedTrainingCostModel,
+    KeyedTrainingCostModel,
+    LayerProfile,
+    PlanKey,
+    TrainingCostModel,
+    TrainingEstimate,
+    TrainingProblem,
+)
 from solver.base import RankedPlan, SearchResult, SearchStats, SolveStatus
 from solver.explain import explain
 from solver.formulations.stage_partition import (
@@ -50,7 +63,9 @@ class Screened:
 
     candidate: Candidate
     key: tuple[Any, ...]
-    plan: TrainingPlan
+    dims: ParallelDims | None
+    """Shared validated degrees when the plan was built for screening (plain cost models);
+    None on the keyed fast path (built at evaluation)."""
     profile: LayerProfile
     step_lower_bound_s: float
 
@@ -116,23 +131,47 @@ def screen(
     lower bound, with its step-time lower bound. Counts go to `stats`."""
     out: list[Screened] = []
     dims_cache: dict[tuple[Any, ...], ParallelDims] = {}
+    ext: Any = cost_model  # the optional protocols' methods, used only when offered
+    keyed = isinstance(cost_model, KeyedTrainingCostModel)
+    bounded = isinstance(cost_model, BoundedTrainingCostModel)
+    grouped = memory_bound and bounded
+    group_fits: dict[tuple[Any, ...], bool] = {}
+    usable = problem.usable_memory_bytes * (1.0 + BOUND_SAFETY)
     for i, cand in enumerate(candidates(problem, constraints)):
         stats.enumerated += 1
         if i % _POLL_EVERY == 0:
             monitor.poll(report=i > 0)
-        dkey = cand.dims_key()
-        dims = dims_cache.get(dkey)
-        if dims is None:
-            dims = dims_cache[dkey] = cand.parallel_dims()
-        plan = cand.to_plan(dims=dims)
-        violations = cost_model.check(problem, plan)
+        dims: ParallelDims | None = None
+        pkey = plan_key(cand) if keyed or bounded else None
+        if keyed:
+            violations = ext.check_key(problem, pkey)
+        else:
+            dims = _dims(cand, dims_cache)
+            plan = cand.to_plan(dims=dims)
+            violations = cost_model.check(problem, plan)
         if violations:
             stats.rule_rejected += 1
             stats.add_pruned(f"rule:{violations[0].kind}")
             monitor.done += 1
             continue
+        if grouped and cand.stage_layers is None:
+            # one bound per group of candidates differing only in micro-batch, recompute,
+            # virtual pipeline and schedule (the cost model guarantees it for all of them)
+            gkey = _memory_group(cand)
+            fits = group_fits.get(gkey)
+            if fits is None:
+                fits = group_fits[gkey] = (
+                    ext.group_memory_lower_bound_bytes(problem, pkey) <= usable
+                )
+            if not fits:
+                stats.add_pruned("memory_bound")
+                monitor.done += 1
+                continue
         try:
-            profile = cost_model.profile(problem, plan)
+            if keyed:
+                profile = ext.profile_key(problem, pkey)
+            else:
+                profile = cost_model.profile(problem, plan)
         except InfeasiblePlan as exc:
             stats.rule_rejected += 1
             stats.add_pruned(f"rule:{exc.kind}")
@@ -147,8 +186,117 @@ def screen(
             stats.add_pruned("memory_bound")
             monitor.done += 1
             continue
-        out.append(Screened(cand, cand.key(), plan, profile, step_lower_bound_s(profile, cand)))
+        bound = step_lower_bound_s(profile, cand)
+        if bounded and cand.stage_layers is None:
+            bound = max(bound, ext.step_time_lower_bound_s(problem, pkey) * (1.0 - BOUND_SAFETY))
+        out.append(Screened(cand, cand.key(), dims, profile, bound))
     return out
+
+
+@dataclass(slots=True)
+class Pending:
+    """A candidate of the lazy branch-and-bound queue: its bound so far and, once refined,
+    its profile (see `solver.search.branch_and_bound`)."""
+
+    candidate: Candidate
+    key: tuple[Any, ...]
+    plan_key: PlanKey
+    profile: LayerProfile | None = None
+
+
+def is_lazy_capable(cost_model: TrainingCostModel) -> bool:
+    """True when the cost model offers the keyed entry points and the bounds that let the
+    search profile candidates only when their turn comes."""
+    return isinstance(cost_model, KeyedTrainingCostModel) and isinstance(
+        cost_model, BoundedTrainingCostModel)
+
+
+def screen_light(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> list[tuple[float, tuple[Any, ...], Pending]]:
+    """Every candidate that passes `check_key` and the group memory bound, with the cost
+    model's step-time bound (no profile yet), as (bound, canonical key, pending) entries.
+    Needs `is_lazy_capable(cost_model)`."""
+    cm: Any = cost_model
+    out: list[tuple[float, tuple[Any, ...], Pending]] = []
+    group_fits: dict[tuple[Any, ...], bool] = {}
+    usable = problem.usable_memory_bytes * (1.0 + BOUND_SAFETY)
+    slack = 1.0 - BOUND_SAFETY
+    for i, cand in enumerate(candidates(problem, constraints)):
+        stats.enumerated += 1
+        if i % _POLL_EVERY == 0:
+            monitor.poll(report=i > 0)
+        pkey = plan_key(cand)
+        violations = cm.check_key(problem, pkey)
+        if violations:
+            stats.rule_rejected += 1
+            stats.add_pruned(f"rule:{violations[0].kind}")
+            monitor.done += 1
+            continue
+        if cand.stage_layers is None:
+            gkey = _memory_group(cand)
+            fits = group_fits.get(gkey)
+            if fits is None:
+                fits = group_fits[gkey] = (
+                    cm.group_memory_lower_bound_bytes(problem, pkey) <= usable)
+            if not fits:
+                stats.add_pruned("memory_bound")
+                monitor.done += 1
+                continue
+        key = cand.key()
+        out.append((cm.step_time_lower_bound_s(problem, pkey) * slack, key,
+                    Pending(cand, key, pkey)))
+    return out
+
+
+def refine(
+    problem: TrainingProblem, cost_model: TrainingCostModel, item: Pending
+) -> tuple[str | None, float]:
+    """Profile a pending candidate: (prune reason or None, the solver's own step-time
+    bound from the profile)."""
+    cand = item.candidate
+    try:
+        profile = cast(KeyedTrainingCostModel, cost_model).profile_key(problem, item.plan_key)
+    except InfeasiblePlan as exc:
+        return f"rule:{exc.kind}", 0.0
+    item.profile = profile
+    if (
+        cand.stage_layers is None
+        and memory_lower_bound_bytes(profile, cand.pipeline, cand.virtual_pipeline)
+        > profile.usable_bytes * (1.0 + BOUND_SAFETY)
+    ):
+        return "memory_bound", 0.0
+    return None, step_lower_bound_s(profile, cand)
+
+
+def plan_key(cand: Candidate) -> PlanKey:
+    """The cost model's plan key of a candidate (every field but stage_layers)."""
+    d, t, pp, v, c, e, et, sp, b, zero, rc, schedule, _, flash = cand
+    return _new_plan_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash))
+
+
+_new_plan_key = tuple.__new__
+"""Builds a PlanKey from a ready tuple without NamedTuple's keyword-argument __new__ (the
+screening loop makes one per candidate)."""
+
+
+def _memory_group(cand: Candidate) -> tuple[Any, ...]:
+    """The fields a `group_memory_lower_bound_bytes` group shares (all but micro-batch,
+    recompute, virtual pipeline and schedule)."""
+    return (cand.data, cand.tensor, cand.pipeline, cand.context, cand.expert,
+            cand.expert_tensor, cand.sequence_parallel, cand.zero_stage, cand.flash_attention)
+
+
+def _dims(cand: Candidate, cache: dict[tuple[Any, ...], ParallelDims]) -> ParallelDims:
+    dkey = cand.dims_key()
+    dims = cache.get(dkey)
+    if dims is None:
+        dims = cache[dkey] = cand.parallel_dims()
+    return dims
 
 
 def evaluate_screened(
@@ -178,7 +326,7 @@ def evaluate_screened(
             stats.add_pruned("partition_timeout")
             return None
         layers = res.stage_layers
-    plan = cand.to_plan(layers, dims=item.plan.parallelism)
+    plan = cand.to_plan(layers, dims=item.dims)
     try:
         est = cost_model.evaluate(problem, plan)
     except InfeasiblePlan as exc:

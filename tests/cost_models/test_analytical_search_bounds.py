@@ -1,0 +1,155 @@
+"""The analytical model's fast entry points and search bounds (`KeyedTrainingCostModel`,
+`BoundedTrainingCostModel`): the keyed methods return exactly what the plain ones return,
+and the bounds never exceed what evaluate() reports, for every member of a group and for
+balanced and deliberately unbalanced splits. Brute force over sampled plans of the declared
+space on a dense model (identical layers) and an MoE model with dense layers (two kinds)."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from cm_support import llama3_70b, make_cluster, make_h100
+
+from cost_models.analytical.training import AnalyticalTrainingCostModel
+from cost_models.base import (
+    BoundedTrainingCostModel,
+    KeyedTrainingCostModel,
+    PlanKey,
+    TrainingProblem,
+)
+from solver.space import candidates
+from specs.constraints import SearchConstraints
+from specs.model import ModelSpec, MoESpec
+from specs.workload import TrainingWorkload
+
+GIB = 1024**3
+
+
+def _moe_model() -> ModelSpec:
+    # 2 dense layers, then MoE every other layer: three runs of two layer kinds
+    return ModelSpec(
+        name="tiny-moe", num_layers=12, hidden_size=2048, num_attention_heads=16,
+        num_kv_heads=4, ffn_hidden_size=8192, vocab_size=32000,
+        moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1408, num_dense_layers=2,
+                    layer_frequency=2),
+    )
+
+
+def _problems() -> list[tuple[TrainingProblem, dict[str, Any]]]:
+    dense = TrainingProblem(
+        model=llama3_70b(), cluster=make_cluster(make_h100(), 4),
+        workload=TrainingWorkload(global_batch_size=256, sequence_length=4096),
+    )
+    moe = TrainingProblem(
+        model=_moe_model(), cluster=make_cluster(make_h100(), 2),
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048),
+    )
+    return [(dense, {}), (moe, {"expert": 2})]
+
+
+def _sample(problem: TrainingProblem, fixed: dict[str, Any], n: int, seed: int) -> list[Any]:
+    cands = list(candidates(problem, SearchConstraints(max_virtual_pipeline=3, fixed=fixed)))
+    return random.Random(seed).sample(cands, min(n, len(cands)))
+
+
+def _key(cand: Any) -> PlanKey:
+    return PlanKey.of(cand.to_plan())
+
+
+def _splits(problem: TrainingProblem, pipeline: int, virtual: int) -> list[list[int]]:
+    """An even split and the most unbalanced one (everything it can on chunk 0)."""
+    num_layers, chunks = problem.model.num_layers, pipeline * virtual
+    base, extra = divmod(num_layers, chunks)
+    even = [base + (1 if c < extra else 0) for c in range(chunks)]
+    return [even, [num_layers - chunks + 1] + [1] * (chunks - 1)]
+
+
+def test_analytical_model_offers_the_fast_protocols() -> None:
+    cm = AnalyticalTrainingCostModel()
+    assert isinstance(cm, KeyedTrainingCostModel)
+    assert isinstance(cm, BoundedTrainingCostModel)
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_keyed_entry_points_equal_plain_ones(case: int) -> None:
+    problem, fixed = _problems()[case]
+    keyed, plain = AnalyticalTrainingCostModel(), AnalyticalTrainingCostModel()
+    compared = 0
+    for cand in _sample(problem, fixed, 250, seed=11):
+        plan = cand.to_plan()
+        key = PlanKey.of(plan)
+        assert key.to_plan() == plan
+        assert keyed.check_key(problem, key) == plain.check(problem, plan)
+        # the check cache hands out copies: callers may append to the list
+        keyed.check_key(problem, key).append(None)  # type: ignore[arg-type]
+        assert keyed.check_key(problem, key) == plain.check(problem, plan)
+        if plain.check(problem, plan):
+            continue
+        assert keyed.profile_key(problem, key) == plain.profile(problem, plan)
+        compared += 1
+    assert compared > 50
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_step_time_lower_bound_never_exceeds_evaluate(case: int) -> None:
+    problem, fixed = _problems()[case]
+    cm = AnalyticalTrainingCostModel()
+    checked = tight = 0
+    for cand in _sample(problem, fixed, 200, seed=5):
+        key = _key(cand)
+        if cm.check_key(problem, key):
+            continue
+        bound = cm.step_time_lower_bound_s(problem, key)
+        for split in _splits(problem, cand.pipeline, cand.virtual_pipeline):
+            step = cm.evaluate(problem, cand.to_plan(split)).metrics.step_time_s
+            assert bound <= step * (1 + 1e-12), (cand, split, bound, step)
+            tight += bound >= 0.8 * step
+            checked += 1
+    assert checked > 100
+    assert tight > 0  # not a trivial bound: within 20% of the step time for some plans
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_group_memory_lower_bound_holds_for_every_member(case: int) -> None:
+    problem, fixed = _problems()[case]
+    cm = AnalyticalTrainingCostModel()
+    groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
+    for cand in candidates(problem, SearchConstraints(max_virtual_pipeline=3, fixed=fixed)):
+        if not cm.check_key(problem, _key(cand)):
+            groups[(cand.data, cand.tensor, cand.pipeline, cand.context, cand.expert,
+                    cand.expert_tensor, cand.sequence_parallel, cand.zero_stage,
+                    cand.flash_attention)].append(cand)
+    rng = random.Random(2)
+    checked = 0
+    for members in rng.sample(list(groups.values()), min(25, len(groups))):
+        bounds = {cm.group_memory_lower_bound_bytes(problem, _key(c)) for c in members}
+        assert len(bounds) == 1  # the same bound whichever member asks
+        bound = bounds.pop()
+        for cand in rng.sample(members, min(6, len(members))):
+            for split in _splits(problem, cand.pipeline, cand.virtual_pipeline):
+                peak = cm.evaluate(problem, cand.to_plan(split)).memory.peak_gib * GIB
+                assert bound <= peak * (1 + 1e-12), (cand, split, bound, peak)
+                checked += 1
+    assert checked > 100
+
+
+def test_group_memory_bound_is_states_plus_fixed_for_a_hand_case() -> None:
+    # Llama-3-70B, tensor 8, pipeline 1, data 4, ZeRO 0: every GPU holds 1/8 of all
+    # parameters with 2 + 4 + 12 bytes each, plus the 1 GiB runtime and a gradient bucket of
+    # 4 bytes × max(40M, 1M·4) elements (memory.py): well over the 77.65 GiB usable.
+    problem = _problems()[0][0]
+    cm = AnalyticalTrainingCostModel()
+    key = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "full", "1f1b", True)
+    model = problem.model
+    per_gpu_params = (
+        model.num_layers * ((model.attention_parameters() + model.dense_mlp_parameters()) / 8
+                            + 2 * model.norm_parameters())
+        + model.embedding_parameters() / 8
+        + (model.vocab_size * model.hidden_size / 8 + model.norm_parameters())
+    )
+    expected = per_gpu_params * 18.0 + 1.0 * GIB + 4.0 * 40e6
+    assert cm.group_memory_lower_bound_bytes(problem, key) == pytest.approx(expected, rel=1e-9)
+    assert expected > problem.usable_memory_bytes
