@@ -14,9 +14,8 @@ bias-dropout-add):
 - each residual (bias-dropout-)add: read 2h, write h, plus a 1-byte mask when dropout is on.
 
 The backward pass moves about twice the forward bytes (it reads the saved input and the
-incoming gradient and writes the input gradient). The cross-entropy loss reads the fp32
-logits, writes the softmax, and reads both again in the backward: about 4 fp32 passes over
-`tokens · V / t` elements (Megatron's vocab-parallel cross-entropy).
+incoming gradient and writes the input gradient). The loss is priced with the LM head
+(training.py, CROSS_ENTROPY_PASSES).
 """
 
 from __future__ import annotations
@@ -25,7 +24,15 @@ from specs.model import ModelSpec
 
 BYTES_PER_ACTIVATION = 2.0
 BACKWARD_BYTES_RATIO = 2.0
-LOSS_PASSES_FP32 = 4.0
+
+
+def mlp_width(model: ModelSpec, is_moe: bool) -> float:
+    """FFN width one token passes through: the dense f, or top_k routed experts plus the
+    shared experts of an MoE layer."""
+    if not is_moe or model.moe is None:
+        return float(model.ffn_hidden_size)
+    m = model.moe
+    return float(m.top_k * m.expert_ffn_hidden_size + m.num_shared_experts * m.shared_ffn)
 
 
 def layer_elementwise_bytes(
@@ -34,7 +41,7 @@ def layer_elementwise_bytes(
     *,
     tensor: int,
     sequence_parallel: bool,
-    ffn_hidden_size: int,
+    ffn_hidden_size: float,
     gated: bool,
 ) -> float:
     """Forward HBM bytes of one layer's elementwise kernels on one GPU.
@@ -60,8 +67,3 @@ def layer_elementwise_bytes(
     f = ffn_hidden_size / tensor
     activation = (3 * f) if gated else (2 * f)
     return tokens * (norms + residual + rope + activation) * BYTES_PER_ACTIVATION
-
-
-def loss_bytes(tokens: float, vocab_size: int, tensor: int) -> float:
-    """Forward + backward HBM bytes of the vocab-parallel cross-entropy on one GPU."""
-    return LOSS_PASSES_FP32 * 4.0 * tokens * vocab_size / tensor

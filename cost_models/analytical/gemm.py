@@ -9,6 +9,14 @@ shapes waste the padded part. Williams et al. 2009 (roofline model) for the max(
 
 The launch latency (5 µs by default) covers kernel launch and the tail of a kernel that
 does not overlap the next one; it matters only for small GEMMs.
+
+A tile's main loop streams k in 64-deep slices through a multi-stage shared-memory pipeline;
+filling that pipeline and writing the tile's output (the epilogue) cost about as much as
+`k_overhead` more elements of k, whatever k is. The useful fraction of a tile's time is then
+k / (k + k_overhead): short reductions (small h, or h / t under tensor parallelism) run
+further below the best-shape efficiency than long ones. The default, 384, is 4 pipeline
+stages × 64 plus an epilogue of about two more slices (CUTLASS 3 warp-specialised Hopper
+kernels use 4–7 stages, Thakkar et al., CUTLASS documentation "Efficient GEMM").
 """
 
 from __future__ import annotations
@@ -45,13 +53,16 @@ class RooflineGemm:
     """HBM bandwidth, bytes/s (line rate; MEMORY_EFFICIENCY is applied here)."""
     bytes_per_element: float = 2.0
     launch_s: float = 5e-6
+    k_overhead: float = 384.0
+    """Pipeline fill and epilogue per output tile, in elements of k (see module docstring)."""
 
     def time_s(self, m: float, k: float, n: float) -> float:
         """Seconds for one (m×k)·(k×n) product; 0 for an empty one."""
         if m <= 0 or k <= 0 or n <= 0:
             return 0.0
         flops = 2.0 * m * k * n
-        compute = flops / (self.peak_flops * self.efficiency * tile_utilisation(m, k, n))
+        useful = tile_utilisation(m, k, n) * k / (k + self.k_overhead)
+        compute = flops / (self.peak_flops * self.efficiency * useful)
         memory = (m * k + k * n + m * n) * self.bytes_per_element / (
             self.memory_bytes_per_s * MEMORY_EFFICIENCY
         )

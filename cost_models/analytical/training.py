@@ -32,6 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cost_models.analytical.attention import AttentionCoreModel
 from cost_models.analytical.collectives import AlphaBetaCollectives, TwoTierNetwork
+from cost_models.analytical.elementwise import (
+    BACKWARD_BYTES_RATIO,
+    layer_elementwise_bytes,
+    mlp_width,
+)
 from cost_models.analytical.flops import (
     attention_dims,
     layer_gemms,
@@ -80,6 +85,8 @@ class AnalyticalConfig(BaseModel):
     """Flash backward time / forward time (5 vs 2 matmuls, Dao 2023 §3.1.2)."""
     kernel_launch_s: float = Field(default=5e-6, ge=0, le=1e-3)
     """Per-kernel launch and tail latency added to every GEMM and attention kernel."""
+    gemm_k_overhead: float = Field(default=384.0, ge=0, le=65536)
+    """GEMM tile pipeline fill + epilogue in elements of k (gemm.py): efficiency × k/(k+this)."""
     alpha_intra_s: float = Field(default=10e-6, ge=0, le=1e-2)
     """Latency per collective step on the scale-up fabric."""
     alpha_inter_s: float = Field(default=30e-6, ge=0, le=1e-2)
@@ -353,7 +360,9 @@ class AnalyticalTrainingCostModel:
             seq=work.sequence_length,
             global_batch=work.global_batch_size,
             gpus_per_node=cluster.gpus_per_node,
-            gemm=RooflineGemm(peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s),
+            gemm=RooflineGemm(
+                peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s, cfg.gemm_k_overhead
+            ),
             attention=AttentionCoreModel(
                 bf16_peak, cfg.attention_efficiency, acc.gemm_efficiency, hbm,
                 cfg.attention_backward_ratio, cfg.kernel_launch_s,
@@ -524,6 +533,14 @@ class AnalyticalTrainingCostModel:
             ring = (c - 1) * ctx.comm.send_recv(block, groups.context.tier)
             cp_f = max(0.0, ring - att_f)
             cp_b = max(0.0, 2 * ring - att_b)
+        # Memory-bound elementwise kernels (norms, rotary, activation, residual adds).
+        elem_f = layer_elementwise_bytes(
+            model, tokens, tensor=t, sequence_parallel=sp,
+            ffn_hidden_size=mlp_width(model, is_moe), gated=model.gated_mlp,
+        ) / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+        elem_b = BACKWARD_BYTES_RATIO * elem_f
+        fwd += elem_f
+        bwd += elem_b
         if rc == "full":  # the whole forward again, collectives included
             rc_s, tp_rc, cp_rc = fwd + att_f, tp_dir, cp_f
         elif rc == "selective":

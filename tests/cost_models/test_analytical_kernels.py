@@ -18,10 +18,26 @@ def test_tile_utilisation() -> None:
 
 def test_large_gemm_is_compute_bound() -> None:
     m, k, n = 4096, 8192, 8192
-    expected = 2 * m * k * n / (989.4e12 * 0.803) + 5e-6
+    # best-shape efficiency × k / (k + 384): pipeline fill + epilogue per tile
+    expected = 2 * m * k * n / (989.4e12 * 0.803 * 8192 / (8192 + 384)) + 5e-6
     assert GEMM.time_s(m, k, n) == pytest.approx(expected, rel=1e-12)
     fwd, bwd = GEMM.forward_backward_s(m, k, n)
-    assert bwd == pytest.approx(2 * fwd, rel=1e-12)
+    # backward: data gradient (m×n)·(n×k) reduces over n = 8192, weight gradient
+    # (k×m)·(m×n) over m = 4096
+    dgrad = 2 * m * n * k / (989.4e12 * 0.803 * 8192 / (8192 + 384)) + 5e-6
+    wgrad = 2 * k * m * n / (989.4e12 * 0.803 * 4096 / (4096 + 384)) + 5e-6
+    assert bwd == pytest.approx(dgrad + wgrad, rel=1e-12)
+
+
+def test_short_reductions_run_below_best_shape_efficiency() -> None:
+    # same FLOPs, k = 512 instead of 8192: k / (k + 384) = 0.571 vs 0.955
+    long_k = GEMM.time_s(8192, 8192, 512)
+    short_k = GEMM.time_s(8192, 512, 8192)
+    assert short_k / long_k == pytest.approx(
+        ((2 * 8192 * 8192 * 512) / (989.4e12 * 0.803 * 512 / 896) + 5e-6)
+        / ((2 * 8192 * 8192 * 512) / (989.4e12 * 0.803 * 8192 / 8576) + 5e-6),
+        rel=1e-12,
+    )
 
 
 def test_thin_gemm_is_memory_bound() -> None:
