@@ -95,16 +95,23 @@ def gpt_model(row: dict[str, Any], *, dropout: bool) -> dict[str, Any]:
     }
 
 
+def _shape(row: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """(global batch B, sequence s, layers l, hidden h, vocabulary V) of a row."""
+    keys = ("global_batch_seqs", "seq_len", "layers", "hidden_size", "vocab_size")
+    b, s, n_layers, h, v = (int(row[k]) for k in keys)
+    return b, s, n_layers, h, v
+
+
 def narayanan_flops(row: dict[str, Any]) -> float:
     """Narayanan et al. 2021 eq. (3) with the paper's 96 (recompute counted)."""
-    b, s, l, h, v = (row[k] for k in ("global_batch_seqs", "seq_len", "layers", "hidden_size", "vocab_size"))
-    return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    b, s, n_layers, h, v = _shape(row)
+    return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
 
 
 def megatron_model_flops(row: dict[str, Any]) -> float:
     """Model FLOPs per step for a GPT layer, Korthikanti et al. 2022 §6 / Megatron-Core."""
-    b, s, l, h, v = (row[k] for k in ("global_batch_seqs", "seq_len", "layers", "hidden_size", "vocab_size"))
-    return 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+    b, s, n_layers, h, v = _shape(row)
+    return 72 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h))
 
 
 def _zero_stage(text: str | None) -> int | None:
