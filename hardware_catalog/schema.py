@@ -60,8 +60,10 @@ class AcceleratorSpec(BaseModel):
     sources: list[Source] = Field(min_length=1)
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak FLOP/s for a precision (fp16 falls back to bf16 and back)."""
-        for key in (precision, "bf16" if precision == "fp16" else "fp16"):
+        """Dense peak FLOP/s for a precision; fp16 and bf16 stand in for each other (same
+        tensor-core rate on every listed part), nothing else does."""
+        fallback = {"fp16": "bf16", "bf16": "fp16"}.get(precision)
+        for key in (precision, fallback) if fallback else (precision,):
             value = self.peak_tflops.get(key)
             if value:
                 return value * 1e12

@@ -226,6 +226,30 @@ def warm_up() -> None:
 
 
 # ---- estimate ----------------------------------------------------------------------------
+def _check_supported(cluster: ResolvedCluster, workload: TrainingWorkload) -> None:
+    """Problem-level limits answered as a 422 before any search: mixed node types, and a
+    precision the accelerator has no dense peak for."""
+    if not cluster.is_homogeneous:
+        kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
+        raise InputError(
+            "node groups of different accelerators, node sizes or bandwidths cannot be planned "
+            f"as one pool yet: {', '.join(kinds)}; plan each pool separately",
+            [_field_error("cluster.node_groups", "must describe one kind of node", kinds,
+                          "heterogeneous clusters are not supported yet")],
+        )
+    accelerator = cluster.accelerator
+    try:
+        accelerator.peak_flops(workload.precision)
+    except KeyError:
+        supported = sorted(k for k, v in accelerator.peak_tflops.items() if v and k != "int8")
+        raise InputError(
+            f"{accelerator.id} has no dense {workload.precision} peak; it supports "
+            f"{', '.join(supported)}",
+            [_field_error("workload.precision", f"must be one of {supported} on {accelerator.id}",
+                          workload.precision, f"{accelerator.id} has no {workload.precision}")],
+        ) from None
+
+
 def _training_workload(workload: Any) -> TrainingWorkload:
     if not isinstance(workload, TrainingWorkload):
         raise InputError(
@@ -241,6 +265,7 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
+    _check_supported(cluster, workload)
     constraints = body.constraints
     problem = TrainingProblem(
         model=model,
@@ -369,6 +394,7 @@ def prepare_search(body: SearchCreate, settings: Settings) -> PreparedSearch:
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
+    _check_supported(cluster, workload)
     _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
     cost_model = build_cost_model(body.cost_model)
     cost_ref = body.cost_model or CostModelRef()

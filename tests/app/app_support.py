@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Any
 
-import pytest
-
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_MEMBERS = ("type", "title", "status", "detail", "instance")
-
-
-def solver_ready() -> bool:
-    try:
-        solver = importlib.import_module("solver")
-    except ImportError:
-        return False
-    return hasattr(solver, "search") and hasattr(solver, "estimate_plan")
-
-
-requires_solver = pytest.mark.skipif(
-    not solver_ready(), reason="solver.search / solver.estimate_plan are not available yet"
-)
 
 
 def assert_problem(response: Any, status: int, *, path: str | None = None) -> dict[str, Any]:

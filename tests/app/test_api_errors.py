@@ -128,3 +128,27 @@ def test_every_response_carries_a_request_id(client: Any) -> None:
     first = client.get("/v1/health").headers["x-request-id"]
     second = client.get("/v1/health").headers["x-request-id"]
     assert first and second and first != second
+
+
+def test_mixed_accelerators_are_a_422_naming_the_node_groups(client: Any, tiny: dict[str, Any]) -> None:
+    body = {
+        **tiny,
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1},
+                                    {"accelerator": "a100-80gb", "num_nodes": 1}]},
+    }
+    problem = assert_problem(client.post("/v1/searches", json=body), 422, path="/v1/searches")
+    assert error_fields(problem) == ["cluster.node_groups"]
+    assert "a100-80gb" in problem["detail"] and "h100-sxm" in problem["detail"]
+    assert client.get("/v1/searches").json()["items"] == []  # nothing stored
+
+
+def test_precision_the_accelerator_lacks_is_a_422(client: Any, tiny: dict[str, Any]) -> None:
+    body = {
+        **tiny,
+        "cluster": {"node_groups": [{"accelerator": "v100-32gb", "num_nodes": 1}]},
+        "workload": {**tiny["workload"], "precision": "fp8"},
+    }
+    problem = assert_problem(client.post("/v1/estimate", json={**body, "plan": {
+        "parallelism": {"data": 8}}}), 422, path="/v1/estimate")
+    assert error_fields(problem) == ["workload.precision"]
+    assert problem["errors"][0]["value"] == "fp8"

@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from app_support import assert_problem, error_fields, requires_solver
-
-pytestmark = requires_solver
+from app_support import assert_problem, error_fields
 
 STAGE_FIELDS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib",
                 "other_gib", "total_gib")

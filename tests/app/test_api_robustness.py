@@ -6,12 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from app_support import PROBLEM_JSON, requires_solver
+from app_support import PROBLEM_JSON
 from conftest import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-pytestmark = requires_solver
 
 GOOD_PLAN = {"parallelism": {"data": 4}}
 

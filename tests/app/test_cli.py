@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import typer
 import uvicorn
-from app_support import requires_solver
 from conftest import TINY_MODEL
 from typer.testing import CliRunner
 
@@ -57,7 +56,6 @@ def _rows(output: str) -> list[list[str]]:
             if line.startswith("│")]
 
 
-@requires_solver
 def test_search_in_process_prints_a_ranked_table(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["search", "--model", _tiny_file(tmp_path), "--cluster",
                                  "h100-sxm:1x4", "--global-batch", "8", "--seq", "512",
@@ -76,7 +74,6 @@ def test_search_in_process_prints_a_ranked_table(tmp_path: Path) -> None:
     assert steps == sorted(steps)
 
 
-@requires_solver
 def test_search_json_output(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["search", "--model", _tiny_file(tmp_path), "--cluster",
                                  "h100-sxm:1x4", "--global-batch", "8", "--seq", "512",
@@ -138,7 +135,6 @@ def server_url(settings_factory: Any) -> Iterator[str]:
         thread.join(timeout=20)
 
 
-@requires_solver
 def test_search_against_a_running_service(server_url: str, tmp_path: Path) -> None:
     result = runner.invoke(cli, ["search", "--model", _tiny_file(tmp_path), "--cluster",
                                  "h100-sxm:1x4", "--global-batch", "8", "--seq", "512",

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from app_support import requires_solver
 from conftest import TestClient
 from sqlalchemy import inspect, text
 from sqlmodel import Session
@@ -141,7 +140,6 @@ def test_state_changes_have_one_winner_on_postgresql(pg_url: str) -> None:
 
 
 @pytest.mark.postgres
-@requires_solver
 def test_the_api_on_postgresql(pg_url: str, settings_factory: Any, tiny: dict[str, Any]) -> None:
     settings = settings_factory(database_url=pg_url)
     with TestClient(create_app(settings)) as client:

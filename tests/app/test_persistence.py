@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app_support import requires_solver, wait_for
+from app_support import wait_for
 from conftest import TestClient
 from sqlmodel import Session
 
@@ -17,8 +17,6 @@ from app.db.session import make_engine
 from app.main import create_app
 from app.schemas import SearchCreate
 from app.services import planning
-
-pytestmark = requires_solver
 
 
 def _store(settings: Any, body: dict[str, Any], *, status: str, attempts: int) -> str:
