@@ -1,9 +1,14 @@
 """Search latency benchmark: wall time, candidates and pruning for the reference cases.
 
 Targets (issue 2, on 2 cores): Llama-3-70B on 64 H100 < 0.3 s, GPT-3 175B on 1024 A100 < 1 s,
-Llama-3-405B on 16,384 H100 < 3 s. Each case runs `--repeat` times in a fresh process state
-(caches cleared between runs) and the median is printed; `--warm` also prints a second,
-warm-cache run. Usage: `python bench/search_latency.py [--repeat 3]`.
+Llama-3-405B on 16,384 H100 < 3 s. Each case runs `--repeat` times with cold caches (solver
+caches cleared, a fresh cost model) and the median is printed.
+
+`--http URL` also measures the round trip a client sees against a running service
+(`make serve`): `POST /v1/searches?wait=30` until the finished search is answered, then
+`GET .../plans?limit=10`.
+
+Usage: `python bench/search_latency.py [--repeat 3] [--http http://127.0.0.1:8000]`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ def run_case(preset: str, accel: str, nodes: int, gpn: int, gbs: int, seq: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--http", metavar="URL", help="also time the HTTP round trip")
     args = parser.parse_args()
     print(f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
           f"{'splits':>6} {'best step s':>11} {'MFU':>5}  pruned")
@@ -70,6 +76,36 @@ def main() -> None:
             f"{best.step_time_s if best else float('nan'):11.2f} {best.mfu if best else float('nan'):5.2f}  "
             f"{dict(sorted(st.pruned.items()))}"
         )
+
+
+    if args.http:
+        http_round_trips(args.http, args.repeat)
+
+
+def http_round_trips(url: str, repeat: int) -> None:
+    """POST each case with ?wait and read its ten plans; print the median round trip."""
+    import httpx
+
+    print(f"\nHTTP round trip against {url} (POST ?wait=30 + GET plans?limit=10):")
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for label, preset, accel, nodes, gpn, gbs, seq, _ in CASES:
+            body = {
+                "model": {"preset": preset},
+                "cluster": {"node_groups": [
+                    {"accelerator": accel, "num_nodes": nodes, "gpus_per_node": gpn}]},
+                "workload": {"kind": "training", "global_batch_size": gbs,
+                             "sequence_length": seq},
+            }
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                created = client.post("/v1/searches", params={"wait": 30}, json=body)
+                created.raise_for_status()
+                plans = client.get(created.json()["plans_url"], params={"limit": 10})
+                plans.raise_for_status()
+                times.append(time.perf_counter() - t0)
+            print(f"{label:32} {statistics.median(times):9.3f} s  "
+                  f"status {created.status_code}, {len(plans.json()['items'])} plans")
 
 
 if __name__ == "__main__":
