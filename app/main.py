@@ -14,7 +14,15 @@ from fastapi.routing import APIRoute
 
 from app import __version__
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
-from app.api.routes import catalog, estimate, health, plans, searches
+from app.api.routes import (
+    calibration,
+    catalog,
+    estimate,
+    health,
+    measurements,
+    plans,
+    searches,
+)
 from app.core.config import Settings
 from app.db import migrate
 from app.db.session import make_engine
@@ -63,7 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
-    for module in (health, catalog, estimate, searches, plans):
+    for module in (health, catalog, estimate, searches, plans, measurements, calibration):
         _docstring_summaries(module.router)
         app.include_router(module.router)
     return app

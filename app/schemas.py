@@ -4,10 +4,11 @@ SearchConstraints) are used as they are; these models only add the API's envelop
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from hardware_catalog.schema import AcceleratorSpec
 from specs.cluster import ClusterSpec
@@ -176,6 +177,9 @@ class EstimatePublic(BaseModel):
     cost_model: dict[str, Any] = Field(default_factory=dict)
     """`{"name", "version"}` of the cost model used."""
     details: dict[str, Any] = Field(default_factory=dict)
+    calibration: dict[str, Any] | None = None
+    """With `cost_model` `{"name": "calibrated"}` and no explicit parameters: the fit used
+    (`accelerator`, `num_samples`, `parameters`, `error_before`, `error_after`, ...)."""
 
 
 class Progress(BaseModel):
@@ -209,6 +213,8 @@ class SearchPublic(BaseModel):
     cost_model: dict[str, Any]
     num_plans: int | None = None
     plans_url: str
+    calibration: dict[str, Any] | None = None
+    """The fit behind a `calibrated` cost model without explicit parameters."""
 
 
 class SearchList(BaseModel):
@@ -242,3 +248,100 @@ class PlanPublic(BaseModel):
 class PlanList(BaseModel):
     items: list[PlanPublic]
     total: int
+
+
+# ---- measured runs and calibration --------------------------------------------------------
+MAX_PIPELINE_RANKS = 4096
+
+
+def _positive_gib(value: Any) -> Any:
+    """One positive finite number, or a non-empty list of them (one per pipeline rank); the
+    error names the field itself rather than pydantic's union branches."""
+    def ok(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < math.inf
+
+    if value is None or ok(value):
+        return value
+    if isinstance(value, list) and 0 < len(value) <= MAX_PIPELINE_RANKS:
+        bad = [i for i, x in enumerate(value) if not ok(x)]
+        if not bad:
+            return value
+        raise ValueError(f"peak_memory_gib[{bad[0]}] must be a positive number of GiB")
+    raise ValueError("must be a positive number of GiB, or a list of them (one per pipeline "
+                     f"rank, at most {MAX_PIPELINE_RANKS})")
+
+
+PeakMemoryGiB = Annotated[float | list[float] | None, BeforeValidator(_positive_gib)]
+
+
+class MeasurementCreate(_Body):
+    """A measured run of a stored plan. At least one of `step_time_s` and `tokens_per_s`;
+    when both come they must agree with the plan's tokens per step within 5 %."""
+
+    step_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Measured seconds per optimizer step."""
+    tokens_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Measured training throughput, tokens per second (whole job)."""
+    peak_memory_gib: PeakMemoryGiB = None
+    """Peak device memory: one figure, or one per pipeline rank (at most the device's
+    capacity × 1.05)."""
+    notes: str | None = Field(default=None, max_length=4000)
+    measured_at: datetime | None = None
+    """When the run was measured (default: unknown)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"step_time_s": 9.4, "peak_memory_gib": [70.2, 66.0, 66.0, 68.5],
+                          "notes": "steps 100-200 of the nightly run"}]
+        },
+    )
+
+
+class MeasurementPublic(BaseModel):
+    """A stored measurement and how far the plan's prediction was from it."""
+
+    id: str
+    plan_id: str
+    search_id: str
+    accelerator_id: str
+    step_time_s: float
+    tokens_per_s: float
+    peak_memory_gib: float | list[float] | None
+    notes: str | None
+    measured_at: datetime | None
+    created_at: datetime
+    predicted_step_time_s: float
+    """The plan's predicted step time."""
+    error: float
+    """measured / predicted − 1 (positive: the run was slower than predicted)."""
+
+
+class MeasurementList(BaseModel):
+    items: list[MeasurementPublic]
+    total: int
+
+
+class CalibrationError(BaseModel):
+    mean: float
+    """Mean of |predicted / measured − 1| over the samples."""
+    max: float
+
+
+class CalibrationPublic(BaseModel):
+    """The calibrated cost model's current fit for one accelerator."""
+
+    model_config = ConfigDict(extra="allow")
+
+    accelerator: str
+    num_samples: int
+    parameters: dict[str, Any]
+    """The `parameters` member of the calibrated model's config."""
+    error_before: CalibrationError | None
+    """With the catalog values (the analytical model)."""
+    error_after: CalibrationError | None
+    """With the fitted values."""
+    fitted: list[str]
+    """Parameters the samples could identify; the others keep their catalog values."""
+    cost_model: dict[str, Any]
+    """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""

@@ -101,6 +101,38 @@ def summarise(results: list[RowResult]) -> dict[str, dict[str, float]]:
     }
 
 
+def plan_groups(results: list[RowResult]) -> list[list[RowResult]]:
+    """Rows of one source that measured several plans of the same model on the same cluster
+    (Narayanan Table 2: PTD-P vs ZeRO-3; Korthikanti Table 5: full vs selective recompute;
+    MoE Folding: five strategies per model)."""
+    groups: dict[tuple[Any, ...], list[RowResult]] = {}
+    for r in results:
+        req = r.case.request
+        assert req is not None
+        m = req["model"]
+        cl = req["cluster"]["node_groups"][0]
+        key = (r.case.source, m["num_layers"], m["hidden_size"], cl["accelerator"],
+               cl["num_nodes"] * cl["gpus_per_node"], req["workload"]["global_batch_size"])
+        groups.setdefault(key, []).append(r)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def ordering_reproduced(group: list[RowResult]) -> bool:
+    """Every pair of plans in the group is ordered by predicted throughput as measured (an
+    OOM row must come out infeasible: it ranks last on both sides)."""
+    def measured(r: RowResult) -> float:
+        return 0.0 if r.case.status == "OOM" else 1.0 / (r.case.measured_step_s or float("inf"))
+
+    def predicted(r: RowResult) -> float:
+        return 0.0 if not r.feasible or r.predicted_step_s is None else 1.0 / r.predicted_step_s
+
+    for i, a in enumerate(group):
+        for b in group[i + 1:]:
+            if (measured(a) - measured(b)) * (predicted(a) - predicted(b)) < 0:
+                return False
+    return True
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return format(x, spec) if x is not None else "-"
 
@@ -137,6 +169,18 @@ def main() -> None:
         print(f"{k:24} {v['rows']:>5.0f} {v['mean_abs_error']:7.1%} {v['max_abs_error']:7.1%}")
     wrong = [r.case.row_id for r in results if not r.memory_verdict_ok]
     print(f"\nMemory verdicts wrong: {wrong or 'none'}")
+    groups = plan_groups(results)
+    print("\nPlan orderings (same model and cluster, several measured plans):")
+    hits = 0
+    for g in groups:
+        ok = ordering_reproduced(g)
+        hits += ok
+        rows = ", ".join(
+            f"row {r.case.row_id} meas {_fmt(r.case.measured_step_s, '.2f')} s / pred "
+            f"{_fmt(r.predicted_step_s, '.2f')} s" for r in g)
+        print(f"  {'ok   ' if ok else 'WRONG'} {g[0].case.label[:30]:30} {rows}")
+    if groups:
+        print(f"  reproduced in {hits} of {len(groups)} groups ({hits / len(groups):.0%})")
 
 
 if __name__ == "__main__":

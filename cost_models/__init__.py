@@ -1,6 +1,7 @@
 """Plug-in cost models. Built-ins register by explicit import below; third-party models
 through the `meshplan.cost_models` entry points (`load_entry_point_plugins`)."""
 
+from cost_models import calibrated as calibrated  # registers "calibrated"
 from cost_models.analytical import AnalyticalConfig, AnalyticalTrainingCostModel
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.registry import (

@@ -1,4 +1,5 @@
-"""Keyword-only data access functions over `SearchRecord` and `PlanRecord`.
+"""Keyword-only data access functions over `SearchRecord`, `PlanRecord` and
+`MeasurementRecord`.
 
 State changes of a search are conditional updates (`... WHERE status IN (...)`), so a
 cancellation racing a worker's final write has exactly one winner on SQLite and PostgreSQL.
@@ -15,6 +16,7 @@ from sqlmodel import Session, col, select
 
 from app.db.models import (
     ACTIVE_STATUSES,
+    MeasurementRecord,
     PlanRecord,
     SearchRecord,
     SearchStatus,
@@ -213,3 +215,67 @@ def list_plans(
 def get_plan(*, session: Session, plan_id: str) -> PlanRecord | None:
     """One plan, or None."""
     return session.get(PlanRecord, plan_id)
+
+
+def create_measurement(
+    *,
+    session: Session,
+    plan: PlanRecord,
+    accelerator_id: str,
+    step_time_s: float,
+    tokens_per_s: float,
+    predicted_step_time_s: float,
+    peak_memory_gib: float | list[float] | None = None,
+    notes: str | None = None,
+    measured_at: datetime | None = None,
+) -> MeasurementRecord:
+    """Store a measured run of `plan` and return it."""
+    record = MeasurementRecord(
+        plan_id=plan.id,
+        search_id=plan.search_id,
+        accelerator_id=accelerator_id,
+        step_time_s=step_time_s,
+        tokens_per_s=tokens_per_s,
+        peak_memory_gib=peak_memory_gib,
+        notes=notes,
+        measured_at=measured_at,
+        predicted_step_time_s=predicted_step_time_s,
+    )
+    session.add(record)
+    session.commit()
+    session.refresh(record)
+    return record
+
+
+def list_measurements(
+    *, session: Session, plan_id: str, limit: int = 100, offset: int = 0
+) -> tuple[list[MeasurementRecord], int]:
+    """A plan's measurements, oldest first, and their total count."""
+    query = (
+        select(MeasurementRecord)
+        .where(col(MeasurementRecord.plan_id) == plan_id)
+        .order_by(col(MeasurementRecord.created_at), col(MeasurementRecord.id))
+        .offset(offset)
+        .limit(limit)
+    )
+    count = (
+        select(func.count())
+        .select_from(MeasurementRecord)
+        .where(col(MeasurementRecord.plan_id) == plan_id)
+    )
+    return list(session.exec(query).all()), int(session.exec(count).one())
+
+
+def calibration_rows(
+    *, session: Session, accelerator_id: str
+) -> list[tuple[MeasurementRecord, PlanRecord, SearchRecord]]:
+    """Every measurement taken on `accelerator_id` with its plan and search, in a stable
+    order (by id), for fitting the calibrated cost model."""
+    query = (
+        select(MeasurementRecord, PlanRecord, SearchRecord)
+        .join(PlanRecord, col(PlanRecord.id) == col(MeasurementRecord.plan_id))
+        .join(SearchRecord, col(SearchRecord.id) == col(PlanRecord.search_id))
+        .where(col(MeasurementRecord.accelerator_id) == accelerator_id)
+        .order_by(col(MeasurementRecord.id))
+    )
+    return [(m, p, s) for m, p, s in session.exec(query).all()]

@@ -1,4 +1,5 @@
-"""Database tables: one row per search, one row per ranked plan of a search.
+"""Database tables: one row per search, one row per ranked plan of a search, one row per
+measured run of a plan.
 
 The Alembic revision in `app/migrations/versions/` creates exactly these tables; a test
 compares the migrated schema with this metadata, so change both together.
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, String, Text
+from sqlalchemy import JSON, Column, DateTime, Float, ForeignKey, Index, String, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -100,4 +101,40 @@ class PlanRecord(SQLModel, table=True):
     feasible: bool = Field(default=True, nullable=False)
     violations: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+
+
+class MeasurementRecord(SQLModel, table=True):
+    """A measured run of a stored plan (what a scheduler posts back after running it)."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        Index("ix_measurements_plan_id_created_at", "plan_id", "created_at"),
+        Index("ix_measurements_accelerator_id", "accelerator_id"),
+    )
+
+    id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    plan_id: str = Field(
+        sa_column=Column(String(36), ForeignKey("plans.id", ondelete="CASCADE"), nullable=False)
+    )
+    search_id: str = Field(sa_column=Column(String(36), nullable=False))
+    """The plan's search (denormalised: the plan row cascades with its search)."""
+    accelerator_id: str = Field(sa_column=Column(String(100), nullable=False))
+    """The catalog id the plan ran on (from the search's resolved cluster): the calibration
+    fits per accelerator."""
+    step_time_s: float = Field(sa_column=Column(Float, nullable=False))
+    """Measured seconds per optimizer step (converted from tokens_per_s when only that came)."""
+    tokens_per_s: float = Field(sa_column=Column(Float, nullable=False))
+    peak_memory_gib: float | list[float] | None = Field(
+        default=None, sa_column=Column(JSON, nullable=True)
+    )
+    """Measured peak memory: one figure, or one per pipeline rank."""
+    notes: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    measured_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    predicted_step_time_s: float = Field(sa_column=Column(Float, nullable=False))
+    """The plan's predicted step time when the measurement was stored."""
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
     )

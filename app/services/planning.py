@@ -4,6 +4,10 @@ price one plan or run a search → shape the results for the API.
 Every call into the lower layers (hardware_catalog, specs presets/model input, cost_models
 registry, solver) lives in this module.
 
+A `calibrated` cost model named without explicit parameters is fitted here to the stored
+measurements of runs on the request's accelerator (`calibrated_cost_model_ref`), and the
+fitted parameters are written into the cost model's config so the search is reproducible.
+
 Input errors are re-labelled with the request field they came from (`model.num_kv_heads`,
 `cluster.node_groups.0.accelerator`) and answered as 422 before anything is stored.
 """
@@ -11,19 +15,30 @@ Input errors are re-labelled with the request field they came from (`model.num_k
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from sqlmodel import Session
 
 import hardware_catalog
 import solver
 from app.core.config import Settings
+from app.db import crud
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
 from cost_models import registry
+from cost_models.analytical import AnalyticalConfig
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.calibrated import (
+    CalibratedConfig,
+    CalibratedTrainingCostModel,
+    CalibrationFit,
+    CalibrationSample,
+    fit_calibration,
+)
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -260,8 +275,9 @@ def _training_workload(workload: Any) -> TrainingWorkload:
     return workload
 
 
-def estimate(body: EstimateRequest) -> dict[str, Any]:
-    """Price one plan (`POST /v1/estimate`)."""
+def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str, Any]:
+    """Price one plan (`POST /v1/estimate`); `session` gives a `calibrated` cost model its
+    stored measurements."""
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
@@ -275,9 +291,13 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes if constraints else False,
     )
     _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
-    cost_model = build_cost_model(body.cost_model)
+    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id,
+                                                 session)
+    cost_model = build_cost_model(ref)
     result = solver.estimate_plan(problem, cost_model, body.plan)
-    return estimate_public(result, cost_model)
+    public = estimate_public(result, cost_model)
+    public["calibration"] = calibration
+    return public
 
 
 def estimate_public(result: TrainingEstimate, cost_model: TrainingCostModel) -> dict[str, Any]:
@@ -371,8 +391,11 @@ class PreparedSearch:
     cost_model_version: str
 
 
-def prepare_search(body: SearchCreate, settings: Settings) -> PreparedSearch:
-    """Resolve and validate a search request synchronously (422 before anything is stored)."""
+def prepare_search(
+    body: SearchCreate, settings: Settings, session: Session | None = None
+) -> PreparedSearch:
+    """Resolve and validate a search request synchronously (422 before anything is stored);
+    `session` gives a `calibrated` cost model its stored measurements."""
     if body.top_k > settings.max_top_k:
         raise InputError(
             f"top_k must be between 1 and {settings.max_top_k} (got {body.top_k})",
@@ -396,8 +419,15 @@ def prepare_search(body: SearchCreate, settings: Settings) -> PreparedSearch:
     workload = _training_workload(body.workload)
     _check_supported(cluster, workload)
     _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
-    cost_model = build_cost_model(body.cost_model)
-    cost_ref = body.cost_model or CostModelRef()
+    cost_ref, calibration = calibrated_cost_model_ref(
+        body.cost_model or CostModelRef(), cluster.accelerator.id, session
+    )
+    assert cost_ref is not None
+    cost_model = build_cost_model(cost_ref)
+    cost_entry: dict[str, Any] = {"name": cost_ref.name, "config": cost_ref.config,
+                                  "version": str(cost_model.version)}
+    if calibration is not None:
+        cost_entry["calibration"] = calibration
     problem = {
         "model": model.model_dump(mode="json"),
         "cluster": cluster.model_dump(mode="json"),
@@ -405,8 +435,7 @@ def prepare_search(body: SearchCreate, settings: Settings) -> PreparedSearch:
         "constraints": constraints.model_dump(mode="json"),
         "objective": body.objective,
         "top_k": body.top_k,
-        "cost_model": {"name": cost_ref.name, "config": cost_ref.config,
-                       "version": str(cost_model.version)},
+        "cost_model": cost_entry,
     }
     request = body.model_dump(mode="json")
     request["constraints"] = constraints.model_dump(mode="json", exclude_defaults=False)
@@ -438,13 +467,7 @@ def run_problem(
 ) -> SearchOutcome:
     """Run the search a stored problem describes (the worker's job)."""
     constraints = SearchConstraints.model_validate(problem["constraints"])
-    training = TrainingProblem(
-        model=ModelSpec.model_validate(problem["model"]),
-        cluster=ResolvedCluster.model_validate(problem["cluster"]),
-        workload=TrainingWorkload.model_validate(problem["workload"]),
-        memory_headroom_gib=constraints.memory_headroom_gib,
-        allow_tensor_across_nodes=constraints.allow_tensor_across_nodes,
-    )
+    training = training_problem(problem)
     ref = problem.get("cost_model") or {}
     cost_model = build_cost_model(
         CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))
@@ -465,6 +488,18 @@ def run_problem(
         raise NoFeasiblePlan(_no_plan_detail(training), reasons=stats.get("pruned", {}),
                              stats=stats)
     return SearchOutcome(plans=plans, stats=stats)
+
+
+def training_problem(problem: dict[str, Any]) -> TrainingProblem:
+    """The TrainingProblem of a stored search problem."""
+    constraints = SearchConstraints.model_validate(problem["constraints"])
+    return TrainingProblem(
+        model=ModelSpec.model_validate(problem["model"]),
+        cluster=ResolvedCluster.model_validate(problem["cluster"]),
+        workload=TrainingWorkload.model_validate(problem["workload"]),
+        memory_headroom_gib=constraints.memory_headroom_gib,
+        allow_tensor_across_nodes=constraints.allow_tensor_across_nodes,
+    )
 
 
 MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
@@ -515,6 +550,122 @@ def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[s
         "feasible": plan.get("feasible", True),
         "violations": plan.get("violations", []),
     }
+
+
+# ---- calibration from measured runs -------------------------------------------------------
+CALIBRATED_COST_MODEL = "calibrated"
+_MAX_FITS = 64
+_FITS: dict[str, CalibrationFit] = {}
+"""Fits by the hash of (accelerator, measurement ids, base config): measurements are never
+edited, so the ids name the data."""
+_FITS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Samples:
+    samples: list[CalibrationSample]
+    measurement_ids: list[str]
+    plan_ids: list[str]
+
+
+def _calibration_samples(session: Session | None, accelerator_id: str) -> _Samples:
+    """The stored measurements on `accelerator_id` as fit samples (rows whose stored problem
+    or plan no longer validates are skipped and logged)."""
+    out = _Samples([], [], [])
+    if session is None:
+        return out
+    for measurement, plan, search in crud.calibration_rows(session=session,
+                                                           accelerator_id=accelerator_id):
+        try:
+            sample = CalibrationSample(training_problem(search.problem),
+                                       TrainingPlan.model_validate(plan.plan),
+                                       measurement.step_time_s)
+        except (ValidationError, PlannerError, KeyError, TypeError):
+            logger.warning("measurement %s skipped: its plan or search no longer validates",
+                           measurement.id, exc_info=True)
+            continue
+        if sample.plan.stage_layers is None:
+            continue
+        out.samples.append(sample)
+        out.measurement_ids.append(measurement.id)
+        out.plan_ids.append(plan.id)
+    return out
+
+
+def current_calibration(
+    session: Session | None,
+    accelerator_id: str,
+    base: AnalyticalConfig | None = None,
+    *,
+    field: str = "accelerator",
+) -> dict[str, Any]:
+    """The calibrated model's fit for one accelerator from every stored measurement on it
+    (cached per measurement set and base config). 422 naming `field` for an unknown id."""
+    try:
+        accelerator = hardware_catalog.get_accelerator(accelerator_id)
+    except CatalogLookupError as exc:
+        raise UnknownReference(
+            exc.detail,
+            errors=[_field_error(field, "unknown accelerator", accelerator_id, exc.detail)],
+        ) from exc
+    base = base or AnalyticalConfig()
+    data = _calibration_samples(session, accelerator.id)
+    key = canonical_hash({"accelerator": accelerator.id, "measurements": data.measurement_ids,
+                          "base": base.model_dump(mode="json")})
+    with _FITS_LOCK:
+        fit = _FITS.get(key)
+    if fit is None:
+        fit = fit_calibration(data.samples, base)
+        with _FITS_LOCK:
+            if len(_FITS) >= _MAX_FITS:
+                _FITS.clear()
+            _FITS[key] = fit
+    config = fit.config(base)
+    model = CalibratedTrainingCostModel(CalibratedConfig.model_validate(config))
+    if fit.num_samples == 0:
+        detail = (f"no measurements on {accelerator.id} yet: priced exactly as the "
+                  "analytical model")
+    else:
+        assert fit.error_before is not None and fit.error_after is not None
+        detail = (f"fitted to {fit.num_samples} measured runs on {accelerator.id}: mean "
+                  f"|error| {fit.error_before.mean:.1%} before, {fit.error_after.mean:.1%} after")
+    return {
+        "accelerator": accelerator.id,
+        "num_samples": fit.num_samples,
+        "parameters": fit.parameters,
+        "error_before": fit.error_before.to_dict() if fit.error_before else None,
+        "error_after": fit.error_after.to_dict() if fit.error_after else None,
+        "fitted": list(fit.fitted),
+        "measurements_hash": key[:16],
+        "detail": detail,
+        "samples": [
+            {"measurement_id": m, "plan_id": p, "measured_step_time_s": s.measured_step_s,
+             "error_before": before, "error_after": after}
+            for m, p, s, before, after in zip(data.measurement_ids, data.plan_ids,
+                                              data.samples, fit.residuals_before,
+                                              fit.residuals, strict=True)
+        ],
+        "cost_model": {"name": CALIBRATED_COST_MODEL, "version": str(model.version),
+                       "config": config},
+    }
+
+
+def calibrated_cost_model_ref(
+    ref: CostModelRef | None, accelerator_id: str, session: Session | None,
+    *, field: str = "cost_model",
+) -> tuple[CostModelRef | None, dict[str, Any] | None]:
+    """A `calibrated` reference without `config.parameters` → the same reference with the
+    current fit's parameters filled in, and the fit's summary (the response's
+    `calibration`). Any other reference comes back unchanged with None."""
+    if ref is None or ref.name != CALIBRATED_COST_MODEL:
+        return ref, None
+    if ref.config is not None and "parameters" in ref.config:
+        return ref, None
+    model = build_cost_model(ref, field=field)  # 422 for a bad `base` before any fitting
+    assert isinstance(model, CalibratedTrainingCostModel)
+    summary = current_calibration(session, accelerator_id, model.config.base)
+    filled = CostModelRef(name=ref.name, config=summary["cost_model"]["config"])
+    return filled, {k: v for k, v in summary.items() if k not in ("cost_model", "samples")}
 
 
 def raise_spec_error(field: str, rule: str, value: Any, message: str) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.deps import SessionDep
 from app.schemas import EstimatePublic, EstimateRequest
 from app.services import planning
 
@@ -13,6 +14,6 @@ router = APIRouter(tags=["estimate"])
 
 
 @router.post("/v1/estimate", response_model=EstimatePublic)
-def create_estimate(body: EstimateRequest) -> dict[str, Any]:
+def create_estimate(body: EstimateRequest, session: SessionDep) -> dict[str, Any]:
     """Estimate step time, throughput and memory of one plan."""
-    return planning.estimate(body)
+    return planning.estimate(body, session)

@@ -64,6 +64,7 @@ def search_public(record: SearchRecord, *, num_plans: int | None = None) -> dict
         },
         "num_plans": num_plans,
         "plans_url": f"/v1/searches/{record.id}/plans",
+        "calibration": (problem.get("cost_model") or {}).get("calibration"),
     }
 
 
@@ -101,7 +102,11 @@ async def create_search(
     if not 0 <= wait <= settings.max_wait_s:
         raise SpecError("wait", f"between 0 and {settings.max_wait_s}", wait,
                         f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})")
-    prepared = await run_in_threadpool(planning.prepare_search, body, settings)
+    def prepare() -> planning.PreparedSearch:
+        with Session(engine, expire_on_commit=False) as session:
+            return planning.prepare_search(body, settings, session)
+
+    prepared = await run_in_threadpool(prepare)
 
     def store() -> str:
         with Session(engine, expire_on_commit=False) as session:

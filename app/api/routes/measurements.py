@@ -1,0 +1,173 @@
+"""Measured runs of stored plans: a scheduler posts back what a plan actually did, and the
+`calibrated` cost model fits itself to these measurements (see `calibration.py`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+from sqlmodel import Session
+
+from app.api.deps import SessionDep
+from app.db import crud
+from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
+from app.schemas import MeasurementCreate, MeasurementList, MeasurementPublic
+from app.services.planning import InputError
+from specs.errors import NotFound
+
+router = APIRouter(tags=["measurements"])
+
+RATE_TOLERANCE = 0.05
+"""step_time_s × tokens_per_s may differ from the plan's tokens per step by this fraction."""
+MEMORY_TOLERANCE = 1.05
+"""Peak memory may exceed the device capacity by this factor (allocator vs nvidia-smi GiB)."""
+
+
+def _error(field: str, rule: str, value: Any, message: str) -> dict[str, Any]:
+    return {"field": field, "rule": rule, "value": value, "message": message}
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def measurement_public(record: MeasurementRecord) -> dict[str, Any]:
+    """A measurement row as the API shows it."""
+    return {
+        "id": record.id,
+        "plan_id": record.plan_id,
+        "search_id": record.search_id,
+        "accelerator_id": record.accelerator_id,
+        "step_time_s": record.step_time_s,
+        "tokens_per_s": record.tokens_per_s,
+        "peak_memory_gib": record.peak_memory_gib,
+        "notes": record.notes,
+        "measured_at": _utc(record.measured_at),
+        "created_at": _utc(record.created_at),
+        "predicted_step_time_s": record.predicted_step_time_s,
+        "error": record.step_time_s / record.predicted_step_time_s - 1.0,
+    }
+
+
+def _load_plan(session: Session, plan_id: str) -> tuple[PlanRecord, SearchRecord]:
+    plan = crud.get_plan(session=session, plan_id=plan_id)
+    search = crud.get_search(session=session, search_id=plan.search_id) if plan else None
+    if plan is None or search is None:
+        raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
+    return plan, search
+
+
+def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]:
+    """(step_time_s, tokens_per_s) from whichever the body gives; 422 naming both fields
+    when neither comes or they disagree."""
+    step, rate = body.step_time_s, body.tokens_per_s
+    if step is None and rate is None:
+        message = "give step_time_s, tokens_per_s or both"
+        raise InputError(message, [
+            _error("step_time_s", "one of step_time_s, tokens_per_s required", None, message),
+            _error("tokens_per_s", "one of step_time_s, tokens_per_s required", None, message),
+        ])
+    if step is None:
+        assert rate is not None
+        return tokens_per_step / rate, rate
+    if rate is None:
+        return step, tokens_per_step / step
+    implied = step * rate / tokens_per_step
+    if abs(implied - 1.0) > RATE_TOLERANCE:
+        message = (
+            f"step_time_s × tokens_per_s = {step:g} × {rate:g} = {step * rate:.6g} tokens, but "
+            f"a step of this plan is {tokens_per_step} tokens (global_batch_size × "
+            f"sequence_length); they must agree within {RATE_TOLERANCE:.0%}"
+        )
+        rule = f"step_time_s × tokens_per_s within {RATE_TOLERANCE:.0%} of {tokens_per_step}"
+        raise InputError(message, [
+            _error("step_time_s", rule, step, message),
+            _error("tokens_per_s", rule, rate, message),
+        ])
+    return step, rate
+
+
+def _check_memory(value: float | list[float] | None, capacity_gib: float, pipeline: int,
+                  accelerator_id: str) -> None:
+    if value is None:
+        return
+    limit = capacity_gib * MEMORY_TOLERANCE
+    rule = f"at most {MEMORY_TOLERANCE:g} × {capacity_gib:g} GiB ({accelerator_id})"
+    errors = []
+    if isinstance(value, list):
+        if len(value) != pipeline:
+            message = (f"peak_memory_gib has {len(value)} values; the plan has {pipeline} "
+                       "pipeline ranks (give one per rank, or one number)")
+            raise InputError(message, [_error("peak_memory_gib",
+                                              f"one value per pipeline rank ({pipeline})",
+                                              value, message)])
+        items = [(f"peak_memory_gib.{i}", v) for i, v in enumerate(value)]
+    else:
+        items = [("peak_memory_gib", value)]
+    for field, gib in items:
+        if gib > limit:
+            errors.append(_error(field, rule, gib,
+                                 f"{field} = {gib:g} GiB exceeds the {accelerator_id}'s "
+                                 f"{capacity_gib:g} GiB by more than 5%"))
+    if errors:
+        raise InputError("; ".join(e["message"] for e in errors), errors)
+
+
+@router.post(
+    "/v1/plans/{plan_id}/measurements",
+    response_model=MeasurementPublic,
+    status_code=status.HTTP_201_CREATED,
+)
+def create_measurement(
+    plan_id: str, body: MeasurementCreate, response: Response, session: SessionDep
+) -> dict[str, Any]:
+    """Record a measured run of a plan (step time or throughput, peak memory)."""
+    plan, search = _load_plan(session, plan_id)
+    problem = search.problem
+    workload = problem["workload"]
+    accelerator = problem["cluster"]["groups"][0]["accelerator"]
+    tokens_per_step = int(workload["global_batch_size"]) * int(workload["sequence_length"])
+    step_time_s, tokens_per_s = _rates(body, tokens_per_step)
+    _check_memory(body.peak_memory_gib, float(accelerator["memory_gib"]),
+                  int(plan.plan["parallelism"]["pipeline"]), str(accelerator["id"]))
+    record = crud.create_measurement(
+        session=session,
+        plan=plan,
+        accelerator_id=str(accelerator["id"]),
+        step_time_s=step_time_s,
+        tokens_per_s=tokens_per_s,
+        predicted_step_time_s=float(plan.metrics["step_time_s"]),
+        peak_memory_gib=body.peak_memory_gib,
+        notes=body.notes,
+        measured_at=_utc(body.measured_at),
+    )
+    response.headers["Location"] = f"/v1/plans/{plan_id}/measurements/{record.id}"
+    return measurement_public(record)
+
+
+@router.get("/v1/plans/{plan_id}/measurements", response_model=MeasurementList)
+def list_measurements(
+    plan_id: str,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    """List a plan's measurements, oldest first."""
+    _load_plan(session, plan_id)
+    rows, total = crud.list_measurements(session=session, plan_id=plan_id, limit=limit,
+                                         offset=offset)
+    return {"items": [measurement_public(r) for r in rows], "total": total}
+
+
+@router.get("/v1/plans/{plan_id}/measurements/{measurement_id}",
+            response_model=MeasurementPublic)
+def read_measurement(plan_id: str, measurement_id: str, session: SessionDep) -> dict[str, Any]:
+    """Read one measurement of a plan."""
+    record = session.get(MeasurementRecord, measurement_id)
+    if record is None or record.plan_id != plan_id:
+        raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}",
+                       id=measurement_id)
+    return measurement_public(record)
