@@ -293,8 +293,27 @@ def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers
     return layers is None or (len(layers) == pipeline * v and sum(layers) == num_layers)
 
 
-def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
-    """Every candidate of the declared space, in a deterministic order."""
+class Block(NamedTuple):
+    """The candidates of one degree tuple: every (inner, zero, recompute) combination, in
+    `candidates()` order (inner options outermost, recompute innermost)."""
+
+    data: int
+    tensor: int
+    pipeline: int
+    context: int
+    expert: int
+    expert_tensor: int
+    sequence_parallel: bool
+    inners: list[_Inner]
+    zero_stages: list[int]
+    recomputes: list[str]
+    stage_layers: tuple[int, ...] | None
+    flash_attention: bool
+
+
+def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Block]:
+    """The space as one block per degree tuple (`candidates()` expands them; the search
+    screens them without building a `Candidate` per point)."""
     fixed = validated_fixed(constraints)
     num_layers = problem.model.num_layers
     expert = fixed.get("expert", 1)
@@ -307,15 +326,24 @@ def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iter
         if sp and tensor == 1:
             continue
         zeros = _restrict(zero_stage_options(pipeline), fixed, "zero_stage")
-        for inner in _inner_options(problem, constraints, fixed, data, pipeline):
-            if not _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers):
-                continue
-            for zero in zeros:
-                for recompute in recomputes:
+        inners = [
+            inner for inner in _inner_options(problem, constraints, fixed, data, pipeline)
+            if _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers)
+        ]
+        yield Block(data, tensor, pipeline, context, expert, expert_tensor, sp, inners, zeros,
+                    recomputes, stage_layers, flash)
+
+
+def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
+    """Every candidate of the declared space, in a deterministic order."""
+    for blk in candidate_blocks(problem, constraints):
+        for v, schedule, b in blk.inners:
+            for zero in blk.zero_stages:
+                for recompute in blk.recomputes:
                     yield Candidate(
-                        data, tensor, pipeline, inner.virtual_pipeline, context, expert,
-                        expert_tensor, sp, inner.micro_batch_size, zero, recompute,
-                        inner.schedule, stage_layers, flash,
+                        blk.data, blk.tensor, blk.pipeline, v, blk.context, blk.expert,
+                        blk.expert_tensor, blk.sequence_parallel, b, zero, recompute,
+                        schedule, blk.stage_layers, blk.flash_attention,
                     )
 
 

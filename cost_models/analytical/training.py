@@ -15,7 +15,13 @@ it depends on: per-layer costs per (layer kind, t, c, b, recompute, SP, flash, e
 per-layer tuples (`(x,) * L` for identical layers) per the same key without the kind, state
 bytes per (t, data·context, ZeRO, expert degrees), embedding/head extras, p2p time, group
 placement and in-flight counts per their own keys; prefix sums (only evaluate() needs them)
-are built on first use per layer sequence. Rule checks are cached per the fields they read.
+are built on first use per layer sequence. Layer costs share their recompute-independent core
+per (kind, t, c, b, SP, flash, etp); embedding / LM-head times and states are cached apart.
+The degree rules of check() are cached per degrees; `check_key` answers valid keys from that
+cache and a few integer tests. The step-time bound caches its v-independent terms per
+(t, c, d, p, etp, SP, b, recompute, flash), built from layer terms per (t, c, b, recompute,
+SP, flash, etp), and its Adam-step term per (t, c, d, p, e, etp, ZeRO); every cached number
+is computed by the same expression as before, so the results are bit-identical.
 The keyed entry points (`check_key`, `profile_key`) and the search bounds
 (`group_memory_lower_bound_bytes`, `step_time_lower_bound_s`) implement the optional
 `KeyedTrainingCostModel` / `BoundedTrainingCostModel` protocols of `cost_models.base`; no
@@ -195,6 +201,8 @@ class _LayerSeq:
     """Largest per-GPU parameter count over layer kinds (state sequences)."""
     params_sum: float
     """Σ_l params_l (state sequences), summed in layer order."""
+    uniform: bool = False
+    """Every layer has the same record (one layer kind)."""
     prefixes: dict[str, tuple[float, ...]] = field(default_factory=dict)
     _stats: _TimeStats | None = None
 
@@ -209,7 +217,12 @@ class _LayerSeq:
         arr = self.prefixes.get(name)
         if arr is None:
             attr = _PREFIX_FIELDS[name]
-            arr = tuple(accumulate([getattr(x, attr) for x in self.items], initial=0.0))
+            items = self.items
+            if self.uniform:  # one record repeated: read the field once
+                values: Any = (getattr(items[0], attr),) * len(items)
+            else:
+                values = [getattr(x, attr) for x in items]
+            arr = tuple(accumulate(values, initial=0.0))
             self.prefixes[name] = arr
         return arr
 
@@ -264,18 +277,39 @@ class _Context:
     model_flops: float
     kinds: tuple[bool, ...]
     """Distinct layer kinds (is MoE), sorted."""
+    num_layers: int
     usable_bytes: float
     num_gpus: int
     is_homogeneous: bool
     layer_costs: dict[tuple[Any, ...], _LayerCost] = field(default_factory=dict)
-    checks: dict[tuple[Any, ...], tuple[Violation, ...]] = field(default_factory=dict)
+    layer_cores: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
+    """The recompute-independent parts of `layer_costs` (see `_layer_core`)."""
+    degree_checks: dict[tuple[Any, ...], tuple[list[Violation], list[Violation]]] = field(
+        default_factory=dict)
+    """(rules before, rules after the per-step rules) per (t, c, d, pp, e, etp)."""
+    degrees_clear: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    """Per (t, c, d, pp, e, etp): no degree rule fails (`check_key`'s fast path)."""
     cost_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
     state_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
     extras: dict[tuple[Any, ...], tuple[_Extra, _Extra]] = field(default_factory=dict)
+    extra_times: dict[tuple[Any, ...], tuple[tuple[float, float, float, float],
+                                             tuple[float, float, float, float]]] = field(
+        default_factory=dict)
+    extra_states: dict[tuple[Any, ...], tuple[_LayerState, _LayerState]] = field(
+        default_factory=dict)
     groups: dict[tuple[int, int, int, int], ParallelGroups] = field(default_factory=dict)
     p2p: dict[tuple[Any, ...], float] = field(default_factory=dict)
     inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     group_memory: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    bound_times: dict[tuple[Any, ...], tuple[float, float, float, float, float, int]] = field(
+        default_factory=dict)
+    """Step-time bound terms per (t, c, d, pp, etp, sp, b, rc, flash): (layers + extras,
+    largest layer, smallest layer, larger extra, p2p s, micro-batches)."""
+    bound_layer_terms: dict[tuple[Any, ...], tuple[float, float, float, float]] = field(
+        default_factory=dict)
+    """The layer and extra terms of `bound_times` per (t, c, b, rc, sp, flash, etp)."""
+    bound_optimizer: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    """Adam-step time of the bound per (t, c, d, pp, e, etp, zero)."""
     profiles: dict[tuple[Any, ...], _Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
 
@@ -308,16 +342,24 @@ class AnalyticalTrainingCostModel:
     def __init__(self, config: AnalyticalConfig | None = None) -> None:
         self.config = config or AnalyticalConfig()
         self._contexts: dict[int, _Context] = {}
+        self._last: _Context | None = None
+        """The context asked for last (one attribute: a search asks for the same problem
+        tens of thousands of times)."""
 
     # ---- problem context ---------------------------------------------------------------
     def _context(self, problem: TrainingProblem) -> _Context:
+        ctx = self._last
+        if ctx is not None and ctx.problem is problem:
+            return ctx
         ctx = self._contexts.get(id(problem))
         if ctx is not None and ctx.problem is problem:
+            self._last = ctx
             return ctx
         if len(self._contexts) >= _MAX_CONTEXTS:
             self._contexts.clear()
         ctx = self._build_context(problem)
         self._contexts[id(problem)] = ctx
+        self._last = ctx
         return ctx
 
     def _build_context(self, problem: TrainingProblem) -> _Context:
@@ -354,6 +396,7 @@ class AnalyticalTrainingCostModel:
             model=model,
             moe_flags=moe_flags,
             kinds=tuple(sorted(set(moe_flags))),
+            num_layers=model.num_layers,
             usable_bytes=problem.usable_memory_bytes,
             num_gpus=problem.num_gpus,
             is_homogeneous=cluster.is_homogeneous,
@@ -383,19 +426,71 @@ class AnalyticalTrainingCostModel:
         )
 
     def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
-        """`check()` of the plan `key` describes, without building the plan; cached per
-        problem by the fields the rules read (not recompute, SP or flash attention)."""
-        ctx = self._context(problem)
-        ckey = (*key[:7], key[8], key[9], key[11])
-        hit = ctx.checks.get(ckey)
-        if hit is None:
-            hit = ctx.checks[ckey] = tuple(self._check(problem, *ckey))
-        return list(hit)
+        """`check()` of the plan `key` describes, without building the plan: the degree
+        rules are cached per problem and degrees, the few per-step rules are evaluated
+        directly (the full `_check` runs only when one of them fails)."""
+        ctx = self._last
+        if ctx is None or ctx.problem is not problem:
+            ctx = self._context(problem)
+        t, c, d, pp, v, e, et, _sp, b, zero, _rc, schedule, _flash = key
+        gbs = ctx.global_batch
+        if (
+            ctx.degrees_clear.get((t, c, d, pp, e, et))
+            and not gbs % (b * d)
+            and pp * v <= ctx.num_layers
+            and (schedule != "interleaved_1f1b" or (
+                pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp))
+            and (zero < 2 or pp <= 1)
+        ):
+            return []
+        return self._check(problem, t, c, d, pp, v, e, et, b, zero, schedule)
 
     def _check(
         self, problem: TrainingProblem, t: int, c: int, d: int, pp: int, v: int, e: int,
         et: int, b: int, zero: int, schedule: str,
     ) -> list[Violation]:
+        """Every rule, in a fixed order: the degree rules (cached per degrees), then the
+        micro-batch, virtual pipeline, schedule and ZeRO rules, then the expert and
+        precision rules (cached per degrees)."""
+        ctx = self._context(problem)
+        dkey = (t, c, d, pp, e, et)
+        before_after = ctx.degree_checks.get(dkey)
+        if before_after is None:
+            before_after = ctx.degree_checks[dkey] = self._degree_rules(ctx, t, c, d, pp, e, et)
+            ctx.degrees_clear[dkey] = not before_after[0] and not before_after[1]
+        before, after = before_after
+        out = list(before)
+        model, gbs = ctx.model, ctx.global_batch
+        if gbs % (b * d):
+            out.append(Violation(kind="batch", detail=(
+                f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
+                f"data = {b} × {d} = {b * d}")))
+        if pp * v > model.num_layers:
+            out.append(Violation(kind="divisibility", detail=(
+                f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
+                f"exceed num_layers ({model.num_layers})")))
+        if schedule == "interleaved_1f1b":
+            m = gbs // (b * d) if b * d else 0
+            if pp < 2:
+                out.append(Violation(kind="schedule", detail=(
+                    f"interleaved_1f1b needs pipeline >= 2 (got {pp})")))
+            elif m < pp or m % pp:
+                out.append(Violation(kind="schedule", detail=(
+                    f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
+                    f"a multiple of pipeline ({pp}) and at least pipeline")))
+        if zero >= 2 and pp > 1:
+            out.append(Violation(kind="zero", detail=(
+                f"zero_stage {zero} cannot be combined with pipeline "
+                f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)")))
+        out.extend(after)
+        return out
+
+    def _degree_rules(
+        self, ctx: _Context, t: int, c: int, d: int, pp: int, e: int, et: int
+    ) -> tuple[list[Violation], list[Violation]]:
+        """The rules that read only the degrees: (those `_check` reports before the
+        per-step rules, those it reports after them)."""
+        problem = ctx.problem
         model, work, cluster = problem.model, problem.workload, problem.cluster
         world_size = d * t * pp * c
         out: list[Violation] = []
@@ -403,7 +498,6 @@ class AnalyticalTrainingCostModel:
         def bad(kind: str, detail: str) -> None:
             out.append(Violation(kind=kind, detail=detail))
 
-        ctx = self._context(problem)
         if not ctx.is_homogeneous:
             bad("heterogeneous", "the cluster mixes node types; only homogeneous clusters "
                 "are priced for now")
@@ -427,23 +521,8 @@ class AnalyticalTrainingCostModel:
         if c > 1 and s % (2 * c):
             bad("divisibility", f"sequence_length ({s}) must be divisible by 2 × context "
                 f"= {2 * c} (load-balanced causal context parallelism)")
-        gbs = work.global_batch_size
-        if gbs % (b * d):
-            bad("batch", f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
-                f"data = {b} × {d} = {b * d}")
-        if pp * v > model.num_layers:
-            bad("divisibility", f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
-                f"exceed num_layers ({model.num_layers})")
-        if schedule == "interleaved_1f1b":
-            m = gbs // (b * d) if b * d else 0
-            if pp < 2:
-                bad("schedule", f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
-            elif m < pp or m % pp:
-                bad("schedule", f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
-                    f"a multiple of pipeline ({pp}) and at least pipeline")
-        if zero >= 2 and pp > 1:
-            bad("zero", f"zero_stage {zero} cannot be combined with pipeline "
-                f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)")
+        before = out
+        out = []
         if model.moe is None:
             if e > 1 or et > 1:
                 bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
@@ -460,7 +539,7 @@ class AnalyticalTrainingCostModel:
         ):
             bad("precision", f"{cluster.accelerator.id} has no dense {work.precision} peak in the "
                 "catalog")
-        return out
+        return before, out
 
     # ---- profile -----------------------------------------------------------------------
     def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
@@ -498,6 +577,41 @@ class AnalyticalTrainingCostModel:
         hit = ctx.layer_costs.get(key)
         if hit is not None:
             return hit
+        core_key = (is_moe, t, c, b, sp, flash, etp)
+        core = ctx.layer_cores.get(core_key)
+        if core is None:
+            core = ctx.layer_cores[core_key] = self._layer_core(
+                ctx, is_moe, t, c, b, sp, flash, etp, groups)
+        fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working = core
+        if rc == "full":  # the whole forward again, collectives included
+            rc_s, tp_rc, cp_rc = fwd + att_f, tp_dir, cp_f
+        elif rc == "selective":
+            rc_s, tp_rc, cp_rc = att_f, 0.0, 0.0
+        else:
+            rc_s, tp_rc, cp_rc = 0.0, 0.0, 0.0
+        act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc)  # type: ignore[arg-type]
+        forward = fwd + att_f + tp_dir + cp_f
+        cost = _LayerCost(
+            compute_s=fwd + bwd + att_f + att_b,
+            recompute_s=rc_s,
+            tp_s=2 * tp_dir + tp_rc,
+            cp_s=cp_f + cp_b + cp_rc,
+            forward_s=forward,
+            backward_s=bwd + att_b + rc_s + tp_dir + tp_rc + cp_b + cp_rc,
+            activation_bytes=act,
+            working_bytes=working,
+        )
+        ctx.layer_costs[key] = cost
+        return cost
+
+    def _layer_core(
+        self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, sp: bool, flash: bool,
+        etp: int, groups: ParallelGroups,
+    ) -> tuple[float, float, float, float, float, float, float, float]:
+        """The parts of a layer's cost that recompute does not change: (GEMM + elementwise
+        forward, their backward, attention core forward, its backward, TP communication per
+        direction, exposed CP forward, exposed CP backward, activation bytes without
+        recomputation)."""
         model, s, cfg = ctx.model, ctx.seq, self.config
         h = model.hidden_size
         tokens = b * s / c
@@ -541,27 +655,8 @@ class AnalyticalTrainingCostModel:
         elem_b = BACKWARD_BYTES_RATIO * elem_f
         fwd += elem_f
         bwd += elem_b
-        if rc == "full":  # the whole forward again, collectives included
-            rc_s, tp_rc, cp_rc = fwd + att_f, tp_dir, cp_f
-        elif rc == "selective":
-            rc_s, tp_rc, cp_rc = att_f, 0.0, 0.0
-        else:
-            rc_s, tp_rc, cp_rc = 0.0, 0.0, 0.0
-        act = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, rc)  # type: ignore[arg-type]
         working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
-        forward = fwd + att_f + tp_dir + cp_f
-        cost = _LayerCost(
-            compute_s=fwd + bwd + att_f + att_b,
-            recompute_s=rc_s,
-            tp_s=2 * tp_dir + tp_rc,
-            cp_s=cp_f + cp_b + cp_rc,
-            forward_s=forward,
-            backward_s=bwd + att_b + rc_s + tp_dir + tp_rc + cp_b + cp_rc,
-            activation_bytes=act,
-            working_bytes=working,
-        )
-        ctx.layer_costs[key] = cost
-        return cost
+        return fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working
 
     def _cost_seq(
         self, ctx: _Context, t: int, c: int, b: int, rc: str, sp: bool, flash: bool, etp: int,
@@ -587,6 +682,7 @@ class AnalyticalTrainingCostModel:
             max_working_bytes=max(x.working_bytes for x in costs.values()),
             max_params=0.0,
             params_sum=0.0,
+            uniform=len(costs) == 1,
         )
         return hit
 
@@ -610,6 +706,7 @@ class AnalyticalTrainingCostModel:
             max_working_bytes=0.0,
             max_params=max(st.params for st in states.values()),
             params_sum=sum(st.params for st in per_layer),
+            uniform=len(states) == 1,
         )
         return hit
 
@@ -653,9 +750,31 @@ class AnalyticalTrainingCostModel:
         self, ctx: _Context, t: int, c: int, b: int, sp: bool, head_params_on: bool,
         shards: int, zero: int, e: int, etp: int, groups: ParallelGroups,
     ) -> tuple[_Extra, _Extra]:
-        """(embedding on the first chunk, LM head + loss on the last chunk)."""
+        """(embedding on the first chunk, LM head + loss on the last chunk): their times
+        (`_extra_times`) with their states (`_extra_states`)."""
         key = (t, c, b, sp, head_params_on, shards, zero, e, etp)
         hit = ctx.extras.get(key)
+        if hit is not None:
+            return hit
+        (emb_s, emb_tp, emb_fwd, emb_act), (head_s, head_tp, head_fwd, head_act) = (
+            self._extra_times(ctx, t, c, b, sp, groups))
+        first_state, last_state = self._extra_states(ctx, t, head_params_on, shards, zero, e,
+                                                     etp)
+        first = _Extra(compute_s=emb_s, tp_s=emb_tp, forward_s=emb_fwd, state=first_state,
+                       activation_bytes=emb_act)
+        last = _Extra(compute_s=head_s, tp_s=head_tp, forward_s=head_fwd, state=last_state,
+                      activation_bytes=head_act)
+        hit = ctx.extras[key] = (first, last)
+        return hit
+
+    def _extra_times(
+        self, ctx: _Context, t: int, c: int, b: int, sp: bool, groups: ParallelGroups,
+    ) -> tuple[tuple[float, float, float, float], tuple[float, float, float, float]]:
+        """(compute s, exposed TP s, forward s, activation bytes) of the embedding and of the
+        LM head + loss, cached per (t, c, b, SP) (only the tensor placement enters, and it
+        depends on t alone)."""
+        key = (t, c, b, sp)
+        hit = ctx.extra_times.get(key)
         if hit is not None:
             return hit
         cfg, model, s = self.config, ctx.model, ctx.seq
@@ -675,12 +794,11 @@ class AnalyticalTrainingCostModel:
             else:
                 emb_tp = ctx.comm.all_reduce(act_size, groups.tensor)
             emb_tp *= 1.0 - cfg.tp_comm_overlap
-        first = _Extra(
-            compute_s=emb_s,
-            tp_s=emb_tp,
-            forward_s=emb_s / 2 + (emb_tp if not sp else emb_tp / 2),
-            state=self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp),
-            activation_bytes=act_size / t if sp else act_size,
+        first = (
+            emb_s,
+            emb_tp,
+            emb_s / 2 + (emb_tp if not sp else emb_tp / 2),
+            act_size / t if sp else act_size,
         )
         # LM head (vocab-parallel GEMM) and the fp32 cross entropy over the logits.
         head_f, head_b = ctx.gemm.forward_backward_s(tokens, h, vocab / t)
@@ -694,16 +812,31 @@ class AnalyticalTrainingCostModel:
             else:
                 head_tp = ctx.comm.all_reduce(act_size, groups.tensor)
             head_tp *= 1.0 - cfg.tp_comm_overlap
-        head_params = vocab * h if head_params_on else 0
-        last = _Extra(
-            compute_s=head_f + head_b + 2 * ce,
-            tp_s=head_tp,
-            forward_s=head_f + ce + (head_tp / 2 if sp else 0.0),
-            state=self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero,
-                              e, etp),
-            activation_bytes=logits_bytes(b, s, vocab, t, c),
+        last = (
+            head_f + head_b + 2 * ce,
+            head_tp,
+            head_f + ce + (head_tp / 2 if sp else 0.0),
+            logits_bytes(b, s, vocab, t, c),
         )
-        hit = ctx.extras[key] = (first, last)
+        hit = ctx.extra_times[key] = (first, last)
+        return hit
+
+    def _extra_states(
+        self, ctx: _Context, t: int, head_params_on: bool, shards: int, zero: int, e: int,
+        etp: int,
+    ) -> tuple[_LayerState, _LayerState]:
+        """States of the embedding and of the LM head (when its parameters are on the last
+        chunk) + final norm, cached per the fields they depend on."""
+        key = (t, head_params_on, shards, zero, e, etp)
+        hit = ctx.extra_states.get(key)
+        if hit is not None:
+            return hit
+        model = ctx.model
+        first = self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp)
+        head_params = model.vocab_size * model.hidden_size if head_params_on else 0
+        last = self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero,
+                           e, etp)
+        hit = ctx.extra_states[key] = (first, last)
         return hit
 
     def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
@@ -729,11 +862,8 @@ class AnalyticalTrainingCostModel:
         model = ctx.model
         shards = d * c
         states = self._state_seq(ctx, t, shards, zero, e, etp)
-        first = self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp)
-        head_params = model.vocab_size * model.hidden_size if (
-            not model.tie_embeddings or pp > 1) else 0
-        last = self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero, e,
-                           etp)
+        first, last = self._extra_states(ctx, t, not model.tie_embeddings or pp > 1, shards,
+                                         zero, e, etp)
         bucket = grad_bucket_bytes(shards, states.params_sum / pp) if zero < 3 else 0.0
         zero3 = 2 * 2.0 * states.max_params if zero == 3 and shards > 1 else 0.0
         fixed = self.config.runtime_context_gib * GIB + bucket + zero3
@@ -756,31 +886,69 @@ class AnalyticalTrainingCostModel:
         (Narayanan et al. 2021 §2.2.1-2.2.2, `schedule.py`). The Adam step takes the busiest
         rank's shard, at least the mean shard; data-parallel exposure is ≥ 0.
         """
-        ctx = self._context(problem)
-        _, costs, states, first, last, p2p, m = self._parts(ctx, key)
-        pp, v, schedule = key[3], key[4], key[11]
-        times = costs.stats()
+        ctx = self._last
+        if ctx is None or ctx.problem is not problem:
+            ctx = self._context(problem)
+        t, c, d, pp, v, e, etp, sp, b, zero, rc, schedule, flash = key
+        tkey = (t, c, d, pp, etp, sp, b, rc, flash)
+        terms = ctx.bound_times.get(tkey)
+        okey = (t, c, d, pp, e, etp, zero)
+        optimizer = ctx.bound_optimizer.get(okey)
+        if terms is None or optimizer is None:
+            terms, optimizer = self._bound_terms(ctx, key, tkey, okey)
+        base, largest, smallest, larger_extra, p2p, m = terms
         p2p_rank = 2 * v * p2p if pp > 1 else 0.0
-        first_x = first.compute_s + first.tp_s
-        last_x = last.compute_s + last.tp_s
-        total = times.total + first_x + last_x + pp * p2p_rank
+        total = base + pp * p2p_rank
         if pp == 1:
             w_max = total
         else:
             w_max = max(
                 total / pp,
-                times.largest + p2p_rank,
-                max(first_x, last_x) + v * times.smallest + p2p_rank,
+                largest + p2p_rank,
+                larger_extra + v * smallest + p2p_rank,
             )
         if schedule == "interleaved_1f1b" and v > 1:
             sched = m * w_max + (total - w_max) / v
         else:
             sched = (m - 1) * w_max + total
-        shard_total = (states.prefix("shard_params")[-1] + first.state.shard_params
-                       + last.state.shard_params)
-        hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-        optimizer = shard_total / pp * self.config.optimizer_bytes_per_param / hbm
         return sched + optimizer + self.config.step_overhead_s
+
+    def _bound_terms(
+        self, ctx: _Context, key: tuple[Any, ...], tkey: tuple[Any, ...],
+        okey: tuple[Any, ...],
+    ) -> tuple[tuple[float, float, float, float, float, int], float]:
+        """The parts of `step_time_lower_bound_s` that do not depend on v and the schedule
+        (cached per `tkey`) and its Adam-step time (cached per `okey`), from the same parts
+        `_parts` assembles."""
+        t, c, d, pp, _v, e, etp, sp, b, zero, rc, _schedule, flash = key
+        terms = ctx.bound_times.get(tkey)
+        if terms is None:
+            groups = self._groups(ctx, t, c, d, pp)
+            lkey = (t, c, b, rc, sp, flash, etp)
+            layer_terms = ctx.bound_layer_terms.get(lkey)
+            if layer_terms is None:
+                times = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups).stats()
+                first_t, last_t = self._extra_times(ctx, t, c, b, sp, groups)
+                first_x = first_t[0] + first_t[1]
+                last_x = last_t[0] + last_t[1]
+                layer_terms = ctx.bound_layer_terms[lkey] = (
+                    times.total + first_x + last_x, times.largest, times.smallest,
+                    max(first_x, last_x),
+                )
+            p2p = self._p2p(ctx, t, c, b, sp, groups) if pp > 1 else 0.0
+            terms = ctx.bound_times[tkey] = (*layer_terms, p2p, max(1, ctx.global_batch // (b * d)))
+        optimizer = ctx.bound_optimizer.get(okey)
+        if optimizer is None:
+            shards = d * c
+            states = self._state_seq(ctx, t, shards, zero, e, etp)
+            first_s, last_s = self._extra_states(ctx, t, not ctx.model.tie_embeddings or pp > 1,
+                                                 shards, zero, e, etp)
+            shard_total = (states.prefix("shard_params")[-1] + first_s.shard_params
+                           + last_s.shard_params)
+            hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+            optimizer = ctx.bound_optimizer[okey] = (
+                shard_total / pp * self.config.optimizer_bytes_per_param / hbm)
+        return terms, optimizer
 
     def _inflight(
         self, ctx: _Context, interleaved: bool, pp: int, v: int, m: int
@@ -807,16 +975,19 @@ class AnalyticalTrainingCostModel:
         state_seq = self._state_seq(ctx, t, shards, zero, e, etp)
         head_params_on = not model.tie_embeddings or pp > 1
         first, last = self._extras(ctx, t, c, b, sp, head_params_on, shards, zero, e, etp, groups)
-        p2p = 0.0
-        if pp > 1:
-            p2p_key = (t, c, b, sp, groups.pipeline.tier)
-            p2p_hit = ctx.p2p.get(p2p_key)
-            if p2p_hit is None:
-                act_size = b * ctx.seq / c * model.hidden_size * 2.0
-                p2p_bytes = act_size / t if sp else act_size
-                p2p_hit = ctx.p2p[p2p_key] = ctx.comm.send_recv(p2p_bytes, groups.pipeline.tier)
-            p2p = p2p_hit
+        p2p = self._p2p(ctx, t, c, b, sp, groups) if pp > 1 else 0.0
         return groups, cost_seq, state_seq, first, last, p2p, m
+
+    def _p2p(self, ctx: _Context, t: int, c: int, b: int, sp: bool,
+             groups: ParallelGroups) -> float:
+        """One boundary send/recv between pipeline chunks, seconds."""
+        p2p_key = (t, c, b, sp, groups.pipeline.tier)
+        p2p_hit = ctx.p2p.get(p2p_key)
+        if p2p_hit is None:
+            act_size = b * ctx.seq / c * ctx.model.hidden_size * 2.0
+            p2p_bytes = act_size / t if sp else act_size
+            p2p_hit = ctx.p2p[p2p_key] = ctx.comm.send_recv(p2p_bytes, groups.pipeline.tier)
+        return p2p_hit
 
     def _build_profile(self, ctx: _Context, key: tuple[Any, ...]) -> _Profiled:
         """The profile of plan key `key` (see `_plan_key`), assembled from parts cached by
@@ -895,9 +1066,17 @@ class AnalyticalTrainingCostModel:
 
         arrays = {name: prof.prefix(name) for name in _PREFIX_FIELDS}
 
-        def chunk_sum(name: str, rank: int) -> float:
-            arr = arrays[name]
-            return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
+        if v == 1:  # one chunk per rank: sum([x]) is 0.0 + x, without building the list
+            single = [ranges[0] for ranges in rank_ranges]
+
+            def chunk_sum(name: str, rank: int) -> float:
+                arr = arrays[name]
+                lo, hi = single[rank]
+                return 0.0 + (arr[hi] - arr[lo])
+        else:
+            def chunk_sum(name: str, rank: int) -> float:
+                arr = arrays[name]
+                return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
 
         # Per-rank work per micro-batch and its components.
         p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0

@@ -33,9 +33,15 @@ with N_j, so the optimum is the smallest T of the form τ·q + e_j for which
 Σ_j min(cap_j, ⌊(T − e_j)/τ⌋) ≥ L with every term ≥ v, found by bisection. It returns the
 same optimum as the program (tests compare both with brute force).
 
+The counting algorithm groups the ranks by their constant time e_j (at most three distinct
+values: the first rank, the last rank, the others) and sums min(cap_j, ⌊(T − e_j)/τ⌋) per
+group from sorted caps and their prefix sums, so each bisection step costs O(log p).
+
 Results are cached in a bounded LRU keyed by (L, p, v, the profile's numbers rounded to
 7 significant digits); the program is solved on the rounded numbers, so a cached answer never
-depends on which request came first.
+depends on which request came first. The key is built without building the rounded profile
+(roundings of shared per-layer tuples and of repeated scalars are remembered); the rounded
+profile is built only on a cache miss.
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ import dataclasses
 import heapq
 import math
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 import pulp
@@ -111,39 +119,46 @@ class _SeqStats(NamedTuple):
     ascending: tuple[float, ...]
 
 
-_SEQ_STATS: dict[int, tuple[Any, Any]] = {}
-_SEQ_STATS_SIZE = 4096
+_MemoTable = dict[int, tuple[Any, Any]]
+_SEQ_STATS: _MemoTable = {}
+_MIN_INFLIGHT: _MemoTable = {}
+_ROUNDED_SEQS: _MemoTable = {}
+_INFLIGHT_KEYS: _MemoTable = {}
+_MEMO_SIZE = 4096
 
 
-def _memo_by_identity(values: Any, compute: Any) -> Any:
-    """`compute(values)`, remembered for the very object `values` (profiles of one search
-    share their per-layer tuples, so the bounds need not rescan them per candidate). The
-    entry keeps `values` alive, so its id cannot be reused while the entry exists."""
-    hit = _SEQ_STATS.get(id(values))
+def _memo_by_identity(table: _MemoTable, values: Any, compute: Any) -> Any:
+    """`compute(values)`, remembered in `table` for the very object `values` (profiles of
+    one search share their per-layer tuples, so the bounds need not rescan them per
+    candidate). The entry keeps `values` alive, so its id cannot be reused while the entry
+    exists. One table per kind of result."""
+    hit = table.get(id(values))
     if hit is not None and hit[0] is values:
         return hit[1]
     result = compute(values)
-    if len(_SEQ_STATS) >= _SEQ_STATS_SIZE:
-        _SEQ_STATS.clear()
-    _SEQ_STATS[id(values)] = (values, result)
+    if len(table) >= _MEMO_SIZE:
+        table.clear()
+    table[id(values)] = (values, result)
     return result
 
 
 def clear_bound_memo() -> None:
-    """Forget the remembered per-sequence statistics (cold-cache benchmarks)."""
-    _SEQ_STATS.clear()
+    """Forget the remembered per-sequence statistics and roundings (cold-cache benchmarks)."""
+    for table in (_SEQ_STATS, _MIN_INFLIGHT, _ROUNDED_SEQS, _INFLIGHT_KEYS):
+        table.clear()
+    _ROUNDED.clear()
 
 
 def _seq_stats(values: Sequence[float]) -> _SeqStats:
     return _memo_by_identity(  # type: ignore[no-any-return]
-        values,
+        _SEQ_STATS, values,
         lambda xs: _SeqStats(sum(xs), min(xs), max(xs), tuple(sorted(xs))),
     )
 
 
 def _min_inflight(rows: tuple[tuple[int, ...], ...]) -> int:
     return _memo_by_identity(  # type: ignore[no-any-return]
-        rows, lambda rs: min(min(row) for row in rs))
+        _MIN_INFLIGHT, rows, lambda rs: min(min(row) for row in rs))
 
 
 def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> float:
@@ -203,6 +218,98 @@ def _rounded_tuple(values: Sequence[float]) -> tuple[float, ...]:
         r = _round(first)
         return (r,) * len(values)
     return tuple(_round(x) for x in values)
+
+
+_ROUNDED: dict[float, float] = {}
+_ROUNDED_SIZE = 1 << 16
+
+
+def _round_memo(x: float) -> float:
+    """`_round(x)`, remembered by value (a search rounds the same extras, fixed bytes and
+    limits for thousands of profiles); zeros and non-finite values pass through."""
+    hit = _ROUNDED.get(x)
+    if hit is not None and x != 0.0:
+        return hit
+    r = _round(x)
+    if len(_ROUNDED) >= _ROUNDED_SIZE:
+        _ROUNDED.clear()
+    _ROUNDED[x] = r
+    return r
+
+
+def _rounded_seq(values: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
+    """(the rounded per-layer tuple, whether its entries are all equal), remembered for the
+    very tuple object (profiles of one search share them)."""
+    return _memo_by_identity(  # type: ignore[no-any-return]
+        _ROUNDED_SEQS, values, lambda xs: _with_uniform(_rounded_tuple(xs)))
+
+
+def _with_uniform(rounded: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
+    return rounded, rounded.count(rounded[0]) == len(rounded)
+
+
+def _inflight_key(rows: tuple[tuple[int, ...], ...], pipeline: int,
+                  virtual: int) -> tuple[tuple[int, ...], ...]:
+    """The in-flight counts the program reads (first `virtual` of the first `pipeline`
+    rows), remembered per rows object once their shape is checked.
+
+    Raises:
+        SpecError: fewer than `pipeline` rows or a row shorter than `virtual`.
+    """
+    by_shape = _memo_by_identity(_INFLIGHT_KEYS, rows, lambda _: {})
+    key = by_shape.get((pipeline, virtual))
+    if key is None:
+        if len(rows) < pipeline or any(len(r) < virtual for r in rows[:pipeline]):
+            raise SpecError(
+                "profile.inflight_microbatches",
+                f"must have {pipeline} rows of {virtual} entries for pipeline {pipeline} × "
+                f"virtual {virtual}", [len(r) for r in rows],
+            )
+        key = by_shape[(pipeline, virtual)] = tuple(
+            tuple(row[:virtual]) for row in rows[:pipeline])
+    return key  # type: ignore[no-any-return]
+
+
+def _rounded_key(
+    profile: LayerProfile, pipeline: int, virtual: int, ignore_memory: bool
+) -> tuple[tuple[Any, ...], tuple[tuple[float, ...], ...]]:
+    """(the cache key of the rounded sub-problem, the rounded per-layer tuples): the same
+    numbers `_rounded_profile` and `_cache_key` give, without building the profile."""
+    times, u_times = _rounded_seq(profile.layer_time_s)
+    states, u_states = _rounded_seq(profile.layer_state_bytes)
+    acts, u_acts = _rounded_seq(profile.layer_activation_bytes)
+    if u_times and u_states and u_acts:
+        layers: tuple[Any, ...] = (times[0], states[0], acts[0])
+    else:
+        layers = (times, states, acts)
+    rnd = _round_memo
+    key = (
+        len(times), pipeline, virtual, layers, rnd(profile.first_extra_time_s),
+        rnd(profile.last_extra_time_s), rnd(profile.first_extra_state_bytes),
+        rnd(profile.last_extra_state_bytes), rnd(profile.first_extra_activation_bytes),
+        rnd(profile.last_extra_activation_bytes), rnd(profile.p2p_time_s),
+        rnd(profile.fixed_bytes), math.inf if ignore_memory else rnd(profile.usable_bytes),
+        _inflight_key(profile.inflight_microbatches, pipeline, virtual),
+    )
+    return key, (times, states, acts)
+
+
+def _profile_of_key(
+    key: tuple[Any, ...], seqs: tuple[tuple[float, ...], ...],
+    inflight: tuple[tuple[int, ...], ...],
+) -> LayerProfile:
+    """The rounded profile of a `_rounded_key` (equal to `_rounded_profile`'s)."""
+    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed,
+     usable, _) = key
+    times, states, acts = seqs
+    return LayerProfile(
+        layer_time_s=times, layer_forward_time_s=(), layer_state_bytes=states,
+        layer_activation_bytes=acts, first_extra_time_s=first_t, last_extra_time_s=last_t,
+        first_extra_state_bytes=first_s, last_extra_state_bytes=last_s,
+        first_extra_activation_bytes=first_a, last_extra_activation_bytes=last_a,
+        p2p_time_s=p2p, fixed_bytes=fixed, inflight_microbatches=inflight,
+        num_microbatches=0, usable_bytes=usable,
+    )
 
 
 def _rounded_profile(profile: LayerProfile, ignore_memory: bool) -> LayerProfile:
@@ -291,17 +398,11 @@ class PartitionSolver:
         Returns:
             PartitionResult; `max_rank_time_s` is recomputed on the unrounded profile.
         """
-        rows = profile.inflight_microbatches
-        if len(rows) < pipeline or any(len(r) < virtual for r in rows[:pipeline]):
-            raise SpecError(
-                "profile.inflight_microbatches",
-                f"must have {pipeline} rows of {virtual} entries for pipeline {pipeline} × "
-                f"virtual {virtual}", [len(r) for r in rows],
-            )
+        _inflight_key(profile.inflight_microbatches, pipeline, virtual)  # checks the shape
         if not profile.layer_time_s:
             raise SpecError("profile.layer_time_s", "must have at least one layer", 0)
-        rp = _rounded_profile(profile, ignore_memory)
-        key = (*_cache_key(rp, pipeline, virtual), method)
+        rkey, seqs = _rounded_key(profile, pipeline, virtual, ignore_memory)
+        key = (*rkey, method)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -309,6 +410,7 @@ class PartitionSolver:
                 self.cache_hits += 1
         from_cache = hit is not None
         if hit is None:
+            rp = _profile_of_key(rkey, seqs, profile.inflight_microbatches)
             hit = _solve_uncached(rp, pipeline, virtual, time_limit_s, method)
             with self._lock:
                 self.calls += 1
@@ -318,12 +420,12 @@ class PartitionSolver:
                     if len(self._cache) > self._cache_size:
                         self._cache.popitem(last=False)
         if hit.stage_layers is None:
-            return dataclasses.replace(hit, from_cache=from_cache)
-        return dataclasses.replace(
-            hit,
-            from_cache=from_cache,
-            stage_layers=list(hit.stage_layers),
-            max_rank_time_s=max(rank_times_s(profile, pipeline, hit.stage_layers)),
+            return PartitionResult(hit.status, None, hit.max_rank_time_s, hit.gap, hit.method,
+                                   from_cache)
+        return PartitionResult(
+            hit.status, list(hit.stage_layers),
+            max(rank_times_s(profile, pipeline, hit.stage_layers)), hit.gap, hit.method,
+            from_cache,
         )
 
 
@@ -387,17 +489,19 @@ def _solve_uniform_exact(rp: LayerProfile, p: int, v: int) -> PartitionResult:
     max_n = num_layers - v * (p - 1)
     # cap_j: most layers rank j can hold, with the surplus on its least-loaded local chunk
     caps: list[int] = []
+    rows, usable = rp.inflight_microbatches, rp.usable_bytes
+    limit, unlimited = usable * (1 + _EPS), math.isinf(usable)
     for j in range(p):
-        infl = rp.inflight_microbatches[j][:v]
+        infl = rows[j][:v]
         mu = min(infl)
         base = m_const[j] + alpha * (sum(infl) - mu * v)
         slope = sigma + alpha * mu
-        if base + slope * v > rp.usable_bytes * (1 + _EPS):
+        if base + slope * v > limit:
             return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="uniform_exact")
-        if slope <= 0 or math.isinf(rp.usable_bytes):
+        if slope <= 0 or unlimited:
             caps.append(max_n)
         else:
-            caps.append(min(max_n, math.floor((rp.usable_bytes - base) / slope * (1 + _EPS) + _EPS)))
+            caps.append(min(max_n, math.floor((usable - base) / slope * (1 + _EPS) + _EPS)))
     if sum(caps) < num_layers:
         return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="uniform_exact")
 
@@ -406,9 +510,27 @@ def _solve_uniform_exact(rp: LayerProfile, p: int, v: int) -> PartitionResult:
             return list(caps)
         return [min(caps[j], math.floor((t_max - e[j]) / tau + 1e-7)) for j in range(p)]
 
+    # feasible(T) ⇔ min_j n_j ≥ v and Σ_j n_j ≥ L with n_j = min(cap_j, q(e_j)): ranks with
+    # the same e_j share q, so per distinct e the sum is Σ_{cap ≤ q} cap + q·#{cap > q}
+    # (sorted caps and their prefix sums), the same integers `counts` adds up.
+    by_e: dict[float, list[int]] = {}
+    for j in range(p):
+        by_e.setdefault(e[j], []).append(caps[j])
+    groups = []
+    for e_j, group_caps in by_e.items():
+        group_caps.sort()
+        groups.append((e_j, group_caps, list(accumulate(group_caps, initial=0)),
+                       group_caps[0], len(group_caps)))
+
     def feasible(t_max: float) -> bool:
-        n = counts(t_max)
-        return min(n) >= v and sum(n) >= num_layers
+        total = 0
+        for e_j, group_caps, prefix, smallest, size in groups:
+            q = math.floor((t_max - e_j) / tau + 1e-7)
+            if min(smallest, q) < v:
+                return False
+            below = bisect_right(group_caps, q)
+            total += prefix[below] + q * (size - below)
+        return total >= num_layers
 
     best_t = math.inf
     for e_g in sorted(set(e)):
@@ -450,6 +572,8 @@ def _spread(total: int, infl: Sequence[int], alpha: float, sigma: float, budget:
     """Split a rank's layers over its chunks as evenly as possible, then move layers to the
     chunk with the fewest in-flight micro-batches until (d) holds."""
     v = len(infl)
+    if v == 1:  # one chunk: nothing to move
+        return [total]
     base, extra = divmod(total, v)
     n = [base + (1 if k < extra else 0) for k in range(v)]
     lo = min(range(v), key=lambda k: (infl[k], k))

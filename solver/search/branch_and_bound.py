@@ -17,10 +17,13 @@ per group of candidates differing in micro-batch, recompute and virtual pipeline
 step-time bound, with no profile. Candidates are popped from a heap by (bound, key); a popped
 candidate is profiled, dropped if the profile's memory bound exceeds the limit, and pushed
 back when the profile's step-time bound is larger than the one it was queued with; otherwise
-it is evaluated. A candidate leaves the queue unevaluated only when its bound, a true lower
-bound on its step time, proves it cannot enter the top-k, so the result is the same. Only the
-reason a candidate is counted under may differ from the eager order (a candidate never
-profiled is counted as `throughput_bound`, not `memory_bound`).
+it is split by the partition program and pushed back once more when m × (its split's slowest
+rank time per micro-batch), again a lower bound on its step time (`steps` module doc), is
+larger than its bound; otherwise it is evaluated. A candidate leaves the queue unevaluated
+only when its bound, a true lower bound on its step time, proves it cannot enter the top-k,
+so the result is the same. Only the reason a candidate is counted under may differ from the
+eager order (a candidate never profiled is counted as `throughput_bound`, not
+`memory_bound`), and fewer candidates are evaluated.
 
 Time limit and cancellation stop the search with the best plans so far (`status`
 `time_limit` / `cancelled`); unreached candidates are counted as `not_reached`.
@@ -40,16 +43,21 @@ from solver.formulations.stage_partition import (
 )
 from solver.search.steps import (
     Monitor,
-    Pending,
+    Queued,
     Screened,
     Stopped,
     TopK,
+    candidate_of_key,
     evaluate_screened,
+    evaluate_split,
     finish,
     is_lazy_capable,
+    plan_key_of,
     refine,
     screen,
     screen_light,
+    split_lower_bound_s,
+    split_screened,
     total_candidates,
 )
 from specs.constraints import SearchConstraints
@@ -132,11 +140,14 @@ def _lazy(
     solver: PartitionSolver,
 ) -> None:
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
-    heap = screen_light(problem, cost_model, constraints, stats, monitor)
+    heap: list[Queued] = screen_light(
+        problem, cost_model, constraints, stats, monitor)
     heapq.heapify(heap)
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
         monitor.poll(report=True)
-        bound, key, item = heap[0]
+        entry = heap[0]
+        bound, key = entry[0], entry[1]
         if top.full:
             worst_time, worst_key = top.worst()
             if bound > worst_time:  # every queued bound is at least this one
@@ -144,29 +155,41 @@ def _lazy(
                 monitor.done += len(heap)
                 return
             if bound == worst_time and key > worst_key:
-                heapq.heappop(heap)
+                heappop(heap)
                 stats.add_pruned("throughput_bound")
                 monitor.done += 1
                 continue
-        heapq.heappop(heap)
-        if item.profile is None:
-            reason, refined = refine(problem, cost_model, item)
+        heappop(heap)
+        pkey = plan_key_of(key)
+        fixed_layers = key[12] or None
+        if len(entry) == 2:
+            reason, profile, refined = refine(problem, cost_model, pkey, fixed_layers)
             if reason is not None:
                 if reason.startswith("rule:"):
                     stats.rule_rejected += 1
                 stats.add_pruned(reason)
                 monitor.done += 1
                 continue
+            assert profile is not None
             if refined > bound:  # not the smallest bound any more: queue it again
-                heapq.heappush(heap, (refined, key, item))
+                heappush(heap, (refined, key, profile))
                 continue
-        est = evaluate_screened(problem, cost_model, _screened(item, bound), solver, stats,
-                                monitor)
+        else:
+            profile = entry[2]
+        item = Screened(candidate_of_key(pkey, fixed_layers), key, None, profile, bound)
+        if len(entry) == 4:
+            layers = entry[3]
+        else:
+            layers, max_rank_time_s = split_screened(item, solver, stats, monitor)
+            if layers is None:
+                monitor.done += 1
+                continue
+            if max_rank_time_s is not None:
+                split_bound = split_lower_bound_s(profile, max_rank_time_s)
+                if split_bound > bound:  # the split is lumpier than the bound assumed
+                    heappush(heap, (split_bound, key, profile, layers))
+                    continue
+        est = evaluate_split(problem, cost_model, item, layers, stats)
         monitor.done += 1
         if est is not None:
             top.push(key, est)
-
-
-def _screened(item: Pending, bound: float) -> Screened:
-    assert item.profile is not None
-    return Screened(item.candidate, item.key, None, item.profile, bound)

@@ -7,16 +7,18 @@ model's `check()` (rejections counted as `rule:<kind>`), `profile()`, the memory
 of `cost_models.base` are screened through `check_key` / `profile_key` (no TrainingPlan is
 built until evaluation), with the group memory bound (one call per group of candidates that
 differ only in micro-batch, recompute, virtual pipeline and schedule) and the cost model's own
-step-time bound (the larger of the two bounds is used); `screen_light` / `refine` serve the
-lazy best-first driver of `branch_and_bound`. Evaluation: the partition program (no split
+step-time bound (the larger of the two bounds is used); `screen_light` / `refine` /
+`split_screened` / `evaluate_split` serve the lazy best-first driver of `branch_and_bound`
+(`screen_light` walks the space block by block and queues (bound, key) pairs only). Evaluation: the partition program (no split
 fits: `memory`), the plan with `stage_layers`, `cost_model.evaluate` (infeasible: counted by
 the first violation's kind).
 
 Step-time lower bound (why it is a true bound): every pipeline rank runs its chunks' forward
 and backward once per micro-batch, so any schedule takes at least m · max_j W_j
 (Narayanan et al. 2021 §2.2: the ideal time of 1F1B and interleaved 1F1B is m·W before the
-bubble is added); max_j W_j ≥ `balanced_lower_bound` for every split. Data-parallel
-communication, the optimizer and the bubble only add to it.
+bubble is added); max_j W_j ≥ `balanced_lower_bound` for every split, and for a given split
+m · max_j W_j is the bound itself (`split_lower_bound_s`). Data-parallel communication, the
+optimizer and the bubble only add to it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ from solver.formulations.stage_partition import (
     memory_lower_bound_bytes,
     rank_times_s,
 )
-from solver.space import Candidate, candidates, count_candidates
+from solver.space import (
+    RECOMPUTE_OPTIONS,
+    Candidate,
+    candidate_blocks,
+    candidates,
+    count_candidates,
+)
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
 from specs.plan import ParallelDims, TrainingPlan
@@ -193,15 +201,14 @@ def screen(
     return out
 
 
-@dataclass(slots=True)
-class Pending:
-    """A candidate of the lazy branch-and-bound queue: its bound so far and, once refined,
-    its profile (see `solver.search.branch_and_bound`)."""
-
-    candidate: Candidate
-    key: tuple[Any, ...]
-    plan_key: PlanKey
-    profile: LayerProfile | None = None
+Pending = tuple[float, tuple[Any, ...]]
+"""A queued candidate of the lazy branch-and-bound (`solver.search.branch_and_bound`):
+(step-time bound, canonical key); `plan_key_of` gives its plan key. A candidate whose
+profile or split raises its bound is queued again with what it has so far: (bound, key,
+profile) or (bound, key, profile, split). Keys are unique, so the heap never compares past
+them. (Two small objects per queued candidate: thousands stay queued until the end.)"""
+Queued = tuple[Any, ...]
+"""A `Pending` entry or one of its longer forms."""
 
 
 def is_lazy_capable(cost_model: TrainingCostModel) -> bool:
@@ -217,60 +224,104 @@ def screen_light(
     constraints: SearchConstraints,
     stats: SearchStats,
     monitor: Monitor,
-) -> list[tuple[float, tuple[Any, ...], Pending]]:
+) -> list[Pending]:
     """Every candidate that passes `check_key` and the group memory bound, with the cost
-    model's step-time bound (no profile yet), as (bound, canonical key, pending) entries.
-    Needs `is_lazy_capable(cost_model)`."""
+    model's step-time bound (no profile yet), as `Pending` entries. Needs
+    `is_lazy_capable(cost_model)`.
+
+    Walks the space block by block (one degree tuple each, `solver.space.candidate_blocks`)
+    and builds only the plan key and the canonical key of each point; the group memory bound
+    is asked once per (block, ZeRO stage), the first time a member passes the check."""
     cm: Any = cost_model
-    out: list[tuple[float, tuple[Any, ...], Pending]] = []
-    group_fits: dict[tuple[Any, ...], bool] = {}
+    check_key = cm.check_key
+    group_bound = cm.group_memory_lower_bound_bytes
+    step_bound = cm.step_time_lower_bound_s
+    new_key = _new_plan_key
+    out: list[Pending] = []
+    append = out.append
     usable = problem.usable_memory_bytes * (1.0 + BOUND_SAFETY)
     slack = 1.0 - BOUND_SAFETY
-    for i, cand in enumerate(candidates(problem, constraints)):
-        stats.enumerated += 1
-        if i % _POLL_EVERY == 0:
-            monitor.poll(report=i > 0)
-        pkey = plan_key(cand)
-        violations = cm.check_key(problem, pkey)
-        if violations:
-            stats.rule_rejected += 1
-            stats.add_pruned(f"rule:{violations[0].kind}")
-            monitor.done += 1
-            continue
-        if cand.stage_layers is None:
-            gkey = _memory_group(cand)
-            fits = group_fits.get(gkey)
-            if fits is None:
-                fits = group_fits[gkey] = (
-                    cm.group_memory_lower_bound_bytes(problem, pkey) <= usable)
-            if not fits:
-                stats.add_pruned("memory_bound")
-                monitor.done += 1
-                continue
-        key = cand.key()
-        out.append((cm.step_time_lower_bound_s(problem, pkey) * slack, key,
-                    Pending(cand, key, pkey)))
+    n = 0  # candidates enumerated so far
+    counted = 0  # of which already added to stats.enumerated / monitor.done
+    memory_bound = done = 0
+    next_poll = 0
+    for blk in candidate_blocks(problem, constraints):
+        d, t, pp, c, e, et, sp, inners, zeros, recomputes, layers, flash = blk
+        key_layers = layers or ()
+        rc_index = [(rc, RECOMPUTE_OPTIONS.index(rc)) for rc in recomputes]
+        per_inner = len(zeros) * len(rc_index)
+        fits_by_zero: dict[int, bool] = {}
+        for v, schedule, b in inners:
+            if n >= next_poll:
+                stats.enumerated += n - counted
+                counted = n
+                stats.add_pruned("memory_bound", memory_bound)
+                monitor.done += done + memory_bound
+                memory_bound = done = 0
+                monitor.poll(report=n > 0)
+                next_poll = n - n % _POLL_EVERY + _POLL_EVERY
+            n += per_inner
+            for zero in zeros:
+                fits = fits_by_zero.get(zero)
+                for rc, rci in rc_index:
+                    pkey = new_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule,
+                                             flash))
+                    violations = check_key(problem, pkey)
+                    if violations:
+                        stats.rule_rejected += 1
+                        stats.add_pruned(f"rule:{violations[0].kind}")
+                        done += 1
+                        continue
+                    if layers is None:
+                        if fits is None:
+                            fits = fits_by_zero[zero] = group_bound(problem, pkey) <= usable
+                        if not fits:
+                            memory_bound += 1
+                            continue
+                    append((step_bound(problem, pkey) * slack,
+                            (d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, key_layers,
+                             flash)))
+    stats.enumerated += n - counted
+    if memory_bound:
+        stats.add_pruned("memory_bound", memory_bound)
+    monitor.done += done + memory_bound
     return out
 
 
 def refine(
-    problem: TrainingProblem, cost_model: TrainingCostModel, item: Pending
-) -> tuple[str | None, float]:
-    """Profile a pending candidate: (prune reason or None, the solver's own step-time
-    bound from the profile)."""
-    cand = item.candidate
+    problem: TrainingProblem, cost_model: TrainingCostModel, pkey: PlanKey,
+    stage_layers: tuple[int, ...] | None,
+) -> tuple[str | None, LayerProfile | None, float]:
+    """Profile a pending candidate: (prune reason or None, its profile, the solver's own
+    step-time bound from the profile)."""
     try:
-        profile = cast(KeyedTrainingCostModel, cost_model).profile_key(problem, item.plan_key)
+        profile = cast(KeyedTrainingCostModel, cost_model).profile_key(problem, pkey)
     except InfeasiblePlan as exc:
-        return f"rule:{exc.kind}", 0.0
-    item.profile = profile
+        return f"rule:{exc.kind}", None, 0.0
+    pp, v = pkey[3], pkey[4]
     if (
-        cand.stage_layers is None
-        and memory_lower_bound_bytes(profile, cand.pipeline, cand.virtual_pipeline)
-        > profile.usable_bytes * (1.0 + BOUND_SAFETY)
+        stage_layers is None
+        and memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (1.0 + BOUND_SAFETY)
     ):
-        return "memory_bound", 0.0
-    return None, step_lower_bound_s(profile, cand)
+        return "memory_bound", profile, 0.0
+    if stage_layers is not None:
+        per_mb = max(rank_times_s(profile, pp, stage_layers))
+    else:
+        per_mb = balanced_lower_bound(profile, pp, v)
+    return None, profile, profile.num_microbatches * per_mb * (1.0 - BOUND_SAFETY)
+
+
+def plan_key_of(key: tuple[Any, ...]) -> PlanKey:
+    """The plan key of a canonical key (`Candidate.key()`)."""
+    d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, _, flash = key
+    return _new_plan_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, RECOMPUTE_OPTIONS[rci],
+                                   schedule, flash))
+
+
+def candidate_of_key(pkey: PlanKey, stage_layers: tuple[int, ...] | None) -> Candidate:
+    """The candidate of a plan key and a fixed split (or None)."""
+    t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash = pkey
+    return Candidate(d, t, pp, v, c, e, et, sp, b, zero, rc, schedule, stage_layers, flash)
 
 
 def plan_key(cand: Candidate) -> PlanKey:
@@ -308,25 +359,48 @@ def evaluate_screened(
     monitor: Monitor,
 ) -> TrainingEstimate | None:
     """Split, build and evaluate one candidate; the feasible estimate or None (counted)."""
-    cand = item.candidate
-    layers: tuple[int, ...] | list[int] | None = cand.stage_layers
+    layers, _ = split_screened(item, solver, stats, monitor)
     if layers is None:
-        res = solver.solve(
-            item.profile, cand.pipeline, cand.virtual_pipeline,
-            time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
-        )
-        if res.from_cache:
-            stats.solver_cache_hits += 1
-        else:
-            stats.solver_calls += 1
-        if res.status == SolveStatus.INFEASIBLE:
-            stats.add_pruned("memory")
-            return None
-        if res.stage_layers is None:
-            stats.add_pruned("partition_timeout")
-            return None
-        layers = res.stage_layers
-    plan = cand.to_plan(layers, dims=item.dims)
+        return None
+    return evaluate_split(problem, cost_model, item, layers, stats)
+
+
+def split_screened(
+    item: Screened, solver: PartitionSolver, stats: SearchStats, monitor: Monitor
+) -> tuple[tuple[int, ...] | list[int] | None, float | None]:
+    """The candidate's pipeline split, its fixed `stage_layers` or the partition program's
+    optimum (None, counted as `memory` or `partition_timeout`, when there is none), and
+    the split's slowest rank time per micro-batch (`rank_times_s`; None for a fixed split)."""
+    cand = item.candidate
+    if cand.stage_layers is not None:
+        return cand.stage_layers, None
+    res = solver.solve(
+        item.profile, cand.pipeline, cand.virtual_pipeline,
+        time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
+    )
+    if res.from_cache:
+        stats.solver_cache_hits += 1
+    else:
+        stats.solver_calls += 1
+    if res.status == SolveStatus.INFEASIBLE:
+        stats.add_pruned("memory")
+        return None, None
+    if res.stage_layers is None:
+        stats.add_pruned("partition_timeout")
+        return None, None
+    return res.stage_layers, res.max_rank_time_s
+
+
+def evaluate_split(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    item: Screened,
+    layers: tuple[int, ...] | list[int],
+    stats: SearchStats,
+) -> TrainingEstimate | None:
+    """Build the plan with split `layers` and evaluate it; the feasible estimate or None
+    (counted by the first violation's kind)."""
+    plan = item.candidate.to_plan(layers, dims=item.dims)
     try:
         est = cost_model.evaluate(problem, plan)
     except InfeasiblePlan as exc:
@@ -338,6 +412,13 @@ def evaluate_screened(
         return None
     stats.feasible += 1
     return est
+
+
+def split_lower_bound_s(profile: LayerProfile, max_rank_time_s: float) -> float:
+    """m · (the slowest rank's time per micro-batch under a split, `rank_times_s`), with
+    the bound slack: a lower bound on the step time of the candidate with that split
+    (module doc)."""
+    return profile.num_microbatches * max_rank_time_s * (1.0 - BOUND_SAFETY)
 
 
 class TopK:

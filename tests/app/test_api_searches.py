@@ -9,13 +9,31 @@ from typing import Any
 import pytest
 from app_support import assert_problem, error_fields, wait_for
 
-BIG = {  # about 13 s of search on one core: long enough to cancel while it runs
+BIG = {
     "model": {"preset": "llama3-405b"},
     "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128,
                                  "gpus_per_node": 8}]},
     "workload": {"kind": "training", "global_batch_size": 2048, "sequence_length": 8192},
     "constraints": {"time_limit_s": 30},
 }
+
+
+@pytest.fixture
+def slow_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real search is far too fast to catch running: wrap it so that it first waits
+    (up to 10 s) for a stop request, then runs and returns what the real search returns
+    when stopped before it starts."""
+    from app.services import planning
+
+    real_search = planning.solver.search
+
+    def waiting_search(*args: Any, should_stop: Any = None, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 10
+        while should_stop is not None and not should_stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real_search(*args, should_stop=should_stop, **kwargs)
+
+    monkeypatch.setattr(planning.solver, "search", waiting_search)
 
 
 def test_create_answers_202_with_location_then_succeeds(client: Any, tiny: dict[str, Any]) -> None:
@@ -44,6 +62,7 @@ def test_wait_answers_201_with_the_finished_search(client: Any, tiny: dict[str, 
     assert body["num_plans"] >= 1
 
 
+@pytest.mark.usefixtures("slow_solver")
 def test_wait_too_short_answers_202(client: Any) -> None:
     response = client.post("/v1/searches?wait=0.05", json=BIG)
     assert response.status_code == 202, response.text
@@ -96,6 +115,7 @@ def test_list_searches_newest_first(client: Any, tiny: dict[str, Any]) -> None:
     assert only["total"] == 2
 
 
+@pytest.mark.usefixtures("slow_solver")
 def test_cancel_a_running_search(client: Any) -> None:
     created = client.post("/v1/searches", json=BIG).json()
     deadline = time.monotonic() + 10

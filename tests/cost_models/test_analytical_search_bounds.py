@@ -153,3 +153,61 @@ def test_group_memory_bound_is_states_plus_fixed_for_a_hand_case() -> None:
     expected = per_gpu_params * 18.0 + 1.0 * GIB + 4.0 * 40e6
     assert cm.group_memory_lower_bound_bytes(problem, key) == pytest.approx(expected, rel=1e-9)
     assert expected > problem.usable_memory_bytes
+
+
+def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
+    # Llama-3-70B (64 heads, 8 KV heads, 80 layers) on 4 nodes × 8 H100 = 32 GPUs, batch 256:
+    # tensor 16 breaks the KV heads (8 % 16) and the node (16 > 8); 2 × 16 × 2 × 1 = 64 GPUs
+    # is not 32; micro-batch 3 × data 2 does not divide 256; pipeline 2 × v 41 = 82 > 80;
+    # ZeRO-2 with pipeline 2. Degree rules come first, then batch, layers, ZeRO.
+    problem = _problems()[0][0]
+    cm = AnalyticalTrainingCostModel()
+    bad = PlanKey(16, 1, 2, 2, 41, 1, 1, True, 3, 2, "none", "1f1b", True)
+    expected = ["divisibility", "divisibility", "topology", "batch", "divisibility", "zero"]
+    assert [v.kind for v in cm.check_key(problem, bad)] == expected
+    # same degrees, valid step fields: only the degree rules (cached) remain
+    assert [v.kind for v in cm.check_key(problem, bad._replace(virtual_pipeline=1,
+                                                               micro_batch_size=1,
+                                                               zero_stage=1))] == expected[:3]
+    # valid degrees, then only the per-step rules: the fast path must not hide them
+    ok = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "none", "1f1b", True)
+    assert cm.check_key(problem, ok) == []
+    assert [v.kind for v in cm.check_key(problem, ok._replace(micro_batch_size=3))] == ["batch"]
+    # interleaving with pipeline 1, and with 256 / (1 · 2) = 128 micro-batches on pipeline 16
+    assert [v.kind for v in cm.check_key(problem, ok._replace(
+        pipeline_schedule="interleaved_1f1b", virtual_pipeline=2))] == ["schedule"]
+    assert cm.check_key(problem, PlanKey(8, 1, 2, 2, 2, 1, 1, True, 1, 1, "none",
+                                         "interleaved_1f1b", True)) == []
+    m_bad = PlanKey(8, 1, 2, 2, 2, 1, 1, True, 128, 1, "none", "interleaved_1f1b", True)
+    assert [v.kind for v in cm.check_key(problem, m_bad)] == ["schedule"]  # m = 1 < 2
+    assert [v.kind for v in cm.check_key(problem, ok._replace(
+        data=1, pipeline=4, zero_stage=3))] == ["zero"]
+    # every answer equals the plain check() of a fresh model (no cache involved)
+    for key in (bad, ok, m_bad, ok._replace(micro_batch_size=3)):
+        fresh = AnalyticalTrainingCostModel()
+        assert cm.check_key(problem, key) == fresh._check(
+            problem, key.tensor, key.context, key.data, key.pipeline, key.virtual_pipeline,
+            key.expert, key.expert_tensor, key.micro_batch_size, key.zero_stage,
+            key.pipeline_schedule)
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_bounds_do_not_depend_on_the_order_of_questions(case: int) -> None:
+    # The bounds and profiles are assembled from parts cached by the fields each depends
+    # on; a model asked in another order (profiles first, shuffled) must give the very same
+    # numbers.
+    problem, fixed = _problems()[case]
+    keys = [_key(c) for c in _sample(problem, fixed, 300, seed=3)]
+    first = AnalyticalTrainingCostModel()
+    answers = [(first.check_key(problem, k), first.group_memory_lower_bound_bytes(problem, k),
+                first.step_time_lower_bound_s(problem, k)) for k in keys]
+    other = AnalyticalTrainingCostModel()
+    order = list(range(len(keys)))
+    random.Random(4).shuffle(order)
+    for i in order:
+        key = keys[i]
+        if not answers[i][0]:
+            other.profile_key(problem, key)
+        got = (other.check_key(problem, key), other.group_memory_lower_bound_bytes(problem, key),
+               other.step_time_lower_bound_s(problem, key))
+        assert got == answers[i], key

@@ -172,3 +172,30 @@ def test_bound_memo_follows_the_values_not_the_identity() -> None:
         assert balanced_lower_bound(b, 2, 1) == 6.0
         assert memory_lower_bound_bytes(a, 2, 1) == (40.0 + 4.0) / 2
         assert memory_lower_bound_bytes(b, 2, 1) == (120.0 + 4.0) / 2
+
+
+@needs_analytical
+@pytest.mark.parametrize("fixed", [
+    {"pipeline": 2, "stage_layers": [5, 7], "tensor": 2},   # fixed split: no partition
+    {"recompute": "full", "zero_stage": 1},                   # restricted recompute / ZeRO
+    {"pipeline": 4, "virtual_pipeline": 2},                   # interleaved only
+])
+def test_lazy_equals_exhaustive_with_fixed_fields(fixed: dict[str, Any]) -> None:
+    problem = make_problem(tiny_model(num_layers=12, hidden=2048, heads=16, kv=8, ffn=8192),
+                           2, memory_gib=20.0, global_batch=64)
+    cons = SearchConstraints(max_virtual_pipeline=3, fixed=fixed)
+    lazy = search(problem, _analytical(), cons, top_k=4, solver=PartitionSolver())
+    ref = exhaustive_search(problem, _analytical(), cons, top_k=4, solver=PartitionSolver())
+    assert ref.plans
+    _same_top(lazy, ref)
+    assert lazy.stats.enumerated == ref.stats.enumerated == count_candidates(problem, cons)
+    assert lazy.stats.rule_rejected == ref.stats.rule_rejected
+    assert _accounted(lazy.stats) == lazy.stats.enumerated
+    for ranked in lazy.plans:
+        for name, value in fixed.items():
+            got = getattr(ranked.estimate.plan, name, None)
+            if got is None:
+                got = getattr(ranked.estimate.plan.parallelism, name)
+            assert got == value, name
+    if "stage_layers" in fixed:
+        assert lazy.stats.solver_calls == lazy.stats.solver_cache_hits == 0

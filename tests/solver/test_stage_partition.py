@@ -166,3 +166,47 @@ def test_cache_counts_hits_and_calls() -> None:
     assert (solver.calls, solver.cache_hits) == (2, 1)
     with pytest.raises(SpecError, match="inflight_microbatches"):
         solver.solve(prof, 3, 1)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_fast_cache_key_equals_the_rounded_profile_key(uniform: bool) -> None:
+    # The solver keys its cache without building the rounded profile; key and rebuilt
+    # profile must equal the reference construction (round every number, then key it),
+    # including for tuples seen before (remembered by identity) and a different shape.
+    from solver.formulations.stage_partition import (
+        _cache_key,
+        _profile_of_key,
+        _rounded_key,
+        _rounded_profile,
+    )
+
+    rng = random.Random(11 if uniform else 12)
+    for p, v in ((2, 1), (3, 2), (2, 1)):
+        prof = _profile(rng, 8, p, v, uniform)
+        for ignore_memory in (False, True):
+            for _ in range(2):  # second time from the memo
+                key, seqs = _rounded_key(prof, p, v, ignore_memory)
+                ref = _rounded_profile(prof, ignore_memory)
+                assert key == _cache_key(ref, p, v)
+                assert _profile_of_key(key, seqs, prof.inflight_microbatches) == ref
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_counting_algorithm_equals_ilp_on_many_ranks(seed: int) -> None:
+    # Identical layers on 5-8 ranks (the counting path groups ranks with equal extras):
+    # same optimum as the integer program, with and without a binding memory limit.
+    rng = random.Random(500 + seed)
+    p, v = rng.choice([(5, 1), (6, 2), (8, 1), (8, 2)])
+    prof = _profile(rng, 24, p, v, uniform=True)
+    if seed % 2:  # a limit near one rank's share of the memory: the caps bind
+        share = (sum(prof.layer_state_bytes) + max(max(r) for r in prof.inflight_microbatches)
+                 * sum(prof.layer_activation_bytes)) / p
+        prof = LayerProfile(**{**prof.__dict__, "usable_bytes": rng.uniform(0.9, 1.5) * share})
+    auto = PartitionSolver().solve(prof, p, v, method="auto")
+    ilp = PartitionSolver().solve(prof, p, v, method="ilp")
+    assert auto.status == ilp.status
+    if auto.status == SolveStatus.OPTIMAL:
+        assert auto.method == "uniform_exact" and auto.stage_layers is not None
+        assert auto.max_rank_time_s == pytest.approx(ilp.max_rank_time_s, rel=1e-6)
+        assert max(rank_memory_bytes(prof, p, auto.stage_layers)) <= prof.usable_bytes * (
+            1 + 1e-6)
