@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy.optimize import least_squares
 
 from cost_models.analytical import AnalyticalConfig, AnalyticalTrainingCostModel
+from cost_models.analytical.training import attention_efficiency
 from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
 from cost_models.registry import register_cost_model
 from hardware_catalog.schema import AcceleratorSpec
@@ -386,7 +387,10 @@ def _start_parameters(
             start = _clip(float(getattr(acc, field)), lo, hi)
             params.append(_Param(f"{acc_id}.{field}", acc_id, field, start, lo, hi, 1.0))
     for field, (lo, hi) in GLOBAL_BOUNDS.items():
-        start = _clip(float(getattr(base, field)), lo, hi)
+        value = getattr(base, field)
+        if value is None and field == "attention_efficiency":  # the catalog's, averaged
+            value = float(np.mean([attention_efficiency(base, a) for a in accelerators.values()]))
+        start = _clip(float(value), lo, hi)
         scale = 1.0 if field != "step_overhead_s" else max(median_step_s, 1e-9)
         params.append(_Param(field, None, field, start, lo, hi, scale))
     return params

@@ -50,6 +50,9 @@ class AcceleratorSpec(BaseModel):
     """Best-shape achieved fraction of the dense bf16 peak (MAMF-style measurement)."""
     gemm_efficiency_fp8: float | None = Field(default=None, gt=0, le=1)
     """Best-shape achieved fraction of the dense fp8 peak."""
+    attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Achieved fraction of the dense bf16 peak in fused (flash) attention, forward and
+    backward together; null means the cost model's default (FlashAttention-2 on A100)."""
     scale_up_efficiency: float = Field(gt=0, le=1)
     """Achieved ring bus bandwidth / line rate on the scale-up fabric."""
     scale_out_efficiency: float = Field(gt=0, le=1)

@@ -29,6 +29,14 @@ class GroupPlacement:
     """`intra` when the group fits inside one node's scale-up domain, else `inter`."""
 
 
+def flat_group(group: GroupPlacement) -> GroupPlacement:
+    """The same ranks seen as a flat ring over NICs (one member per node): for collectives
+    that gain nothing from the intra-node phase. A group inside one node is unchanged."""
+    if group.nodes <= 1:
+        return group
+    return GroupPlacement(size=group.size, members_per_node=1, nodes=group.size, tier="inter")
+
+
 def place_group(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
     """Place a group of `size` ranks, `stride` apart, on nodes of `gpus_per_node` GPUs.
 

@@ -60,10 +60,11 @@ from cost_models.analytical.memory import (
     logits_bytes,
     state_bytes_per_param,
 )
-from cost_models.analytical.placement import ParallelGroups, place_groups
+from cost_models.analytical.placement import ParallelGroups, flat_group, place_groups
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
 from cost_models.registry import register_cost_model
+from hardware_catalog.schema import AcceleratorSpec
 from specs.errors import InfeasiblePlan
 from specs.model import ModelSpec
 from specs.plan import (
@@ -85,8 +86,9 @@ class AnalyticalConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    attention_efficiency: float = Field(default=0.6, gt=0, le=1)
-    """Flash-attention achieved fraction of the dense bf16 peak (FA-2/FA-3 papers)."""
+    attention_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Flash-attention achieved fraction of the dense bf16 peak; null takes the accelerator's
+    catalog value, else DEFAULT_ATTENTION_EFFICIENCY."""
     attention_backward_ratio: float = Field(default=2.5, gt=0, le=10)
     """Flash backward time / forward time (5 vs 2 matmuls, Dao 2023 §3.1.2)."""
     kernel_launch_s: float = Field(default=5e-6, ge=0, le=1e-3)
@@ -103,6 +105,14 @@ class AnalyticalConfig(BaseModel):
     """Bytes per gradient element reduced over data parallelism (fp32 default; 2 = bf16)."""
     dp_overlap_efficiency: float = Field(default=0.8, ge=0, le=1)
     """Fraction of the overlapping compute that can hide data-parallel communication."""
+    zero3_grad_reduce_bytes: float = Field(default=2.0, gt=0, le=8)
+    """Bytes per gradient element reduce-scattered under ZeRO-3: DeepSpeed and FSDP reduce in
+    the parameter dtype (bf16/fp16) by default, unlike Megatron's fp32 gradient reduce."""
+    zero3_overlap: float = Field(default=0.0, ge=0, le=1)
+    """Fraction of the overlapping compute that hides ZeRO-3 parameter gathers and gradient
+    reduce-scatters. 0 by default: DeepSpeed ZeRO-3's measured step times (Narayanan et al.
+    2021, Table 2: GPT-3 175B at 384–1536 and 530B at 640–2240 A100s) equal the compute plus
+    the full flat-ring gather and reduce-scatter times, with nothing hidden."""
     dp_non_overlapped_fraction: float = Field(default=0.05, ge=0, le=1)
     """Share of each data-parallel collective that is always exposed (the last bucket)."""
     runtime_context_gib: float = Field(default=1.0, ge=0, le=64)
@@ -327,6 +337,46 @@ def _plan_key(plan: TrainingPlan) -> tuple[Any, ...]:
     )
 
 
+DEFAULT_ATTENTION_EFFICIENCY = 0.6
+"""FlashAttention-2 forward+backward on A100: 50–73 % of the dense peak forward, ~60 %
+overall (Dao 2023, arXiv 2307.08691, §4.1), used when the catalog has no figure."""
+
+
+def attention_efficiency(config: AnalyticalConfig, accelerator: AcceleratorSpec) -> float:
+    """The flash-attention efficiency in force: the config's override, else the catalog's
+    per-accelerator value, else the default."""
+    if config.attention_efficiency is not None:
+        return config.attention_efficiency
+    return accelerator.attention_efficiency or DEFAULT_ATTENTION_EFFICIENCY
+
+
+ZERO3_LIVE_MODULES = 2
+"""Gathered modules resident at once under ZeRO-3: the one computing and the one prefetched."""
+
+
+def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tensor: int) -> float:
+    """bf16 bytes of the parameters ZeRO-3 holds gathered at once on one GPU.
+
+    ZeRO-3 gathers parameters module by module (each linear layer) just before use and frees
+    them after, prefetching the next (Rajbhandari et al. 2020 §5.3; DeepSpeed
+    `stage3_prefetch_bucket_size`), so the working copy is about two of the largest modules,
+    not two transformer layers. A module's weights are split over the tensor group (routed
+    experts: the GPU's num_experts / expert experts, each split over expert_tensor).
+    """
+    largest = 0.0
+    kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
+    for is_moe in kinds:
+        for gemm in layer_gemms(model, is_moe, 1.0):
+            weights = gemm.k * gemm.n
+            if gemm.split in ("col", "row"):
+                weights /= tensor
+            elif gemm.split.startswith("expert"):
+                assert model.moe is not None
+                weights *= model.moe.num_experts / expert / expert_tensor
+            largest = max(largest, weights)
+    return ZERO3_LIVE_MODULES * 2.0 * largest
+
+
 def _gib(x: float) -> float:
     return x / GIB
 
@@ -407,7 +457,7 @@ class AnalyticalTrainingCostModel:
                 peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s, cfg.gemm_k_overhead
             ),
             attention=AttentionCoreModel(
-                bf16_peak, cfg.attention_efficiency, acc.gemm_efficiency, hbm,
+                bf16_peak, attention_efficiency(cfg, acc), acc.gemm_efficiency, hbm,
                 cfg.attention_backward_ratio, cfg.kernel_launch_s,
             ),
             comm=AlphaBetaCollectives(net),
@@ -865,7 +915,7 @@ class AnalyticalTrainingCostModel:
         first, last = self._extra_states(ctx, t, not model.tie_embeddings or pp > 1, shards,
                                          zero, e, etp)
         bucket = grad_bucket_bytes(shards, states.params_sum / pp) if zero < 3 else 0.0
-        zero3 = 2 * 2.0 * states.max_params if zero == 3 and shards > 1 else 0.0
+        zero3 = zero3_working_bytes(model, t, e, etp) if zero == 3 and shards > 1 else 0.0
         fixed = self.config.runtime_context_gib * GIB + bucket + zero3
         layer_bytes = states.public["state"]
         mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp
@@ -997,12 +1047,12 @@ class AnalyticalTrainingCostModel:
         frag = 1.0 + cfg.fragmentation_fraction
         groups, cost_seq, state_seq, first, last, p2p, m = self._parts(ctx, key)
 
-        # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy of
-        # ~2 layers' bf16 weights, full recompute's one-layer working set.
+        # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy
+        # (zero3_working_bytes), full recompute's one-layer working set.
         total_params = state_seq.params_sum / pp
         bucket = grad_bucket_bytes(d * c, total_params) if zero < 3 else 0.0
         runtime = cfg.runtime_context_gib * GIB
-        zero3 = 2 * 2.0 * state_seq.max_params if zero == 3 and d * c > 1 else 0.0
+        zero3 = zero3_working_bytes(ctx.model, t, e, etp) if zero == 3 and d * c > 1 else 0.0
         rc_work = cost_seq.max_working_bytes if rc == "full" else 0.0
 
         inflight = self._inflight(ctx, schedule == "interleaved_1f1b" and v > 1, pp, v, m)
@@ -1258,11 +1308,18 @@ class AnalyticalTrainingCostModel:
                 raw = m * rs + ag
                 exp = m * exposed(rs, bwd_rank[j]) + exposed(ag, fwd_rank[j])
             else:
-                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                # ZeRO-3 gathers and reduces every layer's shards over the whole data-parallel
+                # group in a flat ring: across nodes each GPU's own NIC carries the (n−1)/n
+                # share of the full buffer, the cross-node bottleneck ZeRO++ (Wang et al.
+                # 2023, §3, hierarchical partitioning hpZ) was built to remove.
+                flat = flat_group(group)
+                rs = comm.reduce_scatter(n_params * cfg.zero3_grad_reduce_bytes, flat)
+                ag = comm.all_gather(2.0 * n_params, flat)
                 raw = m * (rs + 2 * ag)
+                hide = cfg.zero3_overlap
                 exp = m * (
-                    max(0.0, ag - fwd_rank[j]) + max(0.0, ag - bwd_rank[j])
-                    + exposed(rs, bwd_rank[j])
+                    max(0.0, ag - hide * fwd_rank[j]) + max(0.0, ag - hide * bwd_rank[j])
+                    + max(0.0, rs - hide * bwd_rank[j])
                 )
             worst_exp, worst_raw = max(worst_exp, exp), max(worst_raw, raw)
         return worst_exp, worst_raw
