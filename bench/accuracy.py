@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.base import TrainingProblem  # noqa: E402
+from cost_models.error_bars import quantiles_from_residuals  # noqa: E402
 from cost_models.registry import build_cost_model  # noqa: E402
 from hardware_catalog import resolve_cluster  # noqa: E402
 from solver import search  # noqa: E402
@@ -133,6 +135,29 @@ def ordering_reproduced(group: list[RowResult]) -> bool:
     return True
 
 
+def log_residuals(results: list[RowResult]) -> list[float]:
+    """ln(measured / predicted) step time of every row that ran and was predicted."""
+    return [
+        math.log(r.case.measured_step_s / r.predicted_step_s)
+        for r in results
+        if r.case.measured_step_s and r.predicted_step_s and r.case.status != "OOM"
+    ]
+
+
+RESIDUALS_PATH = Path(__file__).resolve().parents[1] / "cost_models" / "data" / "residuals.json"
+
+
+def write_residuals(cost_model: str, results: list[RowResult]) -> None:
+    """Update the shipped residual quantiles of one cost model (error_bars.py)."""
+    q = quantiles_from_residuals(cost_model, log_residuals(results))
+    data = json.loads(RESIDUALS_PATH.read_text()) if RESIDUALS_PATH.exists() else {}
+    data[cost_model] = {"num_rows": q.num_rows, "q_low": round(q.q_low, 6),
+                        "q_high": round(q.q_high, 6),
+                        "source": "python bench/accuracy.py --write-residuals"}
+    RESIDUALS_PATH.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {RESIDUALS_PATH}: {data[cost_model]}")
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return format(x, spec) if x is not None else "-"
 
@@ -141,8 +166,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cost-model", default="analytical")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--write-residuals", action="store_true",
+                        help="store the residual quantiles in cost_models/data/residuals.json")
     args = parser.parse_args()
     results, skipped = run(args.cost_model)
+    if args.write_residuals:
+        write_residuals(args.cost_model, results)
     summary = summarise(results)
     if args.json:
         print(json.dumps(summary, indent=2))

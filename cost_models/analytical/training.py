@@ -63,6 +63,7 @@ from cost_models.analytical.memory import (
 from cost_models.analytical.placement import ParallelGroups, flat_group, place_groups
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
+from cost_models.error_bars import stored_quantiles
 from cost_models.registry import register_cost_model
 from hardware_catalog.schema import AcceleratorSpec
 from specs.errors import InfeasiblePlan
@@ -375,6 +376,15 @@ def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tenso
                 weights *= model.moe.num_experts / expert / expert_tensor
             largest = max(largest, weights)
     return ZERO3_LIVE_MODULES * 2.0 * largest
+
+
+def _error_bars(step_time_s: float) -> dict[str, float]:
+    """step_time_s_low / _high from the residuals on the published runs (error_bars.py)."""
+    quantiles = stored_quantiles("analytical")
+    if quantiles is None:
+        return {}
+    low, high = quantiles.interval(step_time_s)
+    return {"step_time_s_low": low, "step_time_s_high": high}
 
 
 def _gib(x: float) -> float:
@@ -1246,6 +1256,7 @@ class AnalyticalTrainingCostModel:
             bubble_fraction=sched.bubble_s / step,
             time_breakdown_s=breakdown,
             hardware_tflops_per_gpu=(ctx.model_flops + rc_flops) / step / n / 1e12,
+            **_error_bars(step),
         )
         details: dict[str, Any] = {
             "num_microbatches": m,

@@ -57,3 +57,21 @@ def test_measured_plan_orderings_are_reproduced(report: list[RowResult]) -> None
     assert len(groups) == 9
     share = sum(ordering_reproduced(g) for g in groups) / len(groups)
     assert share >= ORDERINGS_MIN
+
+
+def test_shipped_error_bars_match_the_current_residuals(report: list[RowResult]) -> None:
+    """cost_models/data/residuals.json must be regenerated (`python bench/accuracy.py
+    --write-residuals`) whenever the cost model's predictions change."""
+    from bench.accuracy import log_residuals
+    from cost_models.error_bars import quantiles_from_residuals, stored_quantiles
+
+    stored = stored_quantiles("analytical")
+    assert stored is not None
+    fresh = quantiles_from_residuals("analytical", log_residuals(report))
+    assert stored.num_rows == fresh.num_rows
+    assert stored.q_low == pytest.approx(fresh.q_low, abs=1e-6)
+    assert stored.q_high == pytest.approx(fresh.q_high, abs=1e-6)
+    # an 80 % interval: about 10 % of the rows on either side of it
+    below = sum(r < fresh.q_low for r in log_residuals(report))
+    above = sum(r > fresh.q_high for r in log_residuals(report))
+    assert below <= 0.15 * len(report) and above <= 0.15 * len(report)
