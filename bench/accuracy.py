@@ -63,7 +63,10 @@ def evaluate_case(case: Case, cost_model_name: str = "analytical",
         workload=TrainingWorkload.model_validate(req["workload"]),
         memory_headroom_gib=constraints.memory_headroom_gib,
     )
-    cost_model = build_cost_model(cost_model_name, cost_model_config)
+    # The row's framework settings (e.g. no gradient-reduce overlap in 2021 Megatron-LM)
+    # apply under whichever cost model is asked for; explicit options win.
+    row_config = (req.get("cost_model") or {}).get("config") or {}
+    cost_model = build_cost_model(cost_model_name, {**row_config, **(cost_model_config or {})})
     result = search(problem, cost_model, constraints, top_k=1)
     out = RowResult(case=case, pruned=dict(result.stats.pruned))
     if not result.plans:

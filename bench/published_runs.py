@@ -205,6 +205,11 @@ def to_case(row: dict[str, Any]) -> Case:
         "workload": workload,
         "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
     }
+    if era_2021_2022:
+        # Megatron-LM of 2021/2022 all-reduced the gradients after the backward pass
+        # (LocalDDP, no --overlap-grad-reduce yet): nothing of it is hidden.
+        case.request["cost_model"] = {"name": "analytical",
+                                      "config": {"dp_overlap_efficiency": 0.0}}
     n = row["num_gpus"]
     if row["sec_per_iter"]:
         case.measured_step_s = float(row["sec_per_iter"])

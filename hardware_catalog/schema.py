@@ -46,6 +46,9 @@ class AcceleratorSpec(BaseModel):
     """Largest group of devices sharing the scale-up fabric."""
     gpus_per_node: int = Field(ge=1)
     """Usual node size (the default scale-up domain of a cluster node)."""
+    num_compute_units: int | None = Field(default=None, ge=1)
+    """Streaming multiprocessors (NVIDIA) or compute units (AMD) that run GEMM tiles in
+    parallel; null where the notion does not apply or is not sourced."""
     gemm_efficiency: float = Field(gt=0, le=1)
     """Best-shape achieved fraction of the dense bf16 peak (MAMF-style measurement)."""
     gemm_efficiency_fp8: float | None = Field(default=None, gt=0, le=1)

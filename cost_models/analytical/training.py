@@ -95,7 +95,8 @@ class AnalyticalConfig(BaseModel):
     kernel_launch_s: float = Field(default=5e-6, ge=0, le=1e-3)
     """Per-kernel launch and tail latency added to every GEMM and attention kernel."""
     gemm_k_overhead: float = Field(default=384.0, ge=0, le=65536)
-    """GEMM tile pipeline fill + epilogue in elements of k (gemm.py): efficiency × k/(k+this)."""
+    """GEMM tile pipeline fill + epilogue in elements of k on an A100-class SM (gemm.py:
+    efficiency × k/(k+K0)); scaled per accelerator by gemm_k_overhead_for()."""
     alpha_intra_s: float = Field(default=10e-6, ge=0, le=1e-2)
     """Latency per collective step on the scale-up fabric."""
     alpha_inter_s: float = Field(default=30e-6, ge=0, le=1e-2)
@@ -338,6 +339,22 @@ def _plan_key(plan: TrainingPlan) -> tuple[Any, ...]:
     )
 
 
+A100_BF16_FLOPS_PER_SM = 312e12 / 108
+"""The reference compute unit gemm_k_overhead is stated for (A100: 312 TFLOP/s over 108 SMs)."""
+
+
+def gemm_k_overhead_for(config: AnalyticalConfig, accelerator: AcceleratorSpec) -> float:
+    """K0 for an accelerator. The pipeline fill and epilogue of a tile take a roughly fixed
+    time (loading the first k-slices from HBM, writing the output tile), while a k-slice of the
+    main loop takes less time the faster one compute unit's tensor cores are; in elements of k
+    the overhead therefore grows with the dense bf16 rate per SM/CU (H100 SXM: 7.5 TFLOP/s per
+    SM, 2.6× an A100 SM, so K0 ≈ 1000). Without a unit count the reference value applies."""
+    if accelerator.num_compute_units is None:
+        return config.gemm_k_overhead
+    per_unit = accelerator.peak_flops("bf16") / accelerator.num_compute_units
+    return config.gemm_k_overhead * per_unit / A100_BF16_FLOPS_PER_SM
+
+
 DEFAULT_ATTENTION_EFFICIENCY = 0.6
 """FlashAttention-2 forward+backward on A100: 50–73 % of the dense peak forward, ~60 %
 overall (Dao 2023, arXiv 2307.08691, §4.1), used when the catalog has no figure."""
@@ -464,7 +481,8 @@ class AnalyticalTrainingCostModel:
             global_batch=work.global_batch_size,
             gpus_per_node=cluster.gpus_per_node,
             gemm=RooflineGemm(
-                peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s, cfg.gemm_k_overhead
+                peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s,
+                gemm_k_overhead_for(cfg, acc),
             ),
             attention=AttentionCoreModel(
                 bf16_peak, attention_efficiency(cfg, acc), acc.gemm_efficiency, hbm,
