@@ -15,7 +15,7 @@ bias-dropout-add):
 
 The backward pass moves about twice the forward bytes (it reads the saved input and the
 incoming gradient and writes the input gradient). The loss is priced with the LM head
-(training.py, CROSS_ENTROPY_PASSES).
+(training.py, CROSS_ENTROPY_FORWARD_PASSES and CROSS_ENTROPY_BACKWARD_PASSES).
 """
 
 from __future__ import annotations

@@ -78,8 +78,13 @@ from specs.plan import (
 )
 
 GB = 1e9
-CROSS_ENTROPY_PASSES = 3
-"""fp32 passes over the logits in the vocab-parallel cross entropy (max, exp-sum, grad)."""
+CROSS_ENTROPY_FORWARD_PASSES = 9.5
+"""fp32-sized HBM passes over the logits in the forward of Megatron's vocab-parallel cross
+entropy on `logits.float()`: the bf16→fp32 cast (read 2 + write 4 bytes = 1.5 passes), the
+max (1), subtracting it (2), exp (2), the sum (1) and the normalisation kept for backward (2)."""
+CROSS_ENTROPY_BACKWARD_PASSES = 5.5
+"""Backward: subtract the one-hot target (2), scale by the incoming gradient (2) and the
+fp32→bf16 cast for the LM-head GEMMs (1.5)."""
 
 
 class AnalyticalConfig(BaseModel):
@@ -880,7 +885,9 @@ class AnalyticalTrainingCostModel:
         )
         # LM head (vocab-parallel GEMM) and the fp32 cross entropy over the logits.
         head_f, head_b = ctx.gemm.forward_backward_s(tokens, h, vocab / t)
-        ce = CROSS_ENTROPY_PASSES * tokens * vocab / t * 4.0 / hbm
+        ce_pass = tokens * vocab / t * 4.0 / hbm
+        ce_f = CROSS_ENTROPY_FORWARD_PASSES * ce_pass
+        ce_b = CROSS_ENTROPY_BACKWARD_PASSES * ce_pass
         head_tp = 0.0
         if t > 1:
             if sp:
@@ -891,9 +898,9 @@ class AnalyticalTrainingCostModel:
                 head_tp = ctx.comm.all_reduce(act_size, groups.tensor)
             head_tp *= 1.0 - cfg.tp_comm_overlap
         last = (
-            head_f + head_b + 2 * ce,
+            head_f + head_b + ce_f + ce_b,
             head_tp,
-            head_f + ce + (head_tp / 2 if sp else 0.0),
+            head_f + ce_f + (head_tp / 2 if sp else 0.0),
             logits_bytes(b, s, vocab, t, c),
         )
         hit = ctx.extra_times[key] = (first, last)
