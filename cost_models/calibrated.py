@@ -44,6 +44,7 @@ from scipy.optimize import least_squares
 from cost_models.analytical import AnalyticalConfig, AnalyticalTrainingCostModel
 from cost_models.analytical.training import attention_efficiency
 from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
+from cost_models.error_bars import ResidualQuantiles, quantiles_from_residuals
 from cost_models.registry import register_cost_model
 from hardware_catalog.schema import AcceleratorSpec
 from specs.errors import SpecError
@@ -113,6 +114,23 @@ class CalibrationParameters(BaseModel):
         return dict(self.model_extra or {})
 
 
+MIN_SAMPLES_FOR_ERROR_BARS = 5
+"""Fewer measurements than this keep the analytical model's error bars (from the published
+runs): a 10th/90th percentile of four numbers says little."""
+
+
+class ErrorBars(BaseModel):
+    """ln(measured / predicted) quantiles of the fitted model on its own measurements."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    num_samples: int = Field(ge=MIN_SAMPLES_FOR_ERROR_BARS)
+    q_low: float = Field(ge=-5, le=5)
+    """10th percentile of ln(measured / predicted)."""
+    q_high: float = Field(ge=-5, le=5)
+    """90th percentile of ln(measured / predicted)."""
+
+
 class CalibratedConfig(BaseModel):
     """Options of the calibrated cost model: the analytical base and the fitted values."""
 
@@ -122,6 +140,8 @@ class CalibratedConfig(BaseModel):
     """Analytical model options the fit starts from (and keeps for everything unfitted)."""
     parameters: CalibrationParameters = Field(default_factory=CalibrationParameters)
     """Fitted values; an empty object prices exactly like `analytical` with `base`."""
+    error_bars: ErrorBars | None = None
+    """Step-time interval from the fit's own residuals; null keeps the analytical model's."""
 
 
 def _accelerator_update(acc: AcceleratorSpec, params: AcceleratorParameters) -> dict[str, Any]:
@@ -225,8 +245,15 @@ class CalibratedTrainingCostModel:
         return self.inner.profile_key(self.calibrated(problem), key)
 
     def evaluate(self, problem: TrainingProblem, plan: TrainingPlan) -> TrainingEstimate:
-        """Full estimate with the fitted parameters."""
-        return self.inner.evaluate(self.calibrated(problem), plan)
+        """Full estimate with the fitted parameters (and the fit's own error bars)."""
+        est = self.inner.evaluate(self.calibrated(problem), plan)
+        bars = self.config.error_bars
+        if bars is None:
+            return est
+        quantiles = ResidualQuantiles(self.name, bars.num_samples, bars.q_low, bars.q_high)
+        low, high = quantiles.interval(est.metrics.step_time_s)
+        metrics = est.metrics.model_copy(update={"step_time_s_low": low, "step_time_s_high": high})
+        return dataclasses.replace(est, metrics=metrics)
 
     def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
         """The analytical bound (memory does not depend on the fitted parameters)."""
@@ -284,9 +311,16 @@ class CalibrationFit:
     message: str = ""
 
     def config(self, base: AnalyticalConfig | None = None) -> dict[str, Any]:
-        """The calibrated model's config (JSON) for these parameters."""
-        return {"base": (base or AnalyticalConfig()).model_dump(mode="json"),
-                "parameters": dict(self.parameters)}
+        """The calibrated model's config (JSON) for these parameters, with error bars from
+        the fit's residuals once there are enough samples."""
+        out: dict[str, Any] = {"base": (base or AnalyticalConfig()).model_dump(mode="json"),
+                               "parameters": dict(self.parameters)}
+        if self.num_samples >= MIN_SAMPLES_FOR_ERROR_BARS:
+            # residual = predicted / measured − 1, so ln(measured / predicted) = −ln(1 + r)
+            q = quantiles_from_residuals("calibrated", [-math.log1p(r) for r in self.residuals])
+            out["error_bars"] = {"num_samples": q.num_rows, "q_low": round(q.q_low, 6),
+                                 "q_high": round(q.q_high, 6)}
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {

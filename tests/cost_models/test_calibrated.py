@@ -197,3 +197,40 @@ def test_config_round_trips() -> None:
     assert CalibratedConfig.model_validate(dumped) == config
     assert dumped["parameters"] == {"h100-sxm": {"gemm_efficiency": 0.7},
                                     "step_overhead_s": 0.1}
+
+
+def test_fitted_model_carries_error_bars_from_its_own_residuals() -> None:
+    # Measurements 10 % slower / faster than the truth alternately: no parameter set fits
+    # them all, so the residuals spread and the interval must cover about ±10 %.
+    samples = [
+        CalibrationSample(s.problem, s.plan, s.measured_step_s * (1.1 if i % 2 else 0.9))
+        for i, s in enumerate(_synthetic_samples())
+    ]
+    fit = fit_calibration(samples)
+    config = fit.config()
+    bars = config["error_bars"]
+    assert bars["num_samples"] == len(samples) == 9
+    log_ratios = sorted(-math.log1p(r) for r in fit.residuals)
+    # type-7 quantiles of 9 values: positions 0.8 and 7.2
+    assert bars["q_low"] == pytest.approx(log_ratios[0] + 0.8 * (log_ratios[1] - log_ratios[0]),
+                                          abs=1e-6)
+    assert bars["q_high"] == pytest.approx(log_ratios[7] + 0.2 * (log_ratios[8] - log_ratios[7]),
+                                           abs=1e-6)
+    assert bars["q_low"] < -0.05 and bars["q_high"] > 0.05
+    model = build_cost_model("calibrated", config)
+    est = model.evaluate(samples[0].problem, samples[0].plan)
+    step = est.metrics.step_time_s
+    assert est.metrics.step_time_s_low == pytest.approx(step * math.exp(bars["q_low"]))
+    assert est.metrics.step_time_s_high == pytest.approx(step * math.exp(bars["q_high"]))
+
+
+def test_few_samples_keep_the_analytical_error_bars() -> None:
+    samples = _synthetic_samples()[:4]
+    config = fit_calibration(samples).config()
+    assert "error_bars" not in config
+    model = build_cost_model("calibrated", config)
+    analytical = build_cost_model("analytical")
+    est = model.evaluate(samples[0].problem, samples[0].plan)
+    ref = analytical.evaluate(samples[0].problem, samples[0].plan)
+    ratio = est.metrics.step_time_s_high / est.metrics.step_time_s
+    assert ratio == pytest.approx(ref.metrics.step_time_s_high / ref.metrics.step_time_s)
