@@ -111,26 +111,32 @@ def compare(est: TrainingEstimate, other: TrainingEstimate, other_rank: int) -> 
         head = f"{rel:.1f}% slower than #{other_rank}"
     else:
         head = f"{-rel:.1f}% faster than #{other_rank}"
-    effects: list[str] = []
+    gains: list[str] = []
+    costs: list[str] = []
     d_bubble = (est.metrics.bubble_fraction - other.metrics.bubble_fraction) * 100.0
     if d_bubble >= 0.05:
-        effects.append(f"adds {d_bubble:.1f}% bubble")
+        costs.append(f"adds {d_bubble:.1f}% bubble")
     elif d_bubble <= -0.05:
-        effects.append(f"cuts the bubble by {-d_bubble:.1f}%")
+        gains.append(f"cuts the bubble by {-d_bubble:.1f}%")
     comm, _ = _comm(est)
     comm_other, _ = _comm(other)
     if abs(comm - comm_other) >= 0.001 * max(t, t_other):
-        effects.append(f"exposes {_seconds(comm - comm_other)} more communication"
-                       if comm > comm_other else f"hides {_seconds(comm_other - comm)} of communication")
+        if comm > comm_other:
+            costs.append(f"exposes {_seconds(comm - comm_other)} more communication")
+        else:
+            gains.append(f"hides {_seconds(comm_other - comm)} of communication")
     d_mem = est.memory.peak_gib - other.memory.peak_gib
     if d_mem <= -0.05:
-        effects.append(f"frees {-d_mem:.1f} GiB")
+        gains.append(f"frees {-d_mem:.1f} GiB")
     elif d_mem >= 0.05:
-        effects.append(f"needs {d_mem:.1f} GiB more")
+        costs.append(f"needs {d_mem:.1f} GiB more")
+    # A slower plan leads with what it costs, a faster one with what it buys.
+    lead, rest = (costs, gains) if rel > 0 else (gains, costs)
     text = f"{head}: {_plan_diff(est.plan, other.plan)}"
-    if effects:
-        text += " " + (", ".join(effects[:-1]) + " but " + effects[-1]
-                       if len(effects) > 1 else effects[0])
+    if lead or rest:
+        text += " " + " and ".join(lead or rest)
+        if lead and rest:
+            text += " but " + " and ".join(rest)
     return text + "."
 
 
