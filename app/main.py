@@ -20,6 +20,7 @@ from app.api.routes import (
     estimate,
     health,
     measurements,
+    placements,
     plans,
     searches,
 )
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
-    for module in (health, catalog, estimate, searches, plans, measurements, calibration):
+    for module in (health, catalog, estimate, searches, plans, measurements, calibration, placements):
         _docstring_summaries(module.router)
         app.include_router(module.router)
     return app

@@ -12,6 +12,13 @@ step derived from what the source gives:
   forward); Megatron-Core README: model FLOPs, Megatron's `num_floating_point_operations`,
   `72·B·s·l·h²·(1 + s/6h + V/12lh)` for a GPT layer. step = F / (TFLOP/s · 1e12 · GPUs).
 
+MoE rows (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960, Table 1 + Appendix
+Table 3) report MFU against 989.5 TFLOP/s under Megatron-LM's MoE FLOP count
+(`num_floating_point_operations` in megatron/training/training.py, the 2024-2025 releases the
+paper ran): F = 12·B·s·L·h²·[(1 + g/a + s/h)·(a·d/h) + k·(f_e/h)·3/2 + (f_s/h)·3/2
++ V/(2·L·h)] for SwiGLU experts (k routed experts of width f_e, shared width f_s, no router
+term); step = F / (MFU · 989.5e12 · GPUs) (`megatron_moe_flops`, `moe_case`).
+
 Rows that cannot be represented yet are returned with the reason instead of being dropped.
 """
 
@@ -59,6 +66,8 @@ class Case:
     reason: str | None = None
     """Why the row cannot be represented (then request is None)."""
     notes: list[str] = field(default_factory=list)
+    unverified_fields: list[str] = field(default_factory=list)
+    """The row's fields whose transcription or alignment the dataset flags as uncertain."""
 
 
 def _source_key(row: dict[str, Any]) -> str:
@@ -140,12 +149,137 @@ def _recompute(text: str | None) -> str | None:
     return None
 
 
+MOE_DEFAULT_VOCAB = {"Mixtral": 32768}
+"""Vocabulary of a model family when the row leaves it null (mistralai/Mixtral-8x22B-v0.1
+config.json: 32768)."""
+MOE_DEFAULT_TOP_K = 2
+"""Llama3-8x70B's top_k is not stated: 2, as in the Mixtral-style upcycling it follows."""
+MOE_PEAK_FLOPS = 989.5e12
+"""The paper's H100 BF16 dense peak (the MFU basis)."""
+MOE_STRATEGIES = {
+    "FSDP": 3, "FSDP + EP": 3, "TP + EP + DP": 1, "MCore": 1, "MCore w/ Folding": 1,
+}
+"""ZeRO stage per strategy: FSDP shards parameters, gradients and optimizer states (ZeRO-3);
+the TP + EP + DP baseline uses ZeRO-1 (paper text); Megatron-Core's distributed optimizer is
+ZeRO-1."""
+
+
+def _moe_strategy(label: str) -> str | None:
+    if "[" not in label:
+        return None
+    return label[label.index("[") + 1:label.rindex("]")].strip()
+
+
+def moe_model(row: dict[str, Any]) -> dict[str, Any]:
+    """An explicit MoE model spec (SwiGLU experts, RMSNorm, rotary, untied head; every layer
+    MoE) from a row's architecture fields; Qwen2-MoE adds QKV biases and the shared-expert
+    gate (Qwen2-57B-A14B config.json)."""
+    name = row["model"].split("[")[0].strip()
+    vocab = row["vocab_size"] or next(
+        (v for family, v in MOE_DEFAULT_VOCAB.items() if name.startswith(family)), None)
+    qwen = name.startswith("Qwen2")
+    moe: dict[str, Any] = {
+        "num_experts": row["moe_num_experts"],
+        "top_k": row["moe_top_k"] or MOE_DEFAULT_TOP_K,
+        "expert_ffn_hidden_size": row["moe_expert_ffn_size"],
+    }
+    if row.get("moe_shared_experts"):
+        moe["num_shared_experts"] = row["moe_shared_experts"]
+        moe["shared_expert_ffn_hidden_size"] = (
+            row["moe_shared_expert_ffn_size"] // row["moe_shared_experts"])
+        moe["shared_expert_gate"] = qwen
+    return {
+        "name": name,
+        "num_layers": row["layers"],
+        "hidden_size": row["hidden_size"],
+        "num_attention_heads": row["num_heads"],
+        "num_kv_heads": row["num_kv_heads"],
+        "ffn_hidden_size": row["ffn_hidden_size"] or row["moe_expert_ffn_size"],
+        "vocab_size": vocab,
+        "gated_mlp": True,
+        "tie_embeddings": False,
+        "norm": "rmsnorm",
+        "attention_bias": qwen,
+        "moe": moe,
+    }
+
+
+def megatron_moe_flops(model: dict[str, Any], global_batch: int, seq: int) -> float:
+    """Megatron-LM's model FLOPs per step for an MoE model (module docstring), d = h/a."""
+    h, n_layers = model["hidden_size"], model["num_layers"]
+    a, g = model["num_attention_heads"], model["num_kv_heads"] or model["num_attention_heads"]
+    moe = model["moe"]
+    shared = moe.get("num_shared_experts", 0) * moe.get("shared_expert_ffn_hidden_size", 0)
+    attention = 1 + g / a + seq / h
+    mlp = moe["expert_ffn_hidden_size"] / h * moe["top_k"] * 1.5
+    logit = float(model["vocab_size"]) / (2 * n_layers * h)
+    return float(12.0 * global_batch * seq * n_layers * h * h * (
+        attention + mlp + shared / h * 1.5 + logit))
+
+
+def moe_case(row: dict[str, Any], case: Case) -> Case:
+    """An MoE Folding row as a request: the row's degrees fixed, ZeRO per strategy, expert
+    tensor = the row's etp, else the attention tensor degree (Megatron-LM's default
+    `--expert-tensor-parallel-size`, None → tensor size) when that layout exists, else left
+    to the search; capacity factor 1 on balanced loads (the paper's benchmarking setting);
+    micro-batch 1 (the rows give none; Megatron-LM's MoE example recipes, e.g.
+    examples/mixtral, train with --micro-batch-size 1 at a global batch of 256); recompute
+    and virtual pipeline left to the search."""
+    case.unverified_fields = list(row.get("unverified_fields") or [])
+    strategy = _moe_strategy(row["model"])
+    if strategy not in MOE_STRATEGIES:
+        case.reason = f"unknown MoE strategy {strategy!r}"
+        return case
+    model = moe_model(row)
+    if model["vocab_size"] is None:
+        case.reason = "the row gives no vocabulary size"
+        return case
+    tp, pp, cp = row["tp"] or 1, row["pp"] or 1, row["cp"] or 1
+    ep = row["ep"] or 1
+    n = row["num_gpus"]
+    dp = row["dp"] or n // (tp * pp * cp)
+    fixed: dict[str, Any] = {
+        "tensor": tp, "pipeline": pp, "data": dp, "context": cp, "expert": ep,
+        "zero_stage": MOE_STRATEGIES[strategy], "flash_attention": True, "micro_batch_size": 1,
+    }
+    grid = dp * cp * tp
+    if row["etp"]:
+        fixed["expert_tensor"] = row["etp"]
+    elif not grid % (ep * tp) and not row["moe_expert_ffn_size"] % tp:
+        fixed["expert_tensor"] = tp
+    else:
+        case.notes.append(f"etp blank and expert_tensor = tensor ({tp}) does not fit "
+                          f"expert × expert_tensor | data × context × tensor = {grid}: "
+                          "expert_tensor left to the search")
+        case.unverified_fields.append("etp (blank; chosen by the search)")
+    cluster = {"node_groups": [{
+        "accelerator": "h100-sxm", "num_nodes": n // row["gpus_per_node"],
+        "gpus_per_node": row["gpus_per_node"],
+    }]}
+    workload = {
+        "kind": "training", "global_batch_size": row["global_batch_seqs"],
+        "sequence_length": row["seq_len"], "precision": "bf16",
+        "moe_routing": {"capacity_factor": 1.0},
+    }
+    case.request = {
+        "model": model, "cluster": cluster, "workload": workload,
+        "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
+    }
+    flops = megatron_moe_flops(model, row["global_batch_seqs"], row["seq_len"])
+    if row["mfu_pct"]:
+        case.measured_mfu = row["mfu_pct"] / 100
+        case.measured_step_s = flops / (case.measured_mfu * MOE_PEAK_FLOPS * n)
+    elif case.status != "OOM":
+        case.reason = "no measured MFU"
+        case.request = None
+    return case
+
+
 def to_case(row: dict[str, Any]) -> Case:
     key = _source_key(row)
     case = Case(row_id=row["row_id"], label=row["model"], source=key, status=row.get("status") or "ok")
     if row.get("moe_num_experts"):
-        case.reason = "MoE model: expert parallelism is not modelled yet (issue on MoE)"
-        return case
+        return moe_case(row, case)
     if row["gpu_type"] not in ACCELERATORS:
         case.reason = f"accelerator {row['gpu_type']!r} not mapped"
         return case

@@ -18,7 +18,11 @@ model's `check()` has the last word.
   DeepSpeed do not combine gradient/parameter sharding with pipeline parallelism).
 - Recompute none / selective / full (Korthikanti et al. 2022); sequence parallelism is on
   whenever tensor > 1 (it only saves memory and time) unless fixed off.
-- Expert degrees stay 1 (dense search) unless fixed.
+- Expert degrees (MoE models only; dense models keep 1 / 1 unless fixed): `expert` divides
+  `num_experts`; `expert_tensor` divides the expert FFN width, stays inside a node unless
+  tensor groups may span nodes; `expert × expert_tensor` divides `data × context × tensor`
+  (Megatron-Core "MoE Parallel Folding", Liu et al. 2025, arXiv 2504.14960 §3: the expert
+  layout is folded onto the attention's GPUs independently of the attention layout).
 
 `constraints.fixed` restricts a dimension to one value (plan fields or degree names).
 """
@@ -56,6 +60,7 @@ def _field_max(name: str) -> int:
 
 
 _MAX_DEGREE = {name: _field_max(name) for name in ("data", "tensor", "pipeline", "context")}
+_EXPERT_MAX = {name: _field_max(name) for name in ("expert", "expert_tensor")}
 MAX_VIRTUAL_PIPELINE = _field_max("virtual_pipeline")
 
 
@@ -219,6 +224,34 @@ def degree_tuples(
                 yield data, tensor, pipeline, context
 
 
+def expert_degree_options(
+    problem: TrainingProblem,
+    constraints: SearchConstraints,
+    data: int,
+    tensor: int,
+    context: int,
+) -> list[tuple[int, int]]:
+    """Legal `(expert, expert_tensor)` pairs for one attention layout, ascending.
+
+    Dense models: `[(1, 1)]` (or the fixed values). MoE models (Megatron-Core folding rules,
+    module docstring): expert ∈ divisors(num_experts); expert_tensor ∈ divisors(expert FFN
+    width), ≤ gpus_per_node unless tensor groups may span nodes; expert·expert_tensor
+    divides data·context·tensor; within ParallelDims' field limits.
+    """
+    fixed = validated_fixed(constraints)
+    moe = problem.model.moe
+    if moe is None:
+        return [(fixed.get("expert", 1), fixed.get("expert_tensor", 1))]
+    across = constraints.allow_tensor_across_nodes or problem.allow_tensor_across_nodes
+    gpn = problem.cluster.gpus_per_node
+    grid = data * context * tensor
+    experts = [e for e in _restrict(divisors(moe.num_experts), fixed, "expert")
+               if e <= _EXPERT_MAX["expert"] and not grid % e]
+    etps = [et for et in _restrict(divisors(moe.expert_ffn_hidden_size), fixed, "expert_tensor")
+            if et <= _EXPERT_MAX["expert_tensor"] and (across or et <= gpn)]
+    return [(e, et) for e in experts for et in etps if not grid % (e * et)]
+
+
 def virtual_pipeline_options(num_layers: int, pipeline: int, max_v: int) -> list[int]:
     """Virtual pipeline degrees: 1 (plain 1F1B), and with pipeline > 1 every v in 2..max_v
     with `pipeline·v ≤ num_layers` (each chunk needs a layer; Narayanan et al. 2021 §2.2)."""
@@ -316,8 +349,6 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     screens them without building a `Candidate` per point)."""
     fixed = validated_fixed(constraints)
     num_layers = problem.model.num_layers
-    expert = fixed.get("expert", 1)
-    expert_tensor = fixed.get("expert_tensor", 1)
     flash = fixed.get("flash_attention", True)
     stage_layers = fixed.get("stage_layers")
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
@@ -330,8 +361,10 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
             inner for inner in _inner_options(problem, constraints, fixed, data, pipeline)
             if _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers)
         ]
-        yield Block(data, tensor, pipeline, context, expert, expert_tensor, sp, inners, zeros,
-                    recomputes, stage_layers, flash)
+        for expert, expert_tensor in expert_degree_options(
+                problem, constraints, data, tensor, context):
+            yield Block(data, tensor, pipeline, context, expert, expert_tensor, sp, inners,
+                        zeros, recomputes, stage_layers, flash)
 
 
 def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
@@ -353,13 +386,14 @@ def count_candidates(problem: TrainingProblem, constraints: SearchConstraints) -
     num_layers = problem.model.num_layers
     n_recompute = len(_restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute"))
     total = 0
-    for data, tensor, pipeline, _context in degree_tuples(problem, constraints):
+    for data, tensor, pipeline, context in degree_tuples(problem, constraints):
         if fixed.get("sequence_parallel", tensor > 1) and tensor == 1:
             continue
+        n_expert = len(expert_degree_options(problem, constraints, data, tensor, context))
         n_zero = len(_restrict(zero_stage_options(pipeline), fixed, "zero_stage"))
         n_inner = sum(
             _stage_layers_ok(fixed, pipeline, i.virtual_pipeline, num_layers)
             for i in _inner_options(problem, constraints, fixed, data, pipeline)
         )
-        total += n_inner * n_zero * n_recompute
+        total += n_inner * n_zero * n_recompute * n_expert
     return total

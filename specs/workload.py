@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from specs._base import Spec
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+
+
+class MoERoutingSpec(Spec):
+    """How routed tokens spread over the experts of an MoE layer (every field optional;
+    the default is a perfectly balanced router without token dropping)."""
+
+    capacity_factor: float | None = Field(default=None, gt=0, le=64)
+    """Token dropping (GShard, Lepikhin et al. 2020 §2.2; Switch, Fedus et al. 2021 §2.2):
+    each expert processes at most capacity_factor · tokens · top_k / num_experts tokens;
+    null means dropless (the busiest expert sets the pace)."""
+    imbalance: float | None = Field(default=None, ge=0, le=8)
+    """Zipf exponent of the per-expert load (share of expert i ∝ 1/(i+1)^imbalance); 0 or
+    null is balanced. Exclusive with expert_loads."""
+    expert_loads: list[float] | None = Field(default=None, min_length=2, max_length=4096)
+    """A measured per-expert load histogram (any non-negative scale, one entry per routed
+    expert, in expert order). Exclusive with imbalance."""
+    max_nodes_per_token: int | None = Field(default=None, ge=1, le=4096)
+    """Node-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2 / §3.2.2): every token is
+    sent to at most this many nodes, once per node over the scale-out network and forwarded
+    inside the node; null means unrestricted routing."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MoERoutingSpec:
+        if self.imbalance is not None and self.expert_loads is not None:
+            raise ValueError("moe_routing.imbalance and moe_routing.expert_loads are exclusive "
+                             "(give one of them)")
+        if self.expert_loads is not None:
+            if any(x < 0 for x in self.expert_loads):
+                raise ValueError(f"moe_routing.expert_loads must be non-negative "
+                                 f"(got {self.expert_loads})")
+            if sum(self.expert_loads) <= 0:
+                raise ValueError("moe_routing.expert_loads must not be all zero")
+        return self
 
 
 class TrainingWorkload(Spec):
@@ -21,6 +54,17 @@ class TrainingWorkload(Spec):
     """Tokens per sequence."""
     precision: Precision = "bf16"
     """Compute precision of the GEMMs (fp8 keeps bf16 weights, as Transformer Engine does)."""
+    moe_routing: MoERoutingSpec | None = None
+    """MoE token routing (capacity factor, load skew); null: balanced and dropless. Ignored
+    for dense models."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_routing(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Dense requests dump exactly as before the field existed (request hashes stay)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("moe_routing", 0) is None:
+            del data["moe_routing"]
+        return data
 
     @property
     def tokens_per_step(self) -> int:

@@ -86,17 +86,25 @@ def all_gather_time_s(net: TwoTierNetwork, size_bytes: float, group: GroupPlacem
     return _phased(net, size_bytes, group, 1)
 
 
-def all_to_all_time_s(net: TwoTierNetwork, size_bytes: float, group: GroupPlacement) -> float:
+def all_to_all_time_s(
+    net: TwoTierNetwork, size_bytes: float, group: GroupPlacement,
+    off_node_share: float | None = None,
+) -> float:
     """All-to-all of an S-byte send buffer per rank: (n−1)·α + (n−1)/n·S/B on one node;
     across nodes the off-node share (n−g)/n·S leaves through the GPU's own NIC (no NIC
-    aggregation, hardware_catalog.md §4) while the on-node share uses NVLink concurrently."""
+    aggregation, hardware_catalog.md §4) while the on-node share uses NVLink concurrently.
+
+    `off_node_share` replaces (n−g)/n when the payload is not spread uniformly over the
+    group, e.g. node-limited MoE routing that crosses the network once per target node
+    (DeepSeek-V3, arXiv 2412.19437 §3.2.2); the on-node share is unchanged."""
     n, g = group.size, group.members_per_node
     if n <= 1 or size_bytes <= 0:
         return 0.0
     intra = (g - 1) / n * size_bytes / net.group_intra_bytes_per_s(g) if g > 1 else 0.0
     if group.nodes == 1:
         return (n - 1) * net.alpha_intra_s + intra
-    inter = (n - g) / n * size_bytes / net.inter_bytes_per_s
+    share = (n - g) / n if off_node_share is None else off_node_share
+    inter = share * size_bytes / net.inter_bytes_per_s
     return (n - 1) * net.alpha_inter_s + max(intra, inter)
 
 
@@ -123,8 +131,9 @@ class AlphaBetaCollectives:
     def all_gather(self, size_bytes: float, group: GroupPlacement) -> float:
         return all_gather_time_s(self.net, size_bytes, group)
 
-    def all_to_all(self, size_bytes: float, group: GroupPlacement) -> float:
-        return all_to_all_time_s(self.net, size_bytes, group)
+    def all_to_all(self, size_bytes: float, group: GroupPlacement,
+                   off_node_share: float | None = None) -> float:
+        return all_to_all_time_s(self.net, size_bytes, group, off_node_share)
 
     def send_recv(self, size_bytes: float, tier: Tier) -> float:
         return send_recv_time_s(self.net, size_bytes, tier)

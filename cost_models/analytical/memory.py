@@ -44,6 +44,8 @@ def activation_terms(
     s: int,
     context: int = 1,
     flash: bool = True,
+    expert_tensor: int = 1,
+    load_factor: float = 1.0,
 ) -> tuple[float, float, float]:
     """(replicated, split, score) activation bytes of one layer and micro-batch, before
     tensor parallelism and recompute.
@@ -56,6 +58,10 @@ def activation_terms(
     score: the s×s softmax output (2as²b) and, with dropout, its mask (as²b) and the dropout
     output (2as²b), only without flash attention.
     Context parallelism divides the sequence (queries) by c.
+    MoE layers store, per routed token copy on the GPU (λ·top_k·etp copies per token of the
+    tensor-parallel share, `moe.py`): the gathered input (2h bytes, every ETP rank keeps the
+    whole token) and the expert's up / activation outputs (2·f·(up+1)/etp bytes), i.e.
+    λ·top_k·(2h·etp + 2f·(up+1)) per token before the division by t.
     """
     h, a, g = model.hidden_size, model.num_attention_heads, model.kv_heads
     sl = s / context
@@ -77,7 +83,8 @@ def activation_terms(
         rep += 4 * tok * moe.num_experts  # fp32 router logits
         fe = moe.expert_ffn_hidden_size
         up = 2 if model.gated_mlp else 1
-        split += moe.top_k * (2 * tok * h + 2 * tok * fe * (up + 1))
+        split += load_factor * moe.top_k * (
+            2 * tok * h * expert_tensor + 2 * tok * fe * (up + 1))
         if moe.num_shared_experts:
             split += 2 * tok * moe.num_shared_experts * moe.shared_ffn * (up + 1)
     else:
@@ -99,6 +106,8 @@ def layer_activation_bytes(
     sequence_parallel: bool,
     flash: bool,
     recompute: Recompute,
+    expert_tensor: int = 1,
+    load_factor: float = 1.0,
 ) -> float:
     """Activation bytes one layer stores per in-flight micro-batch on one GPU.
 
@@ -110,7 +119,8 @@ def layer_activation_bytes(
     if recompute == "full":
         inp = 2.0 * (s / context) * b * model.hidden_size
         return inp / tensor if sequence_parallel else inp
-    rep, split, score = activation_terms(model, is_moe, b, s, context, flash)
+    rep, split, score = activation_terms(model, is_moe, b, s, context, flash, expert_tensor,
+                                         load_factor)
     if recompute == "selective":
         score = 0.0
     if sequence_parallel:

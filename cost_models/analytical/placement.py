@@ -5,6 +5,12 @@ pipeline (Megatron-Core order "tp-cp-ep-dp-pp"; Shoeybi et al. 2019, Narayanan e
 §3.3 place tensor parallelism inside a node for this reason). A group of `size` ranks whose
 consecutive members are `stride` ranks apart (stride = product of the inner degrees) packs
 `members_per_node` members per node and spans `nodes` nodes.
+
+MoE layers re-partition the same `data × context × tensor` GPUs of a pipeline stage into
+expert groups (Megatron-Core "MoE Parallel Folding", Liu et al. 2025, arXiv 2504.14960 §3;
+`parallel_state.initialize_model_parallel`'s expert rank generator, order "tp-ep-dp-pp"):
+expert-tensor innermost (stride 1), then expert (stride expert_tensor), then expert-data
+(stride expert × expert_tensor), pipeline outermost.
 """
 
 from __future__ import annotations
@@ -89,4 +95,43 @@ def place_groups(
         data=place_group(data, tensor * context, gpus_per_node),
         data_context=place_group(data * context, tensor, gpus_per_node),
         pipeline=place_group(pipeline, tensor * context * data, gpus_per_node),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGroups:
+    """Placements of the groups an MoE layer communicates over (folded expert layout)."""
+
+    expert_tensor: GroupPlacement
+    """The expert-tensor group (ETP ranks, innermost): all-gather / reduce-scatter of the
+    dispatched tokens."""
+    expert: GroupPlacement
+    """The expert-parallel group (EP ranks, stride ETP): token dispatch / combine all-to-all."""
+    expert_data: GroupPlacement
+    """The expert-data-parallel group (stride EP × ETP): expert gradient reduction and
+    expert optimizer sharding."""
+
+    def tiers(self) -> dict[str, str]:
+        return {"expert_tensor": self.expert_tensor.tier, "expert": self.expert.tier,
+                "expert_data": self.expert_data.tier}
+
+
+def place_expert_groups(
+    expert: int, expert_tensor: int, data_context_tensor: int, gpus_per_node: int
+) -> ExpertGroups:
+    """Placements of the expert-tensor, expert and expert-data groups carved out of the
+    `data_context_tensor` GPUs of one pipeline stage (order expert-tensor → expert →
+    expert-data, Megatron-Core folding; module docstring).
+
+    Args:
+        expert: EP degree (e).
+        expert_tensor: ETP degree (etp); e · etp must divide data_context_tensor.
+        data_context_tensor: d · c · t, the GPUs of one pipeline stage.
+        gpus_per_node: GPUs per node.
+    """
+    edp = max(1, data_context_tensor // (expert * expert_tensor))
+    return ExpertGroups(
+        expert_tensor=place_group(expert_tensor, 1, gpus_per_node),
+        expert=place_group(expert, expert_tensor, gpus_per_node),
+        expert_data=place_group(edp, expert * expert_tensor, gpus_per_node),
     )

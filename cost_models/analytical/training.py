@@ -60,7 +60,20 @@ from cost_models.analytical.memory import (
     logits_bytes,
     state_bytes_per_param,
 )
-from cost_models.analytical.placement import ParallelGroups, flat_group, place_groups
+from cost_models.analytical.moe import (
+    ExpertLoad,
+    busiest_rank_load,
+    grouped_expert_gemm_s,
+    moe_comm_s,
+    permute_bytes,
+)
+from cost_models.analytical.placement import (
+    ExpertGroups,
+    ParallelGroups,
+    flat_group,
+    place_expert_groups,
+    place_groups,
+)
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
 from cost_models.error_bars import stored_quantiles
@@ -147,6 +160,11 @@ class _LayerCost:
     """Exposed tensor-parallel communication (forward, backward and recomputed forward)."""
     cp_s: float
     """Exposed context-parallel communication."""
+    ep_s: float
+    """Exposed expert-parallel communication (all-to-alls and expert-tensor collectives of
+    the forward, backward and recomputed forward)."""
+    a2a_s: float
+    """Of which the dispatch / combine all-to-alls."""
     forward_s: float
     backward_s: float
     """Everything but the forward: backward, recompute, their exposed communication."""
@@ -157,7 +175,7 @@ class _LayerCost:
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +188,8 @@ class _LayerState:
     optimizer_bytes: float
     shard_params: float
     """Parameters whose optimizer state this GPU updates (for the Adam step)."""
+    expert_params: float = 0.0
+    """Of `params`, the routed-expert ones (reduced over the expert-data-parallel group)."""
 
     @property
     def total_bytes(self) -> float:
@@ -190,7 +210,8 @@ class _Extra:
 _PREFIX_FIELDS = {
     "time": "total_s", "forward": "forward_s", "backward": "backward_s",
     "compute": "compute_s", "recompute": "recompute_s", "tp": "tp_s", "cp": "cp_s",
-    "act": "activation_bytes", "params": "params", "shard_params": "shard_params",
+    "ep": "ep_s", "a2a": "a2a_s", "act": "activation_bytes", "params": "params",
+    "expert_params": "expert_params", "shard_params": "shard_params",
     "weights": "weights_bytes", "grads": "grads_bytes", "optimizer": "optimizer_bytes",
 }
 """Prefix-sum arrays evaluate() may ask for, and the per-layer record field of each."""
@@ -252,7 +273,8 @@ def _per_layer(by_kind: dict[bool, Any], flags: tuple[bool, ...]) -> tuple[Any, 
     return tuple(by_kind[f] for f in flags)
 
 
-_STATE_PREFIXES = frozenset({"params", "shard_params", "weights", "grads", "optimizer"})
+_STATE_PREFIXES = frozenset({"params", "expert_params", "shard_params", "weights", "grads",
+                             "optimizer"})
 
 
 @dataclass(slots=True)
@@ -320,15 +342,19 @@ class _Context:
     group_memory: dict[tuple[Any, ...], float] = field(default_factory=dict)
     bound_times: dict[tuple[Any, ...], tuple[float, float, float, float, float, int]] = field(
         default_factory=dict)
-    """Step-time bound terms per (t, c, d, pp, etp, sp, b, rc, flash): (layers + extras,
+    """Step-time bound terms per (t, c, d, pp, etp, sp, b, rc, flash, e): (layers + extras,
     largest layer, smallest layer, larger extra, p2p s, micro-batches)."""
     bound_layer_terms: dict[tuple[Any, ...], tuple[float, float, float, float]] = field(
         default_factory=dict)
-    """The layer and extra terms of `bound_times` per (t, c, b, rc, sp, flash, etp)."""
+    """The layer and extra terms of `bound_times` per (t, c, b, rc, sp, flash, etp, e)."""
     bound_optimizer: dict[tuple[Any, ...], float] = field(default_factory=dict)
     """Adam-step time of the bound per (t, c, d, pp, e, etp, zero)."""
     profiles: dict[tuple[Any, ...], _Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
+    expert_loads: dict[int, ExpertLoad] = field(default_factory=dict)
+    """The busiest EP rank's routed load per expert degree (`moe.busiest_rank_load`)."""
+    expert_groups: dict[tuple[int, int, int], ExpertGroups] = field(default_factory=dict)
+    """Expert group placements per (e, etp, d·c·t)."""
 
 
 _MAX_CONTEXTS = 32
@@ -616,6 +642,22 @@ class AnalyticalTrainingCostModel:
             if (d * c * t) % (e * et):
                 bad("expert", f"expert × expert_tensor = {e} × {et} must divide data × context "
                     f"× tensor = {d} × {c} × {t} = {d * c * t}")
+            fe = model.moe.expert_ffn_hidden_size
+            if fe % et:
+                bad("divisibility", f"moe.expert_ffn_hidden_size ({fe}) must be divisible by "
+                    f"expert_tensor ({et})")
+            if et > gpn and not problem.allow_tensor_across_nodes:
+                bad("topology", f"expert_tensor ({et}) must not exceed gpus_per_node ({gpn}) "
+                    "unless allow_tensor_across_nodes is set")
+            if model.moe.num_shared_experts:
+                fs = model.moe.num_shared_experts * model.moe.shared_ffn
+                if fs % t:
+                    bad("divisibility", f"shared expert width ({fs}) must be divisible by "
+                        f"tensor ({t})")
+            loads = work.moe_routing.expert_loads if work.moe_routing is not None else None
+            if loads is not None and len(loads) != model.moe.num_experts:
+                bad("expert", f"moe_routing.expert_loads has {len(loads)} entries; the model "
+                    f"has {model.moe.num_experts} routed experts")
         if not cluster.accelerator.peak_tflops.get(work.precision) and not (
             work.precision in ("fp16", "bf16")
             and (cluster.accelerator.peak_tflops.get("bf16") or cluster.accelerator.peak_tflops.get("fp16"))
@@ -651,36 +693,64 @@ class AnalyticalTrainingCostModel:
             hit = ctx.groups[key] = place_groups(t, c, d, pp, ctx.gpus_per_node)
         return hit
 
+    def _expert_load(self, ctx: _Context, e: int) -> ExpertLoad:
+        """The busiest EP rank's routed load for expert degree `e` (cached per problem)."""
+        hit = ctx.expert_loads.get(e)
+        if hit is None:
+            moe = ctx.model.moe
+            assert moe is not None
+            try:
+                hit = busiest_rank_load(moe.num_experts, e, ctx.problem.workload.moe_routing)
+            except ValueError as exc:  # a histogram of the wrong length (check() reports it)
+                raise InfeasiblePlan("expert", str(exc)) from exc
+            ctx.expert_loads[e] = hit
+        return hit
+
+    def _expert_groups(self, ctx: _Context, e: int, etp: int, dct: int) -> ExpertGroups:
+        key = (e, etp, dct)
+        hit = ctx.expert_groups.get(key)
+        if hit is None:
+            hit = ctx.expert_groups[key] = place_expert_groups(e, etp, dct, ctx.gpus_per_node)
+        return hit
+
     def _layer_cost(
         self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, rc: str, sp: bool,
-        flash: bool, etp: int, groups: ParallelGroups,
+        flash: bool, etp: int, groups: ParallelGroups, e: int = 1,
     ) -> _LayerCost:
-        # Only the tensor and context placements enter, and they depend on (t, c) alone.
-        key = (is_moe, t, c, b, rc, sp, flash, etp)
+        # Only the tensor and context placements enter, and they depend on (t, c) alone;
+        # the expert placements depend on (e, etp) alone (`place_expert_groups`).
+        key = (is_moe, t, c, b, rc, sp, flash, etp, e)
         hit = ctx.layer_costs.get(key)
         if hit is not None:
             return hit
-        core_key = (is_moe, t, c, b, sp, flash, etp)
+        core_key = (is_moe, t, c, b, sp, flash, etp, e)
         core = ctx.layer_cores.get(core_key)
         if core is None:
             core = ctx.layer_cores[core_key] = self._layer_core(
-                ctx, is_moe, t, c, b, sp, flash, etp, groups)
-        fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working = core
+                ctx, is_moe, t, c, b, sp, flash, etp, groups, e)
+        fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working, ep_dir, a2a_dir = core
         if rc == "full":  # the whole forward again, collectives included
-            rc_s, tp_rc, cp_rc = fwd + att_f, tp_dir, cp_f
+            rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = fwd + att_f, tp_dir, cp_f, ep_dir, a2a_dir
         elif rc == "selective":
-            rc_s, tp_rc, cp_rc = att_f, 0.0, 0.0
+            rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = att_f, 0.0, 0.0, 0.0, 0.0
         else:
-            rc_s, tp_rc, cp_rc = 0.0, 0.0, 0.0
-        act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc)  # type: ignore[arg-type]
-        forward = fwd + att_f + tp_dir + cp_f
+            rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = 0.0, 0.0, 0.0, 0.0, 0.0
+        if is_moe:
+            load = self._expert_load(ctx, e).load_factor
+            act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc,  # type: ignore[arg-type]
+                                         etp, load)
+        else:
+            act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc)  # type: ignore[arg-type]
+        forward = fwd + att_f + tp_dir + cp_f + ep_dir
         cost = _LayerCost(
             compute_s=fwd + bwd + att_f + att_b,
             recompute_s=rc_s,
             tp_s=2 * tp_dir + tp_rc,
             cp_s=cp_f + cp_b + cp_rc,
+            ep_s=2 * ep_dir + ep_rc,
+            a2a_s=2 * a2a_dir + a2a_rc,
             forward_s=forward,
-            backward_s=bwd + att_b + rc_s + tp_dir + tp_rc + cp_b + cp_rc,
+            backward_s=bwd + att_b + rc_s + tp_dir + tp_rc + cp_b + cp_rc + ep_dir + ep_rc,
             activation_bytes=act,
             working_bytes=working,
         )
@@ -689,20 +759,51 @@ class AnalyticalTrainingCostModel:
 
     def _layer_core(
         self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, sp: bool, flash: bool,
-        etp: int, groups: ParallelGroups,
-    ) -> tuple[float, float, float, float, float, float, float, float]:
+        etp: int, groups: ParallelGroups, e: int = 1,
+    ) -> tuple[float, float, float, float, float, float, float, float, float, float]:
         """The parts of a layer's cost that recompute does not change: (GEMM + elementwise
         forward, their backward, attention core forward, its backward, TP communication per
         direction, exposed CP forward, exposed CP backward, activation bytes without
-        recomputation)."""
+        recomputation, EP communication per direction, of which all-to-alls).
+
+        MoE layers (`moe.py`): the routed experts run as grouped GEMMs at their per-expert
+        shapes on the busiest EP rank, with the dispatch / combine all-to-alls and the ETP
+        collectives; their tensor-parallel collectives are the attention's pair plus the
+        shared experts' pair (the routed experts need none: tokens stay sequence-split)."""
         model, s, cfg = ctx.model, ctx.seq, self.config
         h = model.hidden_size
         tokens = b * s / c
         fwd = bwd = 0.0
         for gm in layer_gemms(model, is_moe, tokens):
+            if is_moe and gm.split.startswith("expert"):
+                continue  # priced per expert below
             f, bw = ctx.gemm.forward_backward_s(*split_gemm(gm, t, etp))
             fwd += f
             bwd += bw
+        ep_dir = a2a_dir = 0.0
+        load = 1.0
+        tp_pairs = 2.0
+        if is_moe:
+            moe = model.moe
+            assert moe is not None
+            expert_load = self._expert_load(ctx, e)
+            load = expert_load.load_factor
+            tokens_gpu = tokens / t
+            # Balanced tokens per local expert after the ETP all-gather: e·etp·(T/t)·k/E.
+            balanced = e * etp * tokens_gpu * moe.top_k / moe.num_experts
+            ef, eb = grouped_expert_gemm_s(
+                ctx.gemm, tuple(x * balanced for x in expert_load.local_factors), h,
+                moe.expert_ffn_hidden_size, etp, model.gated_mlp)
+            perm = permute_bytes(load * tokens_gpu * moe.top_k * etp, h) / (
+                ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+            fwd += ef + perm
+            bwd += eb + BACKWARD_BYTES_RATIO * perm
+            egroups = self._expert_groups(ctx, e, etp, e * etp)
+            routing = ctx.problem.workload.moe_routing
+            mcomm = moe_comm_s(ctx.comm, egroups, tokens_gpu, moe.top_k, h, load,
+                               routing.max_nodes_per_token if routing is not None else None)
+            ep_dir, a2a_dir = mcomm.total_s, mcomm.all_to_all_s
+            tp_pairs = 2.0 if moe.num_shared_experts else 1.0
         qk, vd = attention_dims(model)
         heads = model.num_attention_heads / t
         att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
@@ -712,11 +813,10 @@ class AnalyticalTrainingCostModel:
         if t > 1:
             size = tokens * h * 2.0
             if sp:
-                tp_dir = 2 * ctx.comm.all_gather(size, groups.tensor) + 2 * ctx.comm.reduce_scatter(
-                    size, groups.tensor
-                )
+                tp_dir = tp_pairs * ctx.comm.all_gather(size, groups.tensor) + (
+                    tp_pairs * ctx.comm.reduce_scatter(size, groups.tensor))
             else:
-                tp_dir = 2 * ctx.comm.all_reduce(size, groups.tensor)
+                tp_dir = tp_pairs * ctx.comm.all_reduce(size, groups.tensor)
             tp_dir *= 1.0 - cfg.tp_comm_overlap
         # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
         # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
@@ -731,27 +831,36 @@ class AnalyticalTrainingCostModel:
             cp_f = max(0.0, ring - att_f)
             cp_b = max(0.0, 2 * ring - att_b)
         # Memory-bound elementwise kernels (norms, rotary, activation, residual adds).
+        width = mlp_width(model, is_moe)
+        if is_moe and load != 1.0:  # the busiest rank's routed share of the activation work
+            assert model.moe is not None
+            routed = model.moe.top_k * model.moe.expert_ffn_hidden_size
+            width += (load - 1.0) * routed
         elem_f = layer_elementwise_bytes(
             model, tokens, tensor=t, sequence_parallel=sp,
-            ffn_hidden_size=mlp_width(model, is_moe), gated=model.gated_mlp,
+            ffn_hidden_size=width, gated=model.gated_mlp,
         ) / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
         elem_b = BACKWARD_BYTES_RATIO * elem_f
         fwd += elem_f
         bwd += elem_b
-        working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
-        return fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working
+        if is_moe:
+            working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none",
+                                             etp, load)
+        else:
+            working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
+        return fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working, ep_dir, a2a_dir
 
     def _cost_seq(
         self, ctx: _Context, t: int, c: int, b: int, rc: str, sp: bool, flash: bool, etp: int,
-        groups: ParallelGroups,
+        groups: ParallelGroups, e: int = 1,
     ) -> _LayerSeq:
         """Per-layer costs of every layer (shared by every plan with these degrees)."""
-        key = (t, c, b, rc, sp, flash, etp)
+        key = (t, c, b, rc, sp, flash, etp, e)
         hit = ctx.cost_seqs.get(key)
         if hit is not None:
             return hit
         frag = 1.0 + self.config.fragmentation_fraction
-        costs = {k: self._layer_cost(ctx, k, t, c, b, rc, sp, flash, etp, groups)
+        costs = {k: self._layer_cost(ctx, k, t, c, b, rc, sp, flash, etp, groups, e)
                  for k in ctx.kinds}
         per_layer = _per_layer(costs, ctx.moe_flags)
         hit = ctx.cost_seqs[key] = _LayerSeq(
@@ -813,6 +922,7 @@ class AnalyticalTrainingCostModel:
             grads_bytes=dense_params * g + expert_params * ge,
             optimizer_bytes=dense_params * o + expert_params * oe,
             shard_params=shard_params,
+            expert_params=expert_params,
         )
 
     def _layer_params(
@@ -975,7 +1085,7 @@ class AnalyticalTrainingCostModel:
         if ctx is None or ctx.problem is not problem:
             ctx = self._context(problem)
         t, c, d, pp, v, e, etp, sp, b, zero, rc, schedule, flash = key
-        tkey = (t, c, d, pp, etp, sp, b, rc, flash)
+        tkey = (t, c, d, pp, etp, sp, b, rc, flash, e)
         terms = ctx.bound_times.get(tkey)
         okey = (t, c, d, pp, e, etp, zero)
         optimizer = ctx.bound_optimizer.get(okey)
@@ -1009,10 +1119,10 @@ class AnalyticalTrainingCostModel:
         terms = ctx.bound_times.get(tkey)
         if terms is None:
             groups = self._groups(ctx, t, c, d, pp)
-            lkey = (t, c, b, rc, sp, flash, etp)
+            lkey = (t, c, b, rc, sp, flash, etp, e)
             layer_terms = ctx.bound_layer_terms.get(lkey)
             if layer_terms is None:
-                times = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups).stats()
+                times = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups, e).stats()
                 first_t, last_t = self._extra_times(ctx, t, c, b, sp, groups)
                 first_x = first_t[0] + first_t[1]
                 last_x = last_t[0] + last_t[1]
@@ -1056,7 +1166,7 @@ class AnalyticalTrainingCostModel:
         groups = self._groups(ctx, t, c, d, pp)
         m = max(1, ctx.global_batch // (b * d))
         shards = d * c
-        cost_seq = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups)
+        cost_seq = self._cost_seq(ctx, t, c, b, rc, sp, flash, etp, groups, e)
         state_seq = self._state_seq(ctx, t, shards, zero, e, etp)
         head_params_on = not model.tie_embeddings or pp > 1
         first, last = self._extras(ctx, t, c, b, sp, head_params_on, shards, zero, e, etp, groups)
@@ -1175,6 +1285,7 @@ class AnalyticalTrainingCostModel:
                 "recompute": chunk_sum("recompute", j),
                 "tp": chunk_sum("tp", j),
                 "cp": chunk_sum("cp", j),
+                "ep": chunk_sum("ep", j),
                 "pp": p2p_rank,
             }
             fw = chunk_sum("forward", j)
@@ -1198,13 +1309,15 @@ class AnalyticalTrainingCostModel:
 
         # Parameters per rank (for DP traffic and the optimizer step).
         params = [chunk_sum("params", j) for j in range(pp)]
+        expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
         shard_params = [chunk_sum("shard_params", j) for j in range(pp)]
         params[0] += prof.first.state.params
         shard_params[0] += prof.first.state.shard_params
         params[-1] += prof.last.state.params
         shard_params[-1] += prof.last.state.shard_params
 
-        dp_exposed, dp_raw = self._data_parallel_s(ctx, prof, plan, params, fwd_rank, bwd_rank, m)
+        dp_exposed, dp_raw = self._data_parallel_s(ctx, prof, plan, params, fwd_rank, bwd_rank, m,
+                                                   expert_params)
         hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
         optimizer_s = max(sp_ * cfg.optimizer_bytes_per_param / hbm for sp_ in shard_params)
         step = sched.step_s + dp_exposed + optimizer_s + cfg.step_overhead_s
@@ -1216,7 +1329,7 @@ class AnalyticalTrainingCostModel:
             data_parallel_comm=dp_exposed,
             pipeline_comm=m * cparts["pp"],
             context_parallel_comm=m * cparts["cp"],
-            expert_parallel_comm=0.0,
+            expert_parallel_comm=m * cparts["ep"],
             bubble=sched.bubble_s,
             optimizer=optimizer_s,
             recompute=m * cparts["recompute"],
@@ -1295,10 +1408,35 @@ class AnalyticalTrainingCostModel:
             "rank_params": params,
             "memory_total_gib": [_gib(x) for x in totals],
         }
+        if model.moe is not None:
+            details["expert_parallel"] = self._moe_details(ctx, prof, plan, crit, chunk_sum, m)
         return TrainingEstimate(
             plan=plan, feasible=not violations, violations=violations, metrics=metrics,
             memory=memory, details=details,
         )
+
+    def _moe_details(
+        self, ctx: _Context, prof: _Profiled, plan: TrainingPlan, crit: int,
+        chunk_sum: Any, m: int,
+    ) -> dict[str, Any]:
+        """Expert-parallel figures for explanations: the all-to-all time of one MoE layer per
+        micro-batch (forward + backward + recomputed forward), the tiers its groups cross, the
+        busiest EP rank's load factor and the critical rank's all-to-all seconds per step."""
+        p = plan.parallelism
+        moe_layer = next(i for i, f in enumerate(ctx.moe_flags) if f)
+        cost = prof.costs.items[moe_layer]
+        groups = self._expert_groups(ctx, p.expert, p.expert_tensor,
+                                     p.data * p.context * p.tensor)
+        return {
+            "all_to_all_s_per_layer": cost.a2a_s,
+            "expert_comm_s_per_layer": cost.ep_s,
+            "all_to_all_tier": groups.expert.tier,
+            "expert_tensor_tier": groups.expert_tensor.tier,
+            "expert_data_tier": groups.expert_data.tier,
+            "load_factor": self._expert_load(ctx, p.expert).load_factor,
+            "all_to_all_s_per_step": m * chunk_sum("a2a", crit),
+            "local_experts": ctx.model.moe.num_experts // p.expert if ctx.model.moe else 0,
+        }
 
     def _data_parallel_s(
         self,
@@ -1309,6 +1447,7 @@ class AnalyticalTrainingCostModel:
         fwd_rank: list[float],
         bwd_rank: list[float],
         m: int,
+        expert_params: list[float] | None = None,
     ) -> tuple[float, float]:
         """(exposed, raw) data-parallel communication per step, worst pipeline rank.
 
@@ -1319,10 +1458,23 @@ class AnalyticalTrainingCostModel:
         forward and again in the backward, every micro-batch (Rajbhandari et al. 2020 §5).
         Gradient reduction overlaps the rank's backward of the last micro-batch, parameter
         gathers its forward; a `dp_non_overlapped_fraction` stays exposed.
+
+        MoE: routed-expert parameters are reduced (and, under ZeRO, sharded and gathered)
+        over the expert-data-parallel group, d·c·t / (e·etp) ranks of stride e·etp
+        (Megatron-Core folding, Liu et al. 2025 §3), the rest over data × context; the two
+        run one after the other and are exposed together.
         """
         cfg = self.config
         group = prof.groups.data_context
-        if group.size <= 1:
+        p = plan.parallelism
+        moe_states = expert_params is not None and any(expert_params)
+        egroup = None
+        if moe_states:
+            egroup = self._expert_groups(ctx, p.expert, p.expert_tensor,
+                                         p.data * p.context * p.tensor).expert_data
+            if egroup.size <= 1:
+                egroup = None
+        if group.size <= 1 and egroup is None:
             return 0.0, 0.0
         eff, frac = cfg.dp_overlap_efficiency, cfg.dp_non_overlapped_fraction
 
@@ -1331,16 +1483,29 @@ class AnalyticalTrainingCostModel:
 
         comm = ctx.comm
         worst_exp = worst_raw = 0.0
-        for j, n_params in enumerate(params):
-            grad = n_params * cfg.grad_reduce_bytes
-            if plan.zero_stage == 0:
-                raw = comm.all_reduce(grad, group)
+        zero = plan.zero_stage
+        for j, n_all in enumerate(params):
+            n_exp = expert_params[j] if egroup is not None and expert_params is not None else 0.0
+            n_params = n_all - n_exp
+            if zero < 3:
+                grad = n_params * cfg.grad_reduce_bytes
+                if zero == 0:
+                    ar = comm.all_reduce(grad, group)
+                else:
+                    rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                if egroup is not None:
+                    e_grad = n_exp * cfg.grad_reduce_bytes
+                    if zero == 0:
+                        ar += comm.all_reduce(e_grad, egroup)
+                    else:
+                        rs += comm.reduce_scatter(e_grad, egroup)
+                        ag += comm.all_gather(2.0 * n_exp, egroup)
+            if zero == 0:
+                raw = ar
                 exp = exposed(raw, bwd_rank[j])
-            elif plan.zero_stage == 1:
-                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+            elif zero == 1:
                 raw, exp = rs + ag, exposed(rs, bwd_rank[j]) + exposed(ag, fwd_rank[j])
-            elif plan.zero_stage == 2:
-                rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+            elif zero == 2:
                 raw = m * rs + ag
                 exp = m * exposed(rs, bwd_rank[j]) + exposed(ag, fwd_rank[j])
             else:
@@ -1351,6 +1516,10 @@ class AnalyticalTrainingCostModel:
                 flat = flat_group(group)
                 rs = comm.reduce_scatter(n_params * cfg.zero3_grad_reduce_bytes, flat)
                 ag = comm.all_gather(2.0 * n_params, flat)
+                if egroup is not None:
+                    e_flat = flat_group(egroup)
+                    rs += comm.reduce_scatter(n_exp * cfg.zero3_grad_reduce_bytes, e_flat)
+                    ag += comm.all_gather(2.0 * n_exp, e_flat)
                 raw = m * (rs + 2 * ag)
                 hide = cfg.zero3_overlap
                 exp = m * (

