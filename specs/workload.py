@@ -30,8 +30,26 @@ class MoERoutingSpec(Spec):
     sent to at most this many nodes, once per node over the scale-out network and forwarded
     inside the node; null means unrestricted routing."""
 
+    optimize_placement: bool = False
+    """Place the experts of `expert_loads` on each candidate expert-parallel group with the
+    expert-placement solver (`POST /v1/expert-placements`, no redundant copies) instead of
+    contiguously in expert order; the search then prices each expert degree at the busiest
+    rank of that placement."""
+    rank_load_factors: dict[int, float] | None = None
+    """Busiest-rank load factor λ (max rank load / mean rank load) per expert-parallel degree,
+    filled in by the service from the placement when optimize_placement is set; a given
+    degree's entry replaces the contiguous-placement computation."""
+
     @model_validator(mode="after")
     def _check(self) -> MoERoutingSpec:
+        if self.optimize_placement and self.expert_loads is None:
+            raise ValueError("moe_routing.optimize_placement needs moe_routing.expert_loads "
+                             "(a measured per-expert histogram to place)")
+        if self.rank_load_factors is not None and any(
+            k < 1 or not 0 < v <= 4096 for k, v in self.rank_load_factors.items()
+        ):
+            raise ValueError("moe_routing.rank_load_factors maps expert degrees >= 1 to "
+                             f"factors in (0, 4096] (got {self.rank_load_factors})")
         if self.imbalance is not None and self.expert_loads is not None:
             raise ValueError("moe_routing.imbalance and moe_routing.expert_loads are exclusive "
                              "(give one of them)")

@@ -40,6 +40,7 @@ from cost_models.calibrated import (
     fit_calibration,
 )
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
+from solver.placement_load import with_placement_load_factors
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
@@ -294,6 +295,7 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
     ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id,
                                                  session)
     cost_model = build_cost_model(ref)
+    problem = with_placement_load_factors(problem, [body.plan.parallelism.expert])
     result = solver.estimate_plan(problem, cost_model, body.plan)
     public = estimate_public(result, cost_model)
     public["calibration"] = calibration
@@ -468,6 +470,12 @@ def run_problem(
     """Run the search a stored problem describes (the worker's job)."""
     constraints = SearchConstraints.model_validate(problem["constraints"])
     training = training_problem(problem)
+    if training.model.moe is not None:
+        fixed_expert = constraints.fixed.get("expert")
+        degrees = ([int(fixed_expert)] if fixed_expert else
+                   [e for e in range(1, training.model.moe.num_experts + 1)
+                    if training.model.moe.num_experts % e == 0 and e <= training.num_gpus])
+        training = with_placement_load_factors(training, degrees)
     ref = problem.get("cost_model") or {}
     cost_model = build_cost_model(
         CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))

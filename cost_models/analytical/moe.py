@@ -95,12 +95,18 @@ def busiest_rank_load(
     (token dropping), all of share_i without one; rank r holds experts
     r·E/e … (r+1)·E/e − 1; λ = max_r Σ processed · e.
     """
+    local = num_experts // expert
+    factors = routing.rank_load_factors if routing is not None else None
+    if factors and expert in factors:
+        # The busiest rank of a solved placement (expert placement solver): its experts are
+        # taken as equally loaded, their sum at the placement's λ.
+        lam = factors[expert]
+        return ExpertLoad(lam, (lam,) * local)
     shares = expert_load_shares(num_experts, routing)
     cap = routing.capacity_factor if routing is not None else None
     if cap is not None:
         limit = cap / num_experts
         shares = tuple(min(x, limit) for x in shares)
-    local = num_experts // expert
     best: tuple[float, ...] = ()
     best_sum = -1.0
     for r in range(expert):
