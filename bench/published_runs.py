@@ -164,6 +164,31 @@ the TP + EP + DP baseline uses ZeRO-1 (paper text); Megatron-Core's distributed 
 ZeRO-1."""
 
 
+MOE_FOLDING_MICRO_BATCH = 1
+"""The rows give no micro-batch size. 1: Megatron-LM's MoE recipes (examples/mixtral) train
+with --micro-batch-size 1 at a global batch of 256, and only per-micro-batch parameter
+gathers at b = 1 explain the FSDP rows' measured 2-10 % MFU (left to the planner, the search
+picks b = 4-16 with full recompute for them and predicts rows 81 / 86 / 91 2.5-4.7x faster
+than measured)."""
+MOE_FOLDING_RECOMPUTE = "none"
+"""No activation recompute: the rows name none (`recompute` null), and Megatron-LM's
+default (`--recompute-granularity` unset) keeps every activation. Of the two runs the paper
+reports as out of memory, the one that fits only under recompute then comes out infeasible (row
+98, Llama3-8x70B TP8 EP8 DP32 ZeRO-1: ~70 GiB of model states per GPU leave no room for the
+activations; the search used to pick full recompute for it)."""
+MOE_FOLDING_FRAMEWORK: dict[str, Any] = {"zero3_flat_ring": False}
+"""Cost-model settings of the source's framework (Megatron-Core with PyTorch 2.5 / NCCL of
+2025 on DGX H100, one 400 Gb/s NIC per GPU): FSDP's parameter all-gathers and gradient
+reduce-scatters run as NCCL rings, one per NIC, so a data-parallel group with g members per
+node crosses the network on g NICs at once, the hierarchical cost every other collective
+gets (`collectives.py`), not the flat one-NIC ring fitted to DeepSpeed ZeRO-3 of 2021
+(`AnalyticalConfig.zero3_flat_ring`). Gradients are reduce-scattered in the parameter dtype
+(bf16, FSDP's default `reduce_dtype`; `zero3_grad_reduce_bytes` = 2) and nothing of the
+gathers is hidden (`zero3_overlap` = 0): at b = 1 the FSDP rows are communication-bound,
+and the measured gap between Mixtral-8x22B and its G8T8 variant under the same FSDP layout
+(rows 81, 91: 7.9 s) is their compute difference, added to, not hidden behind, the gathers."""
+
+
 def _moe_strategy(label: str) -> str | None:
     if "[" not in label:
         return None
@@ -222,9 +247,10 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     tensor = the row's etp, else the attention tensor degree (Megatron-LM's default
     `--expert-tensor-parallel-size`, None → tensor size) when that layout exists, else left
     to the search; capacity factor 1 on balanced loads (the paper's benchmarking setting);
-    micro-batch 1 (the rows give none; Megatron-LM's MoE example recipes, e.g.
-    examples/mixtral, train with --micro-batch-size 1 at a global batch of 256); recompute
-    and virtual pipeline left to the search."""
+    the source's setup read once for all its rows (`MOE_FOLDING_MICRO_BATCH`,
+    `MOE_FOLDING_RECOMPUTE`, `MOE_FOLDING_FRAMEWORK`: micro-batch 1, no activation
+    recompute, FSDP collectives on NCCL's per-NIC rings); virtual pipeline left to the
+    search."""
     case.unverified_fields = list(row.get("unverified_fields") or [])
     strategy = _moe_strategy(row["model"])
     if strategy not in MOE_STRATEGIES:
@@ -240,7 +266,8 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     dp = row["dp"] or n // (tp * pp * cp)
     fixed: dict[str, Any] = {
         "tensor": tp, "pipeline": pp, "data": dp, "context": cp, "expert": ep,
-        "zero_stage": MOE_STRATEGIES[strategy], "flash_attention": True, "micro_batch_size": 1,
+        "zero_stage": MOE_STRATEGIES[strategy], "flash_attention": True,
+        "micro_batch_size": MOE_FOLDING_MICRO_BATCH, "recompute": MOE_FOLDING_RECOMPUTE,
     }
     grid = dp * cp * tp
     if row["etp"]:
@@ -264,6 +291,7 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     case.request = {
         "model": model, "cluster": cluster, "workload": workload,
         "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
+        "cost_model": {"name": "analytical", "config": dict(MOE_FOLDING_FRAMEWORK)},
     }
     flops = megatron_moe_flops(model, row["global_batch_seqs"], row["seq_len"])
     if row["mfu_pct"]:

@@ -133,6 +133,12 @@ class AnalyticalConfig(BaseModel):
     reduce-scatters. 0 by default: DeepSpeed ZeRO-3's measured step times (Narayanan et al.
     2021, Table 2: GPT-3 175B at 384–1536 and 530B at 640–2240 A100s) equal the compute plus
     the full flat-ring gather and reduce-scatter times, with nothing hidden."""
+    zero3_flat_ring: bool = True
+    """ZeRO-3 gathers and reduce-scatters priced as one flat ring over NICs (each GPU's own
+    NIC carries (n−1)/n of the full buffer, whatever the group's members per node):
+    DeepSpeed ZeRO-3 as measured by Narayanan et al. 2021, Table 2. False: the same
+    hierarchical placement as every other collective (NCCL builds one ring per NIC, so a
+    group with g members per node crosses the network with g NICs in parallel)."""
     dp_non_overlapped_fraction: float = Field(default=0.05, ge=0, le=1)
     """Share of each data-parallel collective that is always exposed (the last bucket)."""
     runtime_context_gib: float = Field(default=1.0, ge=0, le=64)
@@ -1459,6 +1465,9 @@ class AnalyticalTrainingCostModel:
         Gradient reduction overlaps the rank's backward of the last micro-batch, parameter
         gathers its forward; a `dp_non_overlapped_fraction` stays exposed.
 
+        ZeRO-3 collectives run on one flat ring over NICs (`zero3_flat_ring`, the default)
+        or on the group's hierarchical placement like every other collective.
+
         MoE: routed-expert parameters are reduced (and, under ZeRO, sharded and gathered)
         over the expert-data-parallel group, d·c·t / (e·etp) ranks of stride e·etp
         (Megatron-Core folding, Liu et al. 2025 §3), the rest over data × context; the two
@@ -1512,12 +1521,14 @@ class AnalyticalTrainingCostModel:
                 # ZeRO-3 gathers and reduces every layer's shards over the whole data-parallel
                 # group in a flat ring: across nodes each GPU's own NIC carries the (n−1)/n
                 # share of the full buffer, the cross-node bottleneck ZeRO++ (Wang et al.
-                # 2023, §3, hierarchical partitioning hpZ) was built to remove.
-                flat = flat_group(group)
+                # 2023, §3, hierarchical partitioning hpZ) was built to remove. Without
+                # `zero3_flat_ring` (NCCL rings, one per NIC, as in 2025 FSDP stacks) a group
+                # with g members per node crosses the network on g NICs at once.
+                flat = flat_group(group) if cfg.zero3_flat_ring else group
                 rs = comm.reduce_scatter(n_params * cfg.zero3_grad_reduce_bytes, flat)
                 ag = comm.all_gather(2.0 * n_params, flat)
                 if egroup is not None:
-                    e_flat = flat_group(egroup)
+                    e_flat = flat_group(egroup) if cfg.zero3_flat_ring else egroup
                     rs += comm.reduce_scatter(n_exp * cfg.zero3_grad_reduce_bytes, e_flat)
                     ag += comm.all_gather(2.0 * n_exp, e_flat)
                 raw = m * (rs + 2 * ag)

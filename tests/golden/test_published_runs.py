@@ -9,11 +9,16 @@ at the issue's target, ≤ 7 %), worst row 16.0 % (GPT-1.7B on 48 H100; pinned a
 orderings reproduced in 9 of 9 groups (pinned ≥ 80 %, the issue's target).
 
 MoE rows (Liu et al. 2025, "MoE Parallel Folding", Table 1 + Appendix Table 3; 18 measured
-+ 2 OOM) are pinned apart: mean absolute error 16.9 % (pinned ≤ 18 %; the issue's target
-15 % is not reached: the FSDP baselines of Qwen2-57B-A14B are over-predicted 2.2× and 1.7×),
-the eight Megatron-Core rows (MCore, MCore w/ Folding) within 20 % each (worst 18.9 %), the
-five-strategy orderings of Mixtral-8x22B and Mixtral-8x22B-G8T8 reproduced. The two OOM rows
-(96, 98) still come out feasible (a known gap, pinned as a strict xfail).
++ 2 OOM) are pinned apart, read with the source's framework settings
+(`bench.published_runs.MOE_FOLDING_*`: micro-batch 1, no recompute, FSDP collectives on
+NCCL's per-NIC rings): mean absolute error 8.3 % (the issue's target 15 %; pinned ≤ 10 %),
+worst row 21.4 % (Mixtral-8x22B-G8T8 FSDP, pinned ≤ 25 %), the eight Megatron-Core rows
+within 20 % each (worst 18.9 %), the FSDP rows of Qwen2-57B-A14B within 15 % (they were
+over-predicted 2.2× and 1.7× under the flat-ring ZeRO-3 gathers), the five-strategy orderings
+of Mixtral-8x22B, Mixtral-8x22B-G8T8 and Llama3-8x70B reproduced, Qwen2's except the pair
+FSDP + EP vs TP + EP + DP (measured 9 % apart, predicted 6 % the other way). Row 98 (Llama3
+TP + EP + DP) is out of memory as measured; row 96 (Llama3 FSDP) still fits in the model
+(~37 GiB per GPU: ZeRO-3 over 256 GPUs; pinned as a strict xfail).
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ from bench.accuracy import MOE_SOURCES, RowResult, ordering_reproduced, plan_gro
 MEAN_ABS_ERROR_MAX = 0.07
 ROW_ABS_ERROR_MAX = 0.20
 ORDERINGS_MIN = 0.80
-MOE_MEAN_ABS_ERROR_MAX = 0.18
+MOE_MEAN_ABS_ERROR_MAX = 0.10
+MOE_ROW_ABS_ERROR_MAX = 0.25
 MCORE_ROW_ABS_ERROR_MAX = 0.20
+QWEN2_FSDP_ROW_ABS_ERROR_MAX = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +112,31 @@ def test_every_moe_row_is_represented(moe_report: list[RowResult]) -> None:
 
 def test_moe_step_time_errors_stay_within_the_pinned_bounds(moe_report: list[RowResult]) -> None:
     errors = {r.case.row_id: r.step_error for r in moe_report if r.case.status != "OOM"}
+    assert len(errors) == 18
     assert all(e is not None for e in errors.values()), errors
     mean = statistics.fmean(abs(e or 0.0) for e in errors.values())
     assert mean <= MOE_MEAN_ABS_ERROR_MAX, f"MoE mean absolute error {mean:.1%}"
+    worst = max(errors, key=lambda k: abs(errors[k] or 0.0))
+    assert abs(errors[worst] or 0.0) <= MOE_ROW_ABS_ERROR_MAX, f"row {worst}: {errors[worst]:+.1%}"
     mcore = {r.case.row_id: r.step_error for r in moe_report if "[MCore" in r.case.label}
     assert len(mcore) == 8
     worst = max(mcore, key=lambda k: abs(mcore[k] or 0.0))
     assert abs(mcore[worst] or 0.0) <= MCORE_ROW_ABS_ERROR_MAX, f"row {worst}: {mcore[worst]:+.1%}"
+
+
+def test_qwen2_fsdp_rows_are_not_priced_as_flat_rings(moe_report: list[RowResult]) -> None:
+    """Rows 86 (FSDP, TP2 DP32: 4 data-parallel ranks per node) and 87 (FSDP + EP, DP64:
+    8 per node) gather over groups with several members per node: NCCL crosses the network
+    on all their NICs. Priced as one flat ring (the DeepSpeed 2021 reading) they came out
+    +117 % and +68 %."""
+    by = {r.case.row_id: r for r in moe_report}
+    for row in (86, 87):
+        err = by[row].step_error
+        assert err is not None and abs(err) <= QWEN2_FSDP_ROW_ABS_ERROR_MAX, (row, err)
+    # the flat ring stays the default of the cost model: the same rows priced that way
+    from bench.accuracy import evaluate_case
+    flat = evaluate_case(by[86].case, cost_model_config={"zero3_flat_ring": True})
+    assert flat.step_error is not None and flat.step_error > 1.0
 
 
 def test_moe_runs_that_fitted_are_feasible(moe_report: list[RowResult]) -> None:
@@ -119,8 +144,18 @@ def test_moe_runs_that_fitted_are_feasible(moe_report: list[RowResult]) -> None:
     assert wrong == []
 
 
-@pytest.mark.xfail(strict=True, reason="rows 96 and 98 (Llama3-8x70B FSDP, TP+EP+DP) OOM in "
-                   "the paper but fit in the model (recompute is left to the search)")
+def test_moe_oom_row_without_recompute_is_infeasible(moe_report: list[RowResult]) -> None:
+    """Row 98 (Llama3-8x70B TP8 EP8 DP32, ZeRO-1) fits only under activation recompute,
+    which the source ran without (Megatron-LM's default)."""
+    row98 = next(r for r in moe_report if r.case.row_id == 98)
+    assert row98.case.status == "OOM"
+    assert row98.case.request is not None
+    assert row98.case.request["constraints"]["fixed"]["recompute"] == "none"
+    assert not row98.feasible
+
+
+@pytest.mark.xfail(strict=True, reason="row 96 (Llama3-8x70B FSDP, TP8 CP8 DP4) OOMs in the "
+                   "paper but fits in the model: ZeRO-3 over 256 GPUs needs ~37 GiB per GPU")
 def test_moe_oom_rows_are_infeasible(moe_report: list[RowResult]) -> None:
     oom = [r for r in moe_report if r.case.status == "OOM"]
     assert [r.case.row_id for r in oom if r.feasible] == []
@@ -133,6 +168,11 @@ def test_moe_strategy_orderings(moe_report: list[RowResult]) -> None:
     assert all(len(g) == 5 for g in groups.values())
     assert ordering_reproduced(groups["Mixtral-8x22B"])
     assert ordering_reproduced(groups["Mixtral-8x22B-G8T8"])
+    assert ordering_reproduced(groups["Llama3-8x70B"])
+    # Qwen2: every pair but FSDP + EP (87) vs TP + EP + DP (88)
+    qwen = groups["Qwen2-57B-A14B"]
+    assert ordering_reproduced([r for r in qwen if r.case.row_id != 87])
+    assert ordering_reproduced([r for r in qwen if r.case.row_id != 88])
     # folding beats plain Megatron-Core in every model, as measured
     for g in groups.values():
         by = {r.case.label.split("[")[1].rstrip("]"): r for r in g}
