@@ -41,8 +41,10 @@ class PartitionResult:
     gap: float | None = None
     """Relative optimality gap (0 when proven optimal; None without a solution)."""
     method: str = "ilp"
-    """`ilp` (PuLP + HiGHS/CBC), `uniform_exact` (the exact counting algorithm for
-    identical layers) or `fixed`."""
+    """`ilp` (PuLP + HiGHS/CBC), `uniform_exact` (exact counting for identical layers),
+    `dp_exact` (exact dynamic program for one chunk per rank), `head_exact` (exact for a short
+    head of distinct layers, interleaved), `bound` (infeasible by the memory lower bound) or
+    `fixed`."""
     from_cache: bool = False
     """True when the answer came from the partition cache."""
 

@@ -37,6 +37,28 @@ The counting algorithm groups the ranks by their constant time e_j (at most thre
 values: the first rank, the last rank, the others) and sums min(cap_j, ⌊(T − e_j)/τ⌋) per
 group from sorted caps and their prefix sums, so each bisection step costs O(log p).
 
+Non-identical layers (all numbers ≥ 0), also exact, without the ILP (`method="auto"`):
+
+- v = 1, any layers (`dp_exact`, `_solve_dp_exact`): bisection over the O(L²) candidate
+  values of T (segment time + a rank constant) with a reachability check over
+  (stage, end layer) that keeps every reachable end, O(p·L) per check (a greedy fill is
+  not exact when the memory limits differ per stage). Proof in the function's docstring.
+- v > 1 with a short head (`head_exact`, `_solve_head_exact`): when only the first
+  H ≤ `MAX_HEAD_LAYERS` layers differ from the rest (MoE models with leading dense layers:
+  DeepSeek-V3 has H = 3), enumerate which boundaries fall in the head (≤ 2^H choices) and
+  solve each by the counting argument above with per-rank constants, minima and caps.
+- Otherwise (v > 1 and a long head or an interleaved dense/MoE pattern) the ILP. It is
+  exact but can be slow: a 61-layer profile with alternating layer types on 8-16 ranks
+  with v = 2..6 did not prove optimality in 20 s (HiGHS's LP bound is weak; adding the
+  balanced lower bound and a heuristic incumbent as bounds on T did not help). A
+  time-limited solve returns FEASIBLE with its `gap` when it has a split, TIMEOUT (not
+  cached) when not. A split whose memory lower bound exceeds U is answered INFEASIBLE
+  (`bound`) before building the ILP.
+
+Measured on the DeepSeek-V3 / 2048 H800 search (`bench/search_latency.py`): its 52 ILP
+calls took 0.1-5 s each (56 s in all, the search hit its 60 s limit); the same
+sub-problems take 0.1-3 ms each with `dp_exact` / `head_exact`.
+
 Results are cached in a bounded LRU keyed by (L, p, v, the profile's numbers rounded to
 7 significant digits); the program is solved on the rounded numbers, so a cached answer never
 depends on which request came first. The key is built without building the rounded profile
@@ -53,7 +75,7 @@ import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, combinations
 from typing import Any, NamedTuple
 
 import pulp
@@ -65,6 +87,8 @@ from specs.errors import SpecError
 MIP_REL_GAP = 1e-9
 """Relative gap at which HiGHS may stop (its default 1e-4 would not prove optimality)."""
 DEFAULT_TIME_LIMIT_S = 10.0
+MAX_HEAD_LAYERS = 6
+"""Longest head of non-identical layers `_solve_head_exact` enumerates (2^H configurations)."""
 CACHE_SIZE = 4096
 _SIG_DIGITS = 7
 _EPS = 1e-9
@@ -394,7 +418,8 @@ class PartitionSolver:
             pipeline, virtual: p and v.
             time_limit_s: limit of one ILP solve.
             ignore_memory: drop constraint (d) (the time-optimal split).
-            method: `auto` (counting algorithm for identical layers, else ILP), `ilp`.
+            method: `auto` (the exact algorithms of the module docstring where they
+                apply: `uniform_exact`, `dp_exact`, `head_exact`; else the ILP), `ilp`.
         Returns:
             PartitionResult; `max_rank_time_s` is recomputed on the unrounded profile.
         """
@@ -464,9 +489,117 @@ def _solve_uncached(
             return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="fixed")
         obj = rank_times_s(rp, 1, [num_layers])[0]
         return PartitionResult(SolveStatus.OPTIMAL, [num_layers], obj, 0.0, method="fixed")
-    if method == "auto" and _is_uniform(rp):
-        return _solve_uniform_exact(rp, pipeline, virtual)
+    if method == "auto":
+        if _is_uniform(rp):
+            return _solve_uniform_exact(rp, pipeline, virtual)
+        if _is_nonnegative(rp):
+            if virtual == 1:
+                return _solve_dp_exact(rp, pipeline)
+            head = _head_length(rp)
+            if head <= MAX_HEAD_LAYERS:
+                return _solve_head_exact(rp, pipeline, virtual, head)
+    if memory_lower_bound_bytes(rp, pipeline, virtual) > rp.usable_bytes * (1 + _EPS):
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="bound")
     return _solve_ilp(rp, pipeline, virtual, time_limit_s)
+
+
+def _is_nonnegative(rp: LayerProfile) -> bool:
+    """Every per-layer number and in-flight count ≥ 0: segment sums then grow with the
+    segment, which the exact algorithms below rely on."""
+    return (
+        min(rp.layer_time_s) >= 0.0 and min(rp.layer_state_bytes) >= 0.0
+        and min(rp.layer_activation_bytes) >= 0.0
+        and min(min(row) for row in rp.inflight_microbatches) >= 0
+    )
+
+
+# ---- exact dynamic program for one chunk per rank (v = 1), any layers -------------------
+def _solve_dp_exact(rp: LayerProfile, p: int) -> PartitionResult:
+    r"""Exact optimum of the program for v = 1 and arbitrary non-negative per-layer numbers.
+
+    With v = 1 chunk j is rank j and holds the layers [b_j, b_{j+1}) for boundaries
+    0 = b_0 < b_1 < … < b_p = L. With prefix sums P (times), S (states), A (activations):
+    W_j = P[b_{j+1}] − P[b_j] + e_j and M_j = S[·] − S[·] + ι_j·(A[·] − A[·]) + m_j, where
+    e_j, m_j are the constants of (c) and (d) (`_rank_extras`) and ι_j = ι[j][0].
+
+    feasible(T): segment (k, l) is *admissible* for stage j when its W_j ≤ T and M_j ≤ U;
+    reach[j][l] ⇔ some boundaries 0 < b_1 < … < b_j < l make stages 0..j admissible with
+    stage j ending at l. reach[0][l] ⇔ (0, l) admissible; for j ≥ 1, reach[j][l] ⇔
+    (k*, l) is admissible for k* = the largest k < l with reach[j−1][k]. Proof of ⇐ is
+    direct; for ⇒, if (k, l) is admissible with reach[j−1][k] then k ≤ k* < l, and (k*, l)
+    is a sub-segment of (k, l): with τ, σ, α, ι ≥ 0 its time and bytes are no larger (the
+    float differences of non-decreasing prefix sums are monotone too, rounding being
+    monotone), so (k*, l) is admissible. The split exists ⇔ reach[p−1][L]; O(p·L) per T.
+    (A greedy "fill each stage as far as it fits" is not exact when the memory limits
+    differ per stage; this check keeps every reachable end.)
+
+    Optimum: every split's objective is max_j W_j, one of the values
+    P[l] − P[k] + e for 0 ≤ k < l ≤ L, l − k ≤ L − p + 1 and e among the e_j, so T* is the
+    smallest candidate value T with feasible(T) (feasibility is monotone in T: a split
+    feasible at T is feasible at any T' ≥ T). The largest candidate bounds every segment's
+    time, so it is feasible iff the memory limits alone allow a split. Bisection over the
+    sorted candidates: O(L² log L + p·L·log L). The candidates and the check evaluate the
+    same float expression, so T* is attained exactly; the split is read back from the
+    k* pointers of the last check.
+    """
+    num_layers = len(rp.layer_time_s)
+    e, m_const = _rank_extras(rp, p)
+    times = list(accumulate(rp.layer_time_s, initial=0.0))
+    states = list(accumulate(rp.layer_state_bytes, initial=0.0))
+    acts = list(accumulate(rp.layer_activation_bytes, initial=0.0))
+    infl = [rp.inflight_microbatches[j][0] for j in range(p)]
+    limit = rp.usable_bytes * (1 + _EPS)
+    longest = num_layers - p + 1
+
+    def reach_parents(t_max: float) -> list[list[int]] | None:
+        """parents[j][l] = k* (−1: stage j cannot end at l); None when infeasible."""
+        parents: list[list[int]] = []
+        prev: list[int] | None = None
+        for j in range(p):
+            e_j, m_j, i_j = e[j], m_const[j], infl[j]
+            par = [-1] * (num_layers + 1)
+            last = -1 if j else 0  # stage 0 starts at layer 0
+            for end in range(j + 1, num_layers - p + j + 2):
+                if prev is not None and prev[end - 1] >= 0:
+                    last = end - 1
+                if last < 0:
+                    continue
+                if (times[end] - times[last]) + e_j <= t_max and (
+                    (states[end] - states[last]) + i_j * (acts[end] - acts[last]) + m_j
+                    <= limit
+                ):
+                    par[end] = last
+            if max(par) < 0:
+                return None
+            parents.append(par)
+            prev = [0 if k >= 0 else -1 for k in par]
+        return parents if parents[-1][num_layers] >= 0 else None
+
+    candidates = sorted({
+        (times[end] - times[start]) + e_j
+        for e_j in set(e)
+        for start in range(num_layers)
+        for end in range(start + 1, min(num_layers, start + longest) + 1)
+    })
+    best = reach_parents(candidates[-1])
+    if best is None:
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="dp_exact")
+    lo, hi = 0, len(candidates) - 1  # candidates[hi] is feasible
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = reach_parents(candidates[mid])
+        if found is not None:
+            hi, best = mid, found
+        else:
+            lo = mid + 1
+    # best holds the pointers of candidates[hi] = T*
+    bounds = [num_layers]
+    for j in range(p - 1, -1, -1):
+        bounds.append(best[j][bounds[-1]])
+    bounds.reverse()
+    stage_layers = [bounds[j + 1] - bounds[j] for j in range(p)]
+    obj = max(rank_times_s(rp, p, stage_layers))
+    return PartitionResult(SolveStatus.OPTIMAL, stage_layers, obj, 0.0, method="dp_exact")
 
 
 # ---- exact counting algorithm for identical layers ---------------------------------------
@@ -588,6 +721,190 @@ def _spread(total: int, infl: Sequence[int], alpha: float, sigma: float, budget:
         k = max(donors, key=lambda d: (infl[d], -d))
         n[k] -= 1
         n[lo] += 1
+    return n
+
+
+# ---- exact algorithm for a short head of distinct layers + identical layers (any v) -----
+def _head_length(rp: LayerProfile) -> int:
+    """H: the fewest leading layers after which every layer equals the last one (time,
+    states and activations); e.g. 3 for DeepSeek-V3's 3 dense + 58 MoE layers."""
+    t, s, a = rp.layer_time_s, rp.layer_state_bytes, rp.layer_activation_bytes
+    last = (t[-1], s[-1], a[-1])
+    head = len(t)
+    while head > 0 and (t[head - 1], s[head - 1], a[head - 1]) == last:
+        head -= 1
+    return head
+
+
+class _HeadConfig(NamedTuple):
+    """One placement of the head's chunk boundaries (see `_solve_head_exact`)."""
+
+    bounds: tuple[int, ...]
+    """0 and the boundaries ≤ H: chunks 0..k−1 are [bounds[i], bounds[i+1]), chunk k
+    starts at bounds[-1]."""
+    const_time: list[float]
+    """E_j: rank j's time without its body layers."""
+    base_bytes: list[float]
+    """Rank j's bytes with the minimum body layers on its free chunks."""
+    lo: list[int]
+    """Fewest body layers of rank j (1 per free chunk, 0 for chunk k with head layers)."""
+    cap: list[int]
+    """Most body layers of rank j within U (the surplus on its cheapest free chunk)."""
+
+
+def _head_configs(rp: LayerProfile, p: int, v: int, head: int) -> list[_HeadConfig]:
+    """Every head placement whose minimum body layers fit in memory, in a fixed order."""
+    chunks, body = p * v, len(rp.layer_time_s) - head
+    sigma, alpha = rp.layer_state_bytes[-1], rp.layer_activation_bytes[-1]
+    e, m_const = _rank_extras(rp, p)
+    times = list(accumulate(rp.layer_time_s[:head], initial=0.0))
+    states = list(accumulate(rp.layer_state_bytes[:head], initial=0.0))
+    acts = list(accumulate(rp.layer_activation_bytes[:head], initial=0.0))
+    rows, usable = rp.inflight_microbatches, rp.usable_bytes
+    limit = usable * (1 + _EPS)
+    out: list[_HeadConfig] = []
+    for size in range(min(head, chunks - 1) + 1):
+        for cuts in combinations(range(1, head + 1), size):
+            bounds = (0, *cuts)
+            const_time, base = list(e), list(m_const)
+            for c in range(size + 1):  # head layers of chunks 0..k (chunk k: up to H)
+                start, end = bounds[c], bounds[c + 1] if c < size else head
+                j = c % p
+                const_time[j] += times[end] - times[start]
+                base[j] += (states[end] - states[start]) + rows[j][c // p] * (
+                    acts[end] - acts[start])
+            lo, cheapest = [0] * p, [math.inf] * p
+            for c in range(size, chunks):  # free chunks: k..C−1
+                j = c % p
+                slope = sigma + rows[j][c // p] * alpha
+                need = 0 if c == size and bounds[-1] < head else 1
+                lo[j] += need
+                base[j] += need * slope
+                cheapest[j] = min(cheapest[j], slope)
+            if sum(lo) > body or max(b - limit for b in base) > 0:
+                continue
+            cap = [
+                lo[j] if math.isinf(cheapest[j])  # no free chunk on rank j: lo = 0
+                else body if cheapest[j] <= 0 or math.isinf(usable)
+                else min(body, lo[j] + math.floor(
+                    (usable - base[j]) / cheapest[j] * (1 + _EPS) + _EPS))
+                for j in range(p)
+            ]
+            if sum(cap) >= body:
+                out.append(_HeadConfig(bounds, const_time, base, lo, cap))
+    return out
+
+
+def _solve_head_exact(rp: LayerProfile, p: int, v: int, head: int) -> PartitionResult:
+    r"""Exact optimum of the program when only the first H ≤ `MAX_HEAD_LAYERS` layers differ
+    (the rest, B = L − H layers, all have the numbers τ, σ, α), any v, by enumeration.
+
+    Every split is, one-to-one, (i) the set of its boundaries b_1 < … < b_{C−1} that are
+    ≤ H (a subset of {1..H} of size k ≤ C − 1, at most 2^H choices): it fixes chunks
+    0..k−1 (head layers only) and the h = H − b_k head layers of chunk k, the first chunk
+    that reaches the body; and (ii) body counts n_c for chunks c ≥ k ("free" chunks) with
+    Σ n_c = B, n_k ≥ [h = 0] and n_c ≥ 1 for c > k. For a fixed (i) rank j's time is
+    W_j = E_j + τ·N_j with N_j = Σ_{free c on j} n_c, and its least bytes for a given N_j put
+    the minimum on each free chunk and the surplus on its free chunk with the fewest
+    in-flight micro-batches (bytes are linear in the n_c with slope σ + ι·α), so (d) holds
+    for some distribution ⇔ lo_j ≤ N_j ≤ cap_j (`_head_configs`). Hence (i) admits T ⇔
+    hi_j(T) = min(cap_j, ⌊(T − E_j)/τ⌋) ≥ lo_j for every j and Σ_j hi_j(T) ≥ B (then some
+    N with lo ≤ N ≤ hi sums to B, since Σ lo ≤ B). This is the counting argument of
+    `_solve_uniform_exact` with per-rank constants, minima and caps. The optimum of (i) is
+    one of E_j + τ·q (lo_j ≤ q ≤ cap_j) and admissibility is monotone in T, so bisection
+    over those sorted values finds it; the best over all (i) is the optimum (ties: the
+    first in the enumeration order). Configurations whose max_j E_j + τ·lo_j cannot beat
+    the incumbent are skipped. Cost O(2^H · p·B·log(p·B)).
+    """
+    body = len(rp.layer_time_s) - head
+    tau, sigma, alpha = rp.layer_time_s[-1], rp.layer_state_bytes[-1], rp.layer_activation_bytes[-1]
+
+    def highs(cfg: _HeadConfig, t_max: float) -> list[int] | None:
+        if tau <= 0:
+            hi = list(cfg.cap)
+        else:
+            hi = [min(cfg.cap[j], math.floor((t_max - cfg.const_time[j]) / tau + 1e-7))
+                  for j in range(p)]
+        if any(hi[j] < cfg.lo[j] for j in range(p)) or sum(hi) < body:
+            return None
+        return hi
+
+    best_t, best_cfg = math.inf, None
+    for cfg in _head_configs(rp, p, v, head):
+        floor_t = max(cfg.const_time[j] + tau * cfg.lo[j] for j in range(p))
+        if floor_t >= best_t:
+            continue
+        cands = sorted({cfg.const_time[j] + tau * q for j in range(p)
+                        for q in range(cfg.lo[j], cfg.cap[j] + 1)})
+        lo, hi = 0, len(cands) - 1  # cands[hi] (every hi_j = cap_j) is admissible
+        if tau <= 0:
+            lo = hi = 0
+            cands = [floor_t]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if highs(cfg, cands[mid]) is not None:
+                hi = mid
+            else:
+                lo = mid + 1
+        if cands[lo] < best_t and highs(cfg, cands[lo]) is not None:
+            best_t, best_cfg = cands[lo], cfg
+    if best_cfg is None:
+        return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="head_exact")
+    cfg = best_cfg
+    n = highs(cfg, best_t)
+    assert n is not None
+    # trim the surplus from the slowest ranks (ties: lowest rank) to balance the split
+    heap = [(-(cfg.const_time[j] + tau * n[j]), j) for j in range(p)]
+    heapq.heapify(heap)
+    surplus = sum(n) - body
+    while surplus > 0:
+        _, j = heapq.heappop(heap)
+        if n[j] > cfg.lo[j]:
+            n[j] -= 1
+            surplus -= 1
+            heapq.heappush(heap, (-(cfg.const_time[j] + tau * n[j]), j))
+    k, start_k = len(cfg.bounds) - 1, cfg.bounds[-1]
+    stage_layers = [cfg.bounds[c + 1] - cfg.bounds[c] for c in range(k)]
+    stage_layers += [0] * (p * v - k)
+    stage_layers[k] = head - start_k
+    rows = rp.inflight_microbatches
+    for j in range(p):
+        free = [c for c in range(j, p * v, p) if c >= k]
+        if not free:
+            continue
+        need = [0 if c == k and start_k < head else 1 for c in free]
+        slopes = [sigma + rows[j][c // p] * alpha for c in free]
+        budget = rp.usable_bytes - (cfg.base_bytes[j] - sum(m * s for m, s in zip(need, slopes, strict=True)))
+        per_chunk = _spread_free(n[j], need, [stage_layers[c] for c in free], slopes, budget)
+        for c, cnt in zip(free, per_chunk, strict=True):
+            stage_layers[c] += cnt
+    obj = max(rank_times_s(rp, p, stage_layers))
+    return PartitionResult(SolveStatus.OPTIMAL, stage_layers, obj, 0.0, method="head_exact")
+
+
+def _spread_free(total: int, need: list[int], fixed: list[int], slopes: list[float],
+                 budget: float) -> list[int]:
+    """Split `total` body layers over a rank's free chunks: at least `need` each, evening
+    out the chunk sizes (`fixed` head layers + body layers), then moving layers to the
+    cheapest chunk (least bytes per layer) until they fit in `budget` bytes. The end point
+    (all surplus on the cheapest chunk) is the least-bytes distribution, so it stops
+    within `budget` whenever `_head_configs` admitted `total`."""
+    n = list(need)
+    for _ in range(total - sum(n)):
+        k = min(range(len(n)), key=lambda i: (n[i] + fixed[i], i))
+        n[k] += 1
+    cheap = min(range(len(n)), key=lambda i: (slopes[i], i))
+
+    def mem() -> float:
+        return sum(cnt * s for cnt, s in zip(n, slopes, strict=True))
+
+    while mem() > budget * (1 + _EPS):
+        donors = [i for i in range(len(n)) if n[i] > need[i] and slopes[i] > slopes[cheap]]
+        if not donors:
+            break
+        i = max(donors, key=lambda d: (slopes[d], -d))
+        n[i] -= 1
+        n[cheap] += 1
     return n
 
 

@@ -159,11 +159,17 @@ def test_cache_counts_hits_and_calls() -> None:
     nudged = LayerProfile(**{**prof.__dict__,
                              "layer_time_s": tuple(t * (1 + 1e-12) for t in prof.layer_time_s)})
     second = solver.solve(nudged, 2, 1)
-    assert (solver.calls, solver.cache_hits, solver.ilp_calls) == (1, 1, 1)
+    # non-identical layers with v = 1 go to the dynamic program, not the ILP
+    assert (solver.calls, solver.cache_hits, solver.ilp_calls) == (1, 1, 0)
+    assert first.method == second.method == "dp_exact"
     assert second.stage_layers == first.stage_layers
+    # the method is part of the key: the ILP is a separate entry and counted
+    assert solver.solve(prof, 2, 1, method="ilp").max_rank_time_s == pytest.approx(
+        first.max_rank_time_s, rel=1e-9)
+    assert (solver.calls, solver.cache_hits, solver.ilp_calls) == (2, 1, 1)
     solver.solve(LayerProfile(**{**prof.__dict__, "inflight_microbatches": ((3,), (2,), (1,))}),
                  3, 1)
-    assert (solver.calls, solver.cache_hits) == (2, 1)
+    assert (solver.calls, solver.cache_hits) == (3, 1)
     with pytest.raises(SpecError, match="inflight_microbatches"):
         solver.solve(prof, 3, 1)
 
