@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.moe_placement import zipf_loads
 from solver.base import SolveStatus
 from solver.formulations.expert_placement import solve_expert_placement
 from solver.placement_baselines import (
@@ -136,19 +137,6 @@ def test_contract_example_layer_hand_derived() -> None:
 
 
 # ---- against the baselines ---------------------------------------------------------------
-def zipf_loads(experts: int, skew: float, tokens: int, rng: random.Random) -> list[float]:
-    """Tokens sampled from a Zipf(skew) popularity over a random expert order."""
-    order = list(range(experts))
-    rng.shuffle(order)
-    weights = [0.0] * experts
-    for rank, e in enumerate(order):
-        weights[e] = 1.0 / (rank + 1) ** skew
-    counts = [0.0] * experts
-    for e in rng.choices(range(experts), weights=weights, k=tokens):
-        counts[e] += 1
-    return counts
-
-
 BASELINE_FNS = {
     "round_robin": lambda loads, req: round_robin(loads, req.num_ranks, req.num_redundant),
     "greedy": lambda loads, req: greedy_lpt(loads, req.num_ranks, req.num_redundant),
