@@ -242,9 +242,28 @@ def warm_up() -> None:
 
 
 # ---- estimate ----------------------------------------------------------------------------
-def _check_supported(cluster: ResolvedCluster, workload: TrainingWorkload) -> None:
-    """Problem-level limits answered as a 422 before any search: mixed node types, and a
-    precision the accelerator has no dense peak for."""
+def _check_supported(model: ModelSpec, cluster: ResolvedCluster,
+                     workload: TrainingWorkload) -> None:
+    """Problem-level limits answered as a 422 before any search: mixed node types, a
+    precision the accelerator has no dense peak for, MoE routing that does not fit the
+    model."""
+    routing = workload.moe_routing
+    if routing is not None:
+        if model.moe is None:
+            raise InputError(
+                f"{model.name} is a dense model; moe_routing applies to MoE models only",
+                [_field_error("workload.moe_routing", "only for MoE models", None,
+                              "the model has no routed experts")],
+            )
+        loads = routing.expert_loads
+        if loads is not None and len(loads) != model.moe.num_experts:
+            raise InputError(
+                f"workload.moe_routing.expert_loads has {len(loads)} entries; "
+                f"{model.name} has {model.moe.num_experts} routed experts",
+                [_field_error("workload.moe_routing.expert_loads",
+                              f"one entry per routed expert ({model.moe.num_experts})",
+                              len(loads), "wrong number of entries")],
+            )
     if not cluster.is_homogeneous:
         kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
         raise InputError(
@@ -282,7 +301,7 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
-    _check_supported(cluster, workload)
+    _check_supported(model, cluster, workload)
     constraints = body.constraints
     problem = TrainingProblem(
         model=model,
@@ -419,7 +438,7 @@ def prepare_search(
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
-    _check_supported(cluster, workload)
+    _check_supported(model, cluster, workload)
     _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
     cost_ref, calibration = calibrated_cost_model_ref(
         body.cost_model or CostModelRef(), cluster.accelerator.id, session

@@ -152,3 +152,20 @@ def test_precision_the_accelerator_lacks_is_a_422(client: Any, tiny: dict[str, A
         "parallelism": {"data": 8}}}), 422, path="/v1/estimate")
     assert error_fields(problem) == ["workload.precision"]
     assert problem["errors"][0]["value"] == "fp8"
+
+
+def test_moe_routing_must_match_the_model(client: Any) -> None:
+    body = {
+        "model": {"preset": "mixtral-8x7b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2}]},
+        "workload": {"kind": "training", "global_batch_size": 64, "sequence_length": 4096,
+                     "moe_routing": {"expert_loads": [1, 2, 3], "optimize_placement": True}},
+    }
+    problem = assert_problem(client.post("/v1/searches", json=body), 422)
+    assert error_fields(problem) == ["workload.moe_routing.expert_loads"]
+    assert "8 routed experts" in problem["detail"]
+    dense = {**body, "model": {"preset": "llama3-8b"},
+             "workload": {**body["workload"], "moe_routing": {"imbalance": 1.0}}}
+    problem = assert_problem(client.post("/v1/searches", json=dense), 422)
+    assert error_fields(problem) == ["workload.moe_routing"]
+    assert client.get("/v1/searches").json()["items"] == []
