@@ -3,6 +3,7 @@ temporary SQLite file and a thread-pool runner) and the `tiny` inputs."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,3 +70,21 @@ def client(settings_factory: Callable[..., Any]) -> Iterator[Any]:
 
     with TestClient(create_app(settings_factory())) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def slow_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real search is far too fast to catch running: wrap it so that it first waits
+    (up to 10 s) for a stop request, then runs and returns what the real search returns
+    when stopped before it starts."""
+    from app.services import planning
+
+    real_search = planning.solver.search
+
+    def waiting_search(*args: Any, should_stop: Any = None, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 10
+        while should_stop is not None and not should_stop() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real_search(*args, should_stop=should_stop, **kwargs)
+
+    monkeypatch.setattr(planning.solver, "search", waiting_search)

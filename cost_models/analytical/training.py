@@ -719,6 +719,21 @@ class AnalyticalTrainingCostModel:
             hit = ctx.expert_groups[key] = place_expert_groups(e, etp, dct, ctx.gpus_per_node)
         return hit
 
+    def _tp_exchange_s(
+        self, ctx: _Context, size_bytes: float, groups: ParallelGroups, sp: bool
+    ) -> float:
+        """One tensor-parallel exchange of an activation of `size_bytes` (Korthikanti et al.
+        2022 §4.2.2): an all-gather plus a reduce-scatter with sequence parallelism, an
+        all-reduce without; the hidden share `tp_comm_overlap` removed. 0 without TP."""
+        group = groups.tensor
+        if group.size <= 1:
+            return 0.0
+        if sp:
+            raw = ctx.comm.all_gather(size_bytes, group) + ctx.comm.reduce_scatter(size_bytes, group)
+        else:
+            raw = ctx.comm.all_reduce(size_bytes, group)
+        return raw * (1.0 - self.config.tp_comm_overlap)
+
     def _layer_cost(
         self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, rc: str, sp: bool,
         flash: bool, etp: int, groups: ParallelGroups, e: int = 1,
@@ -776,7 +791,7 @@ class AnalyticalTrainingCostModel:
         shapes on the busiest EP rank, with the dispatch / combine all-to-alls and the ETP
         collectives; their tensor-parallel collectives are the attention's pair plus the
         shared experts' pair (the routed experts need none: tokens stay sequence-split)."""
-        model, s, cfg = ctx.model, ctx.seq, self.config
+        model, s = ctx.model, ctx.seq
         h = model.hidden_size
         tokens = b * s / c
         fwd = bwd = 0.0
@@ -815,15 +830,7 @@ class AnalyticalTrainingCostModel:
         att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
         att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash)
         # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective.
-        tp_dir = 0.0
-        if t > 1:
-            size = tokens * h * 2.0
-            if sp:
-                tp_dir = tp_pairs * ctx.comm.all_gather(size, groups.tensor) + (
-                    tp_pairs * ctx.comm.reduce_scatter(size, groups.tensor))
-            else:
-                tp_dir = tp_pairs * ctx.comm.all_reduce(size, groups.tensor)
-            tp_dir *= 1.0 - cfg.tp_comm_overlap
+        tp_dir = tp_pairs * self._tp_exchange_s(ctx, tokens * h * 2.0, groups, sp)
         # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
         # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
         cp_f = cp_b = 0.0
@@ -976,7 +983,7 @@ class AnalyticalTrainingCostModel:
         hit = ctx.extra_times.get(key)
         if hit is not None:
             return hit
-        cfg, model, s = self.config, ctx.model, ctx.seq
+        model, s = ctx.model, ctx.seq
         h, vocab = model.hidden_size, model.vocab_size
         hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
         tokens = b * s / c
@@ -984,15 +991,7 @@ class AnalyticalTrainingCostModel:
         # Embedding: a memory-bound lookup (read + write T·h bf16) forward, scatter-add backward;
         # vocab-parallel output reduced over the tensor group (RS with SP, AR without).
         emb_s = 2 * 2 * act_size / hbm
-        emb_tp = 0.0
-        if t > 1:
-            if sp:
-                emb_tp = ctx.comm.reduce_scatter(act_size, groups.tensor) + ctx.comm.all_gather(
-                    act_size, groups.tensor
-                )
-            else:
-                emb_tp = ctx.comm.all_reduce(act_size, groups.tensor)
-            emb_tp *= 1.0 - cfg.tp_comm_overlap
+        emb_tp = self._tp_exchange_s(ctx, act_size, groups, sp)
         first = (
             emb_s,
             emb_tp,
@@ -1004,15 +1003,7 @@ class AnalyticalTrainingCostModel:
         ce_pass = tokens * vocab / t * 4.0 / hbm
         ce_f = CROSS_ENTROPY_FORWARD_PASSES * ce_pass
         ce_b = CROSS_ENTROPY_BACKWARD_PASSES * ce_pass
-        head_tp = 0.0
-        if t > 1:
-            if sp:
-                head_tp = ctx.comm.all_gather(act_size, groups.tensor) + ctx.comm.reduce_scatter(
-                    act_size, groups.tensor
-                )
-            else:
-                head_tp = ctx.comm.all_reduce(act_size, groups.tensor)
-            head_tp *= 1.0 - cfg.tp_comm_overlap
+        head_tp = self._tp_exchange_s(ctx, act_size, groups, sp)
         last = (
             head_f + head_b + ce_f + ce_b,
             head_tp,

@@ -18,23 +18,6 @@ BIG = {
 }
 
 
-@pytest.fixture
-def slow_solver(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The real search is far too fast to catch running: wrap it so that it first waits
-    (up to 10 s) for a stop request, then runs and returns what the real search returns
-    when stopped before it starts."""
-    from app.services import planning
-
-    real_search = planning.solver.search
-
-    def waiting_search(*args: Any, should_stop: Any = None, **kwargs: Any) -> Any:
-        deadline = time.monotonic() + 10
-        while should_stop is not None and not should_stop() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return real_search(*args, should_stop=should_stop, **kwargs)
-
-    monkeypatch.setattr(planning.solver, "search", waiting_search)
-
 
 def test_create_answers_202_with_location_then_succeeds(client: Any, tiny: dict[str, Any]) -> None:
     response = client.post("/v1/searches", json={**tiny, "top_k": 3})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from app_support import wait_for
 from conftest import TestClient
 from sqlmodel import Session
@@ -69,6 +70,7 @@ def test_interrupted_searches_are_recovered(settings_factory: Any, tiny: dict[st
         assert third["finished_at"] is not None
 
 
+@pytest.mark.usefixtures("slow_solver")
 def test_a_clean_shutdown_requeues_running_searches(
     settings_factory: Any, tiny: dict[str, Any]
 ) -> None:
