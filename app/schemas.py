@@ -8,12 +8,21 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+)
 
 from hardware_catalog.schema import AcceleratorSpec
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
+from specs.serving import ServingMetrics, ServingPlan
 from specs.workload import Workload
 
 MODEL_EXAMPLES: list[dict[str, Any]] = [
@@ -36,6 +45,32 @@ PLAN_EXAMPLE: dict[str, Any] = {
     "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective",
     "pipeline_schedule": "1f1b", "stage_layers": [20, 20, 20, 20],
 }
+
+SERVING_WORKLOAD_EXAMPLE: dict[str, Any] = {
+    "kind": "serving", "prompt_tokens": 1024, "output_tokens": 256, "arrival_rate_rps": None,
+    "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90}, "precision": "bf16",
+    "objective": "max_goodput_per_gpu",
+}
+SERVING_PLAN_EXAMPLE: dict[str, Any] = {
+    "mode": "colocated",
+    "instances": [{"role": "both", "count": 2,
+                   "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
+                   "max_batch_size": 112, "chunk_size": 2048}],
+}
+
+
+def _plan_kind(value: Any) -> str:
+    """A plan with `instances` or `mode` is a serving plan; anything else a training plan."""
+    if isinstance(value, dict):
+        return "serving" if ("instances" in value or "mode" in value) else "training"
+    return "serving" if isinstance(value, ServingPlan) else "training"
+
+
+AnyPlan = Annotated[
+    Annotated[TrainingPlan, Tag("training")] | Annotated[ServingPlan, Tag("serving")],
+    Discriminator(_plan_kind),
+]
+"""A training plan (`parallelism`, ...) or a serving plan (`mode`, `instances`)."""
 
 ModelInput = dict[str, Any]
 """`{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
@@ -80,7 +115,8 @@ class EstimateRequest(_Body):
     model: ModelInput
     cluster: ClusterSpec
     workload: Workload
-    plan: TrainingPlan
+    plan: AnyPlan
+    """A training plan for a training workload, a serving plan for a serving one."""
     constraints: EstimateConstraints | None = None
     cost_model: CostModelRef | None = None
 
@@ -91,7 +127,11 @@ class EstimateRequest(_Body):
         json_schema_extra={
             "examples": [
                 {"model": {"preset": "llama3-70b"}, "cluster": CLUSTER_EXAMPLE,
-                 "workload": WORKLOAD_EXAMPLE, "plan": PLAN_EXAMPLE}
+                 "workload": WORKLOAD_EXAMPLE, "plan": PLAN_EXAMPLE},
+                {"model": {"preset": "llama3-70b"},
+                 "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1,
+                                              "gpus_per_node": 8}]},
+                 "workload": SERVING_WORKLOAD_EXAMPLE, "plan": SERVING_PLAN_EXAMPLE},
             ]
         },
     )
@@ -117,7 +157,11 @@ class SearchCreate(_Body):
             "examples": [
                 {"model": {"preset": "llama3-70b"}, "cluster": CLUSTER_EXAMPLE,
                  "workload": WORKLOAD_EXAMPLE, "constraints": {"time_limit_s": 30},
-                 "top_k": 10}
+                 "top_k": 10},
+                {"model": {"preset": "llama3-70b"},
+                 "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1,
+                                              "gpus_per_node": 8}]},
+                 "workload": SERVING_WORKLOAD_EXAMPLE, "top_k": 5},
             ]
         },
     )
@@ -170,10 +214,12 @@ class CostModelList(BaseModel):
 class EstimatePublic(BaseModel):
     feasible: bool
     violations: list[Violation]
-    metrics: TrainingMetrics
-    memory: MemoryReport
-    plan: TrainingPlan
-    """The plan as priced, stage_layers filled in."""
+    metrics: TrainingMetrics | ServingMetrics | None
+    """Training metrics, or serving metrics (null when a serving plan cannot run at all)."""
+    memory: MemoryReport | dict[str, Any] | None = None
+    """Training: memory per pipeline stage; serving: weights and KV cache per instance."""
+    plan: AnyPlan
+    """The plan as priced (training: stage_layers filled in)."""
     cost_model: dict[str, Any] = Field(default_factory=dict)
     """`{"name", "version"}` of the cost model used."""
     details: dict[str, Any] = Field(default_factory=dict)
@@ -231,15 +277,21 @@ class PlanPublic(BaseModel):
     search_id: str
     rank: int
     """1 = best."""
-    parallelism: ParallelDims
-    micro_batch_size: int
-    zero_stage: int
-    recompute: str
-    pipeline_schedule: str
-    stage_layers: list[int] | None
-    flash_attention: bool
+    kind: Literal["training", "serving"] = "training"
+    parallelism: ParallelDims | None = None
+    micro_batch_size: int | None = None
+    zero_stage: int | None = None
+    recompute: str | None = None
+    pipeline_schedule: str | None = None
+    stage_layers: list[int] | None = None
+    flash_attention: bool | None = None
+    mode: Literal["colocated", "disaggregated"] | None = None
+    """Serving plans: colocated or prefill/decode disaggregated."""
+    instances: list[dict[str, Any]] | None = None
+    """Serving plans: the engine instances (role, count, parallelism, max_batch_size,
+    chunk_size, precision)."""
     metrics: dict[str, Any]
-    memory: dict[str, Any]
+    memory: dict[str, Any] | None = None
     explanation: str
     feasible: bool
     violations: list[dict[str, Any]]

@@ -1,4 +1,5 @@
-"""Workload specs, a union discriminated on `kind` (training now; serving later)."""
+"""Workload specs, a union discriminated on `kind`: training here, serving in
+`specs.serving`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from specs._base import Spec
+from specs.serving import ServingWorkload
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 
@@ -89,4 +91,4 @@ class TrainingWorkload(Spec):
         return self.global_batch_size * self.sequence_length
 
 
-Workload = Annotated[TrainingWorkload, Field(discriminator="kind")]
+Workload = Annotated[TrainingWorkload | ServingWorkload, Field(discriminator="kind")]

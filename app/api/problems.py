@@ -55,6 +55,10 @@ def _instance(request: Request) -> str:
     return request.url.path
 
 
+_UNION_TAGS = ("training", "serving")
+"""Tags of the workload and plan unions (`specs.workload.Workload`, `app.schemas.AnyPlan`)."""
+
+
 def field_errors(errors: Any) -> list[dict[str, Any]]:
     """pydantic/FastAPI errors → `[{field, rule, value, message, location}]`."""
     out = []
@@ -62,8 +66,9 @@ def field_errors(errors: Any) -> list[dict[str, Any]]:
         loc = [str(p) for p in err.get("loc", ())]
         location = loc[0] if loc and loc[0] in _LOCATIONS else None
         path = loc[1:] if location else loc
-        # drop the discriminator tag pydantic inserts for tagged unions (workload.training.x)
-        if len(path) >= 2 and path[0] == "workload" and path[1] == "training":
+        # drop the discriminator tag pydantic inserts for tagged unions (workload.training.x,
+        # plan.serving.instances)
+        if len(path) >= 2 and path[0] in ("workload", "plan") and path[1] in _UNION_TAGS:
             path = [path[0], *path[2:]]
         if err.get("type") == "json_invalid":
             path = []  # the location is a character offset, not a field

@@ -52,6 +52,7 @@ from specs.errors import (
 )
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan, canonical_hash
+from specs.serving import ServingWorkload
 from specs.workload import TrainingWorkload
 
 logger = logging.getLogger(__name__)
@@ -297,7 +298,17 @@ def _training_workload(workload: Any) -> TrainingWorkload:
 
 def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str, Any]:
     """Price one plan (`POST /v1/estimate`); `session` gives a `calibrated` cost model its
-    stored measurements."""
+    stored measurements. Serving workloads go to `app.services.serving`."""
+    if isinstance(body.workload, ServingWorkload):
+        from app.services import serving
+
+        return serving.estimate(body)
+    if not isinstance(body.plan, TrainingPlan):
+        raise InputError(
+            "a training workload takes a training plan ({\"parallelism\", ...})",
+            [_field_error("plan", "training plan for a training workload", "serving plan",
+                          "plan has `instances`")],
+        )
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
@@ -435,6 +446,10 @@ def prepare_search(
                           f"at most {settings.max_search_time_limit_s}",
                           constraints.time_limit_s, "time limit above the service maximum")],
         )
+    if isinstance(body.workload, ServingWorkload):
+        from app.services import serving
+
+        return serving.prepare_search(body, constraints)
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
@@ -487,6 +502,10 @@ def run_problem(
     should_stop: Callable[[], bool],
 ) -> SearchOutcome:
     """Run the search a stored problem describes (the worker's job)."""
+    if (problem.get("workload") or {}).get("kind") == "serving":
+        from app.services import serving
+
+        return serving.run_problem(problem, progress=progress, should_stop=should_stop)
     constraints = SearchConstraints.model_validate(problem["constraints"])
     training = training_problem(problem)
     if training.model.moe is not None:
@@ -565,6 +584,11 @@ def _ranked_plan_dict(ranked: Any) -> dict[str, Any]:
 
 def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[str, Any]:
     """A stored plan as the API shows it: the plan fields flattened next to its results."""
+    body_plan = plan.get("plan")
+    if isinstance(body_plan, dict) and "instances" in body_plan:
+        from app.services import serving
+
+        return serving.plan_public(plan, plan_id=plan_id, search_id=search_id)
     body = TrainingPlan.model_validate(plan["plan"]).model_dump(mode="json")
     return {
         "id": plan_id,

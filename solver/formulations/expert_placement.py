@@ -40,19 +40,23 @@ packs better), and the brute-force tests compare against all replica vectors. Th
 load/r_e·x is linearised through (e) with one integer Q_e = Σ_k q_{e,k} z[e,k] per expert
 (E·G enforced equalities instead of E·G·K variables y[e,g,k]).
 
-Domains: the best baseline that satisfies every constraint hints the solve and bounds it,
-T ≤ T_hint; then r_e ≥ lo_e = min{k : q_{e,k} ≤ T_hint} (a copy fits under T) and
-hi_e = min(K, 1 + R − Σ_{e'≠e}(lo_{e'} − 1)), both valid for every solution with T ≤ T_hint.
-LB = max(⌈Σ_e min_k k·q_{e,k} / G⌉, the piece bound: the least c with Σ_e min{k : q_{e,k} ≤ c}
-≤ E + R) and, without redundancy, the rank that holds e holds S − 1 others:
-max_e (q_e + the S − 1 smallest other loads).
+Domains: the best valid placement among the three baselines and the heuristic
+`search_placement` (`solver.placement_baselines.dual_search`: a sweep over the largest piece,
+differencing packing, swap and replica-transfer local search; never worse than greedy LPT)
+hints the solve and bounds it, T ≤ T_hint; then r_e ≥ lo_e = min{k : q_{e,k} ≤ T_hint} (a
+copy fits under T) and hi_e = min(K, 1 + R − Σ_{e'≠e}(lo_{e'} − 1)), both valid for every
+solution with T ≤ T_hint. LB = max(⌈Σ_e min_k k·q_{e,k} / G⌉, the piece bound: the least c
+with Σ_e min{k : q_{e,k} ≤ c} ≤ E + R, the crowding bound of `_crowding_bound`: at most
+(j − 1)·G pieces above T/j) and, without redundancy, the rank that holds e holds S − 1
+others: max_e (q_e + the S − 1 smallest other loads).
 
 Exact for the scaled model: stage-1 status OPTIMAL means T* is the optimum of the scaled
 program; the answer reports gap = (T − bound)/T from CP-SAT's best bound. Layers are
 independent except through (k): with coactivation, layers are placed in order and layer l's
 traffic is minimised given layer l−1's placement (greedy over layers, exact per layer).
-When E·G exceeds `MAX_MODEL_CELLS` or the time is used up, the layer gets the best baseline
-(status `feasible`, gap against LB). The decoded placement is re-evaluated in floats and
+When E·G exceeds `MAX_MODEL_CELLS` or the time is used up, the layer gets the best of the
+baselines and the heuristic (status `feasible`, gap against LB; `method` names it). The
+heuristic gets at most `SEARCH_SHARE` of the layer's time, CP-SAT the rest. The decoded placement is re-evaluated in floats and
 checked against every constraint (`verify_placement`); a baseline that is better in floats
 (rounding) replaces it.
 """
@@ -72,8 +76,10 @@ from solver.placement_baselines import (
     Placement,
     coactivation_traffic,
     dispatch_traffic,
+    dual_search,
     eplb_hierarchical,
     greedy_lpt,
+    grouped_dual_search,
     imbalance,
     rank_loads,
     replica_counts,
@@ -89,8 +95,13 @@ EXACT_SCALE_LIMIT = 1 << 40
 """Largest σ·lcm(1..K)·Σw for which integer loads are scaled exactly by lcm(1..K)."""
 TRAFFIC_UNITS = 1 << 16
 """Scaled coactivation count of the largest entry (stage 2, coactivation)."""
+CROWDING_MAX_PARTS = 4
+"""Largest j of `_crowding_bound` (at most (j − 1)·G pieces above t/j)."""
+CROWDING_TABLE_LIMIT = 2_000_000
+"""Knapsack table cells of `_crowding_feasible` above which its LP relaxation is used."""
 MAX_MODEL_CELLS = 262_144
-"""Experts × ranks above which a layer gets the best baseline instead of CP-SAT."""
+"""Experts × ranks above which a layer gets the best of the baselines and the heuristic
+instead of CP-SAT."""
 MAX_TRAFFIC_TERMS = 200_000
 """Variables of stage 2 above which the traffic is not optimised (only reported)."""
 STAGE1_SHARE = 0.75
@@ -99,6 +110,8 @@ DEFAULT_NUM_WORKERS = 8
 """CP-SAT's portfolio (LNS workers find much better placements than one search worker);
 one worker with a fixed seed is deterministic when the solve ends before its limit."""
 DEFAULT_RANDOM_SEED = 0
+SEARCH_SHARE = 0.3
+"""Largest share of a layer's time for `search_placement` (the rest is CP-SAT's)."""
 
 BASELINES = ("round_robin", "greedy", "eplb")
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE}
@@ -119,7 +132,7 @@ class LayerPlacement:
     solve_time_s: float
     baselines: dict[str, float] = field(default_factory=dict)
     method: str = "cp_sat"
-    """`cp_sat` or the baseline that was returned (`greedy`, ...)."""
+    """`cp_sat`, `search` (the heuristic) or the baseline that was returned (`greedy`, ...)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +174,21 @@ def baseline_placements(request: ExpertPlacementRequest, loads: Sequence[float]
         "eplb": eplb_hierarchical(loads, ranks, request.ranks_per_node, redundant,
                                   request.num_groups),
     }
+
+
+def search_placement(request: ExpertPlacementRequest, loads: Sequence[float],
+                     deadline: float | None = None, greedy: Placement | None = None
+                     ) -> Placement | None:
+    """The heuristic of `solver.placement_baselines.dual_search` on one layer (per node with
+    `grouped_dual_search` under group-limited routing; None when the groups do not split
+    evenly over the nodes). Not a baseline: it hints CP-SAT and is the fallback answer.
+    `greedy`: `greedy_lpt`'s placement of this layer when already computed."""
+    if request.num_groups is not None:
+        return grouped_dual_search(loads, request.num_ranks, request.ranks_per_node,
+                                   request.num_redundant, request.num_groups,
+                                   deadline=deadline)
+    return dual_search(loads, request.num_ranks, request.num_redundant, deadline=deadline,
+                       greedy=greedy)
 
 
 def solve_expert_placement(
@@ -221,6 +249,8 @@ class _Layer:
     """q[e][k] = round(σ·w_e/k) for k ∈ [lo_e, hi_e]."""
     lo: list[int]
     hi: list[int]
+    float_bound: float = 0.0
+    """A lower bound on the max rank load in tokens (`_float_lower_bound`)."""
 
     @property
     def slots(self) -> int:
@@ -302,14 +332,97 @@ def _piece_bound(pieces: Sequence[Sequence[float]], copies: int) -> float:
     return candidates[lo]
 
 
+def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copies: int,
+                       t: float, parts: int) -> bool:
+    """The necessary condition of `_crowding_bound` at max rank load t, j = `parts`.
+
+    Every copy must fit (r_e ≥ m_e = max(1, ⌈w_e/t⌉) ≤ K) and the Σ r_e = E + R copies must
+    leave at most (j − 1)·G pieces above t/j. An expert is "big" (its r_e pieces exceed t/j)
+    iff r_e < l_e = ⌈j·w_e/t⌉, so it adds ≥ m_e big pieces at ≥ m_e copies, or none at
+    ≥ l_e copies: the fewest big pieces within the E + R − Σ m_e spare copies is a 0/1
+    knapsack (exact dynamic programme over the spare copies; its LP relaxation, which can
+    only allow more, when the table would be large). Rounding in w_e/t is resolved towards
+    "feasible", so the condition stays necessary in floating point.
+    """
+    base = big = 0
+    items: list[tuple[int, int]] = []  # (extra copies to stop being big, big pieces saved)
+    for w in loads:
+        fewest = max(1, math.ceil(w / t * (1.0 - 1e-12)))
+        if fewest > max_copies:
+            return False
+        small_from = max(1, math.ceil(parts * w / t * (1.0 - 1e-12)))
+        base += fewest
+        if small_from > fewest:
+            big += fewest
+            if small_from <= max_copies:
+                items.append((small_from - fewest, fewest))
+    spare = copies - base
+    if spare < 0:
+        return False
+    allowed = (parts - 1) * ranks
+    if big <= allowed:
+        return True
+    items = [item for item in items if item[0] <= spare]
+    if len(items) * spare <= CROWDING_TABLE_LIMIT:
+        saved = [0] * (spare + 1)
+        for cost, value in items:
+            for budget in range(spare, cost - 1, -1):
+                saved[budget] = max(saved[budget], saved[budget - cost] + value)
+        return big - saved[spare] <= allowed
+    relaxed, budget = 0.0, float(spare)
+    for cost, value in sorted(items, key=lambda item: (-item[1] / item[0], item[0])):
+        take = min(1.0, budget / cost)
+        relaxed += take * value
+        budget -= take * cost
+        if budget <= 0.0:
+            break
+    return big - relaxed <= allowed + 1e-9
+
+
+def _crowding_bound(loads: Sequence[float], ranks: int, copies: int, max_copies: int,
+                    slots: int, start: float) -> float:
+    r"""A lower bound on the max rank load from the pieces that cannot share a rank.
+
+    Claim: if a placement has max rank load ≤ t then, for every j ≥ 2, at most (j − 1)·G of
+    its pieces exceed t/j. Proof: j pieces > t/j on one rank would load it above t, so each
+    of the G ranks holds at most j − 1 of them. With the replica-count facts of
+    `_crowding_feasible` (a piece ≤ t, Σ r_e = E + R, r_e ≤ K) this is a condition on t
+    alone, and it is monotone: counts that meet it at t meet it at any t' > t (pieces above
+    t'/j are also above t/j). So bisection finds the largest t at which it fails; the optimum
+    exceeds that t. j runs over 2..min(S, `CROWDING_MAX_PARTS`) (for j > S the condition
+    always holds: there are only S·G pieces). This is the counting argument behind the
+    classic bin-packing bounds on items larger than half the bin (e.g. Martello & Toth 1990,
+    "Knapsack problems", §8.3, bound L2), applied to the replica pieces.
+
+    Returns:
+        max(start, the bound); `start` (a known bound) when the condition holds there.
+    """
+    best = start
+    hi_all = max(sum(loads), start)
+    for parts in range(2, min(slots, CROWDING_MAX_PARTS) + 1):
+        if best <= 0.0 or _crowding_feasible(loads, ranks, copies, max_copies, best, parts):
+            continue
+        lo, hi = best, hi_all
+        for _ in range(200):
+            if hi - lo <= 1e-12 * hi:
+                break
+            mid = (lo + hi) / 2.0
+            if _crowding_feasible(loads, ranks, copies, max_copies, mid, parts):
+                hi = mid
+            else:
+                lo = mid
+        best = max(best, lo)
+    return best
+
+
 def _float_lower_bound(request: ExpertPlacementRequest, loads: Sequence[float]) -> float:
-    """max(mean rank load, the piece bound of `_piece_bound`) and, without redundancy,
-    max_e (w_e + the S − 1 smallest other loads): any placement's max rank load is at least
-    this."""
+    """max(mean rank load, the piece bound of `_piece_bound`, `_crowding_bound`) and,
+    without redundancy, max_e (w_e + the S − 1 smallest other loads): any placement's max
+    rank load is at least this."""
     max_copies = _max_copies(request)
     pieces = [[w / k for k in range(1, max_copies + 1)] for w in loads]
-    bound = max(sum(loads) / request.num_ranks,
-                _piece_bound(pieces, request.num_experts + request.num_redundant))
+    copies = request.num_experts + request.num_redundant
+    bound = max(sum(loads) / request.num_ranks, _piece_bound(pieces, copies))
     if request.num_redundant == 0 and request.slots_per_rank > 1:
         ordered = sorted(loads)
         others = request.slots_per_rank - 1
@@ -317,7 +430,8 @@ def _float_lower_bound(request: ExpertPlacementRequest, loads: Sequence[float]) 
             smallest = ordered[:others + 1]
             rest = sum(smallest) - (w if w in smallest else smallest[-1])
             bound = max(bound, w + rest)
-    return bound
+    return _crowding_bound(loads, request.num_ranks, copies, max_copies,
+                           request.slots_per_rank, bound)
 
 
 def _solve_layer(
@@ -334,6 +448,10 @@ def _solve_layer(
     baselines = baseline_placements(request, loads)
     baseline_imbalance = {name: imbalance(rank_loads(loads, p)) for name, p in baselines.items()}
     valid = {name: p for name, p in baselines.items() if _valid(request, p)}
+    searched = search_placement(request, loads, started + SEARCH_SHARE * budget_s,
+                                baselines["greedy"])
+    if searched is not None and _valid(request, searched):
+        valid["search"] = searched
 
     def key(p: Placement) -> tuple[float, float]:
         return (max(rank_loads(loads, p)), _traffic(request, loads, p, previous, coactivation))
@@ -374,15 +492,14 @@ def _solve_layer(
         return fallback()
 
     hint = valid[best_name] if best_name is not None else None
-    layer = _layer_data(request, loads, hint)
+    layer = _layer_data(request, loads, hint, float_bound)
     solved = _run_cp_sat(layer, hint, started + budget_s, previous, coactivation,
                          num_workers=num_workers, random_seed=random_seed)
     if solved is None:
         return fallback()
     placement, status, t_scaled, bound_scaled = solved
     gap = (t_scaled - bound_scaled) / t_scaled if t_scaled > 0 else 0.0
-    slack = layer.slots / 2.0 if layer.scale != float(round(layer.scale)) or not all(
-        float(w).is_integer() for w in loads) else 0.0
+    slack = 0.0 if _exact_scale(layer) else layer.slots / 2.0
     bound = max(float_bound, (bound_scaled - slack) / layer.scale)
     chosen = answer(placement, status, max(0.0, gap), bound, "cp_sat")
     if best_name is not None:
@@ -394,13 +511,14 @@ def _solve_layer(
 
 
 def _layer_data(request: ExpertPlacementRequest, loads: Sequence[float],
-                hint: Placement | None) -> _Layer:
+                hint: Placement | None, float_bound: float = 0.0) -> _Layer:
     """Scale the loads and bound every replica count (module docstring, "Domains")."""
     max_copies = _max_copies(request)
     scale = _scale(loads, max_copies)
     layer = _Layer(loads=loads, num_ranks=request.num_ranks,
                    ranks_per_node=request.ranks_per_node, num_redundant=request.num_redundant,
-                   num_groups=request.num_groups, scale=scale, q=[], lo=[], hi=[])
+                   num_groups=request.num_groups, scale=scale, q=[], lo=[], hi=[],
+                   float_bound=float_bound)
 
     def q(e: int, k: int) -> int:
         return round(scale * loads[e] / k)
@@ -435,7 +553,19 @@ def _scaled_lower_bound(layer: _Layer) -> int:
             smallest = ordered[:layer.slots]
             rest = sum(smallest) - (w if w in smallest else smallest[-1])
             bound = max(bound, w + rest)
-    return bound
+    # the float bound in scaled units: a rank's scaled load is σ·L exactly when the scaling
+    # is exact, else ≥ σ·L − S/2 (each of its S pieces rounds by ≤ 1/2)
+    slack = 0.0 if _exact_scale(layer) else layer.slots / 2.0
+    return max(bound, math.ceil(layer.scale * layer.float_bound * (1.0 - 1e-12) - slack))
+
+
+def _exact_scale(layer: _Layer) -> bool:
+    """σ·w_e/k is an integer for every count k ≤ max hi_e: integer loads and an integer σ
+    that lcm(1..max hi_e) divides (`_scale`'s exact case)."""
+    if layer.scale != float(round(layer.scale)) or not all(
+            float(w).is_integer() for w in layer.loads):
+        return False
+    return round(layer.scale) % math.lcm(*range(1, max(layer.hi, default=1) + 1)) == 0
 
 
 def _run_cp_sat(

@@ -1,0 +1,86 @@
+"""Interface between serving cost models and the serving simulator.
+
+A serving cost model prices one engine instance (tensor × pipeline × expert GPUs holding
+one replica of a model) per forward pass ("iteration") of continuous batching (Orca, Yu et
+al., OSDI'22; vLLM, Kwon et al., SOSP'23) with chunked prefill (Sarathi-Serve, Agrawal et
+al., OSDI'24). The simulator (`solver/serving/simulate.py`) builds one `IterationBatch` per
+pass and asks `InstanceCost.iteration_time_s` for its latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from hardware_catalog.schema import ResolvedCluster
+    from specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class IterationBatch:
+    """One forward pass of one continuous-batching engine instance."""
+
+    decode_seqs: int = 0  # sequences producing one token each
+    decode_context_tokens: int = 0  # Σ of their context lengths (KV read once per step)
+    prefill_tokens: int = 0  # new prompt tokens processed in this pass (chunked prefill)
+    prefill_attention_pairs: float = 0.0  # Σ over prefill chunks of n·past + n·(n+1)/2
+    prefill_seqs: int = 0  # sequences with a prefill chunk in this pass
+
+
+@runtime_checkable
+class InstanceCost(Protocol):
+    """Costs of one engine instance (tp × pp × ep GPUs) of one model on one accelerator."""
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the instance (tensor × pipeline × expert)."""
+        ...
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache tokens the instance can hold (all sequences together)."""
+        ...
+
+    @property
+    def kv_cache_gib(self) -> float:
+        """KV-cache memory per GPU, GiB."""
+        ...
+
+    @property
+    def weights_gib(self) -> float:
+        """Weight memory per GPU, GiB."""
+        ...
+
+    def iteration_time_s(self, batch: IterationBatch) -> float:
+        """Latency of one forward pass over `batch`, seconds."""
+        ...
+
+    def kv_transfer_time_s(self, tokens: int) -> float:
+        """Seconds to move the KV cache of `tokens` tokens to another instance."""
+        ...
+
+
+class ServingCostModel(Protocol):
+    """A serving cost-model plug-in (registered in `cost_models.serving.registry`): builds
+    the `InstanceCost` of one instance layout. Raises `specs.errors.InfeasiblePlan` when the
+    layout cannot run (memory, divisibility, precision, topology)."""
+
+    name: str
+
+    def instance_cost(
+        self,
+        model: ModelSpec,
+        cluster: ResolvedCluster,
+        tensor: int,
+        pipeline: int,
+        expert: int,
+        weight_precision: Literal["bf16", "fp16", "fp8", "int4"],
+        kv_precision: Literal["bf16", "fp16", "fp8"],
+        *,
+        memory_utilization: float = 0.9,
+        kv_transfer_tier: Literal["intra", "inter"] = "inter",
+    ) -> InstanceCost: ...
+
+
+__all__ = ["InstanceCost", "IterationBatch", "ServingCostModel"]

@@ -1,0 +1,60 @@
+"""Serving (issue 5): discrete-event simulation of continuous batching with chunked prefill,
+colocated or prefill/decode disaggregated; goodput by bisection; closed-form bounds."""
+
+from solver.serving.goodput import (
+    GoodputResult,
+    SLOTarget,
+    goodput_colocated,
+    goodput_disaggregated,
+    goodput_rps,
+    mean_lengths,
+    poisson_unit_stream,
+    scale_stream,
+    stream_rate_rps,
+    trace_stream,
+    unit_rate_stream,
+)
+from solver.serving.queueing import (
+    capacity_upper_bound_disaggregated_rps,
+    capacity_upper_bound_rps,
+    estimate_ttft_colocated_s,
+    estimate_ttft_disaggregated_s,
+    isolated_latency_colocated,
+    isolated_latency_disaggregated,
+    queueing_ttft_estimate_s,
+)
+from solver.serving.simulate import (
+    Request,
+    SimResult,
+    StopRule,
+    percentile,
+    simulate_colocated,
+    simulate_disaggregated,
+)
+
+__all__ = [
+    "GoodputResult",
+    "Request",
+    "SLOTarget",
+    "SimResult",
+    "StopRule",
+    "capacity_upper_bound_disaggregated_rps",
+    "capacity_upper_bound_rps",
+    "estimate_ttft_colocated_s",
+    "estimate_ttft_disaggregated_s",
+    "goodput_colocated",
+    "goodput_disaggregated",
+    "goodput_rps",
+    "isolated_latency_colocated",
+    "isolated_latency_disaggregated",
+    "mean_lengths",
+    "percentile",
+    "poisson_unit_stream",
+    "queueing_ttft_estimate_s",
+    "scale_stream",
+    "simulate_colocated",
+    "simulate_disaggregated",
+    "stream_rate_rps",
+    "trace_stream",
+    "unit_rate_stream",
+]

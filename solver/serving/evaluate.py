@@ -1,0 +1,338 @@
+"""Price one serving plan: build its instances' costs, find its goodput by simulation, and
+measure its latencies at the workload's arrival rate (or at the goodput).
+
+Replicas. A plan runs `count` identical instances (colocated) or `count_p` prefill and
+`count_d` decode instances (disaggregated) behind a router. Its goodput is that of its
+smallest repeating unit times the number of units: one instance for a colocated plan;
+`(count_p / g, count_d / g)` instances with g = gcd(count_p, count_d) for a disaggregated one
+(DistServe, Zhong et al., OSDI'24 §4: a unit is replicated to reach the rate). Units behind a
+least-loaded router do at least as well as independent units each taking its share of a
+Poisson stream (the split of a Poisson stream is Poisson), so the scaled figure is a
+conservative one. The latencies at a given rate are simulated on the whole plan.
+
+The request stream is fixed by the workload's seed (`request_stream`): sampled lengths with
+unit-rate Poisson arrivals, or a trace rescaled to a unit rate; the goodput search scales the
+arrival times, so every candidate sees the same requests.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
+from hardware_catalog.schema import ResolvedCluster
+from solver.serving.goodput import (
+    GoodputResult,
+    SLOTarget,
+    goodput_colocated,
+    goodput_disaggregated,
+    mean_lengths,
+    poisson_unit_stream,
+    scale_stream,
+    stream_rate_rps,
+    trace_stream,
+    unit_rate_stream,
+)
+from solver.serving.queueing import isolated_latency_colocated, isolated_latency_disaggregated
+from solver.serving.simulate import Request, SimResult, simulate_colocated, simulate_disaggregated
+from specs.errors import InfeasiblePlan
+from specs.model import ModelSpec
+from specs.plan import Violation
+from specs.serving import ServingInstance, ServingMetrics, ServingPlan, ServingWorkload
+
+GOODPUT_REL_TOL = 0.02
+"""Relative width of the goodput bisection's final bracket."""
+LOW_LOAD_FRACTION = 0.05
+"""Share of the capacity bound at which a plan with no goodput is measured (near-idle)."""
+
+
+@dataclass(frozen=True)
+class ServingProblem:
+    """A resolved serving problem: model, homogeneous cluster, workload."""
+
+    model: ModelSpec
+    cluster: ResolvedCluster
+    workload: ServingWorkload
+    memory_utilization: float = 0.9
+    """Share of device memory the engine may use (vLLM's `gpu_memory_utilization`)."""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def slo(self) -> SLOTarget:
+        s = self.workload.slo
+        return SLOTarget(
+            ttft_s=None if s.ttft_ms is None else s.ttft_ms / 1e3,
+            tpot_s=None if s.tpot_ms is None else s.tpot_ms / 1e3,
+            percentile=s.percentile,
+        )
+
+    @property
+    def target_rate_rps(self) -> float | None:
+        """The arrival rate to measure at: `arrival_rate_rps`, or a trace's own rate."""
+        if self.workload.arrival_rate_rps is not None:
+            return self.workload.arrival_rate_rps
+        if self.workload.trace is not None and len(self.workload.trace) >= 2:
+            return stream_rate_rps(trace_stream(self.workload.trace))
+        return None
+
+
+def request_stream(workload: ServingWorkload) -> list[Request]:
+    """The unit-rate request stream of a workload (deterministic given `seed`)."""
+    if workload.trace is not None:
+        rows = trace_stream(workload.trace)
+        if len(rows) < 2 or rows[-1].arrival_s <= rows[0].arrival_s:
+            # No rate to rescale: spread the trace's requests one second apart.
+            return [Request(float(i), r.prompt_tokens, r.output_tokens)
+                    for i, r in enumerate(rows)]
+        return unit_rate_stream(rows)
+    assert workload.prompt_tokens is not None and workload.output_tokens is not None
+    rng = random.Random(f"meshplan-serving-lengths:{workload.seed}")
+    prompts = workload.prompt_tokens.sample(rng, workload.num_requests)
+    outputs = workload.output_tokens.sample(rng, workload.num_requests)
+    return poisson_unit_stream(prompts, outputs, workload.seed)
+
+
+class InstanceCosts:
+    """Builds and caches the `InstanceCost` of each instance layout of one problem."""
+
+    def __init__(self, problem: ServingProblem, cost_model: ServingCostModel) -> None:
+        self.problem = problem
+        self.cost_model = cost_model
+        self._cache: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
+
+    def get(self, tensor: int, pipeline: int, expert: int, precision: str,
+            tier: str = "inter") -> InstanceCost:
+        """The instance's costs; raises InfeasiblePlan (cached) when it cannot run."""
+        key = (tensor, pipeline, expert, precision, tier)
+        hit = self._cache.get(key)
+        if hit is None:
+            wl = self.problem.workload
+            try:
+                hit = self.cost_model.instance_cost(
+                    self.problem.model, self.problem.cluster, tensor, pipeline, expert,
+                    precision,  # type: ignore[arg-type]
+                    wl.kv_precision,
+                    memory_utilization=self.problem.memory_utilization,
+                    kv_transfer_tier=tier,  # type: ignore[arg-type]
+                )
+            except InfeasiblePlan as exc:
+                hit = exc
+            self._cache[key] = hit
+        if isinstance(hit, InfeasiblePlan):
+            raise hit
+        return hit
+
+    def of(self, inst: ServingInstance, tier: str = "inter") -> InstanceCost:
+        p = inst.parallelism
+        precision = inst.precision or self.problem.workload.precision
+        return self.get(p.tensor, p.pipeline, p.expert, precision, tier)
+
+
+@dataclass(frozen=True)
+class ServingEstimate:
+    """A priced serving plan."""
+
+    plan: ServingPlan
+    feasible: bool
+    violations: list[Violation]
+    metrics: ServingMetrics | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def goodput_rps_per_gpu(self) -> float:
+        return 0.0 if self.metrics is None else self.metrics.goodput_rps_per_gpu
+
+
+def kv_transfer_tier(plan: ServingPlan, gpus_per_node: int) -> str:
+    """`intra` when one prefill and one decode instance fit in a node together (the KV moves
+    over the scale-up fabric), else `inter` (over the NICs)."""
+    if plan.mode != "disaggregated":
+        return "inter"
+    unit = sum(i.parallelism.num_gpus for i in plan.instances)
+    return "intra" if unit <= gpus_per_node else "inter"
+
+
+def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violation]:
+    """Rules every plan must meet before it is priced: GPUs available, tensor parallelism
+    inside a node (the all-reduce of every layer runs on the scale-up fabric)."""
+    out = []
+    if plan.gpus_used > problem.num_gpus:
+        out.append(Violation(kind="topology", detail=(
+            f"the plan uses {plan.gpus_used} GPUs; the cluster has {problem.num_gpus}")))
+    for inst in plan.instances:
+        p = inst.parallelism
+        if p.tensor * p.expert > problem.cluster.gpus_per_node:
+            out.append(Violation(kind="topology", detail=(
+                f"{inst.role} instance: tensor × expert = {p.tensor * p.expert} exceeds the "
+                f"{problem.cluster.gpus_per_node} GPUs of a node")))
+        if p.pipeline > problem.model.num_layers:
+            out.append(Violation(kind="divisibility", detail=(
+                f"{inst.role} instance: pipeline {p.pipeline} exceeds the model's "
+                f"{problem.model.num_layers} layers")))
+    return out
+
+
+def _disaggregated_unit(plan: ServingPlan) -> tuple[int, int, int]:
+    """(units g, prefill instances per unit, decode instances per unit)."""
+    cp, cd = plan.instance("prefill").count, plan.instance("decode").count
+    g = math.gcd(cp, cd)
+    return g, cp // g, cd // g
+
+
+def plan_goodput(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
+                 stream: list[Request]) -> tuple[float, GoodputResult]:
+    """(the plan's goodput in requests/s, the unit's bisection result)."""
+    slo = problem.slo
+    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    if plan.mode == "colocated":
+        inst = plan.instances[0]
+        res = goodput_colocated(stream, costs.of(inst, tier), 1, inst.max_batch_size,
+                                inst.chunk_size, slo, rel_tol=GOODPUT_REL_TOL)
+        return inst.count * res.goodput_rps, res
+    units, per_p, per_d = _disaggregated_unit(plan)
+    pre, dec = plan.instance("prefill"), plan.instance("decode")
+    res = goodput_disaggregated(stream, costs.of(pre, tier), per_p, pre.chunk_size,
+                                costs.of(dec, tier), per_d, dec.max_batch_size, slo,
+                                rel_tol=GOODPUT_REL_TOL)
+    return units * res.goodput_rps, res
+
+
+def simulate_plan(plan: ServingPlan, costs: InstanceCosts, requests: list[Request],
+                  gpus_per_node: int) -> SimResult:
+    """Simulate the whole plan on `requests` (arrival times already at the rate)."""
+    tier = kv_transfer_tier(plan, gpus_per_node)
+    if plan.mode == "colocated":
+        inst = plan.instances[0]
+        return simulate_colocated(requests, costs.of(inst, tier), inst.count,
+                                  inst.max_batch_size, inst.chunk_size)
+    pre, dec = plan.instance("prefill"), plan.instance("decode")
+    return simulate_disaggregated(requests, costs.of(pre, tier), pre.count, pre.chunk_size,
+                                  costs.of(dec, tier), dec.count, dec.max_batch_size)
+
+
+def _ms(x: float) -> float:
+    return x * 1e3 if math.isfinite(x) else 1e12
+
+
+def _instance_details(problem: ServingProblem, inst: ServingInstance, cost: InstanceCost,
+                      mean_prompt: float, mean_output: float) -> dict[str, Any]:
+    ctx = round(mean_prompt + mean_output / 2)
+    p = max(1, round(mean_prompt))
+    batch = min(inst.max_batch_size,
+                max(1, int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))))
+    return {
+        "role": inst.role,
+        "gpus": inst.parallelism.num_gpus,
+        "weights_gib": cost.weights_gib,
+        "kv_cache_gib": cost.kv_cache_gib,
+        "kv_capacity_tokens": cost.kv_capacity_tokens,
+        "kv_limited_batch": int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output)),
+        "decode_step_ms_batch_1": cost.iteration_time_s(IterationBatch(1, ctx)) * 1e3,
+        f"decode_step_ms_batch_{batch}": cost.iteration_time_s(
+            IterationBatch(batch, batch * ctx)) * 1e3,
+        "prefill_ms_mean_prompt": cost.iteration_time_s(
+            IterationBatch(0, 0, p, p * (p + 1) / 2, 1)) * 1e3,
+    }
+
+
+def _isolated(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
+              prompt: int, output: int) -> tuple[float, float]:
+    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    if plan.mode == "colocated":
+        inst = plan.instances[0]
+        return isolated_latency_colocated(costs.of(inst, tier), prompt, output, inst.chunk_size)
+    pre, dec = plan.instance("prefill"), plan.instance("decode")
+    return isolated_latency_disaggregated(costs.of(pre, tier), pre.chunk_size,
+                                          costs.of(dec, tier), prompt, output)
+
+
+def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
+                  stream: list[Request] | None = None,
+                  unit_goodput: GoodputResult | None = None) -> ServingEstimate:
+    """Price `plan`: goodput (bisection on simulated SLO attainment), then the latencies at
+    the workload's rate (or at the goodput when none is given). `unit_goodput`: the goodput
+    of the plan's unit when already known (the search passes it), with the same stream."""
+    violations = plan_topology_violations(problem, plan)
+    if violations:
+        return ServingEstimate(plan, False, violations, None)
+    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    try:
+        inst_costs = [(inst, costs.of(inst, tier)) for inst in plan.instances]
+    except InfeasiblePlan as exc:
+        return ServingEstimate(plan, False, [Violation(kind=exc.kind, detail=str(exc))], None)
+    stream = stream if stream is not None else request_stream(problem.workload)
+    mean_prompt, mean_output = mean_lengths(stream)
+    for inst, cost in inst_costs:
+        need = (max(r.prompt_tokens for r in stream) if inst.role == "prefill"
+                else max(r.prompt_tokens + r.output_tokens for r in stream))
+        if cost.kv_capacity_tokens < need:
+            violations.append(Violation(kind="memory", detail=(
+                f"{inst.role} instance: its KV cache holds {cost.kv_capacity_tokens} tokens, "
+                f"less than the longest request ({need} tokens)")))
+    units = plan.instances[0].count if plan.mode == "colocated" else _disaggregated_unit(plan)[0]
+    if unit_goodput is not None:
+        goodput, unit = units * unit_goodput.goodput_rps, unit_goodput
+    else:
+        goodput, unit = plan_goodput(problem, plan, costs, stream)
+    rate = problem.target_rate_rps
+    if rate is not None:
+        sim = simulate_plan(plan, costs, scale_stream(stream, rate), problem.cluster.gpus_per_node)
+        scale = 1
+        measured_at = rate
+        if goodput < rate:
+            violations.append(Violation(kind="slo", detail=(
+                f"goodput {goodput:.3g} requests/s is below the arrival rate {rate:.3g}: "
+                f"{problem.slo.percentile:g} % of requests cannot meet the SLO")))
+    elif unit.result is not None:
+        sim, scale, measured_at = unit.result, units, goodput
+    else:
+        low = max(unit.upper_bound_rps, 1e-6) * LOW_LOAD_FRACTION
+        sim = simulate_plan(plan, costs, scale_stream(stream, low * units),
+                            problem.cluster.gpus_per_node)
+        scale, measured_at = 1, low * units
+        ttft, tpot = _isolated(problem, plan, costs, round(mean_prompt), round(mean_output))
+        violations.append(Violation(kind="slo", detail=(
+            f"no arrival rate meets the SLO at P{problem.slo.percentile:g}: a request of mean "
+            f"length alone sees TTFT {ttft * 1e3:.1f} ms and TPOT {tpot * 1e3:.2f} ms")))
+    slo = problem.slo
+    gpus = plan.gpus_used
+    decode_cost = inst_costs[-1][1]
+    metrics = ServingMetrics(
+        ttft_ms_p50=_ms(sim.ttft_percentile_s(50)),
+        ttft_ms_p90=_ms(sim.ttft_percentile_s(90)),
+        ttft_ms_p99=_ms(sim.ttft_percentile_s(99)),
+        tpot_ms_p50=_ms(sim.tpot_percentile_s(50)),
+        tpot_ms_p90=_ms(sim.tpot_percentile_s(90)),
+        tpot_ms_p99=_ms(sim.tpot_percentile_s(99)),
+        e2e_latency_s_p50=min(sim.e2e_percentile_s(50), 1e9),
+        e2e_latency_s_p90=min(sim.e2e_percentile_s(90), 1e9),
+        throughput_tokens_per_s=sim.throughput_tokens_per_s * scale,
+        goodput_rps=goodput,
+        goodput_rps_per_gpu=goodput / gpus,
+        gpus_used=gpus,
+        kv_cache_gib=max(c.kv_cache_gib for _, c in inst_costs),
+        kv_capacity_tokens=decode_cost.kv_capacity_tokens,
+        weights_gib=max(c.weights_gib for _, c in inst_costs),
+        max_concurrent_sequences=sim.max_concurrent_sequences * scale,
+        arrival_rate_rps=measured_at,
+        slo_attainment=sim.attainment(slo.ttft_s, slo.tpot_s),
+        requests_simulated=sim.num_requests,
+    )
+    details = {
+        "goodput_limited_by": unit.limited_by,
+        "capacity_upper_bound_rps": unit.upper_bound_rps * units,
+        "goodput_simulations": unit.evaluations,
+        "units": units,
+        "kv_transfer_tier": tier if plan.mode == "disaggregated" else None,
+        "mean_prompt_tokens": mean_prompt,
+        "mean_output_tokens": mean_output,
+        "instances": [_instance_details(problem, inst, cost, mean_prompt, mean_output)
+                      for inst, cost in inst_costs],
+    }
+    return ServingEstimate(plan, not violations, violations, metrics, details)

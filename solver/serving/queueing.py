@@ -1,0 +1,291 @@
+"""Closed-form serving estimates used to bracket and prune the simulation (issue 5).
+
+* `capacity_upper_bound_rps` / `capacity_upper_bound_disaggregated_rps`: an optimistic
+  request rate above which an instance pool cannot keep up in steady state. Each pool is
+  bounded separately by its prefill work and its decode work, and the bound is the smaller:
+  - prefill-bound: per instance, `1 / (prefill time per request)` with prompts batched as
+    efficiently as the token budget allows (the best of one prompt alone and a full budget of
+    prompt tokens per iteration);
+  - decode-bound (and KV-bound): per instance, `b / ((output − 1) · step(b))` where `b` is
+    the largest decode batch the instance can hold (`max_batch`, and `KV capacity /
+    (prompt + output)` under the simulator's reservation policy), at the mean context
+    `prompt + output/2` (the best over `b, b/2, b/4, …, 1`, so a cost that is not
+    sub-linear in the batch cannot make it pessimistic);
+  multiplied by the instance count. Evaluated at the mean prompt and output length: for
+  prefill costs convex in the prompt (attention) Jensen's inequality keeps this optimistic.
+  A colocated instance does both on the same GPUs; taking the smaller of the two (instead of
+  adding them) keeps the bound valid when prefill chunks ride along with decodes at little
+  extra cost (Sarathi-Serve's piggybacking). Throughput above it is impossible, so the
+  goodput bisection never searches above it.
+* `isolated_latency_*`: TTFT and TPOT of a request alone in the system — what the simulator
+  gives as the arrival rate goes to zero (exact for costs affine in the decode context); for
+  costs that do not decrease with load, no rate does better, so an SLO below them is
+  unattainable.
+* `queueing_ttft_estimate_s`: a percentile of TTFT at a given rate, from an M/D/c queue
+  (Poisson arrivals, `c` instances, deterministic service at the instance's capacity) via
+  the M/M/c waiting-time distribution (Erlang C: `P(W > t) = C(c, a)·e^{−(cμ−λ)t}`, Kleinrock,
+  *Queueing Systems* Vol. 1, §3.5) scaled by the Allen–Cunneen factor `(c_a² + c_s²)/2 = 1/2`
+  for deterministic service (Allen, *Probability, Statistics and Queueing Theory*, 1990,
+  §6.5), plus the isolated TTFT. An estimate to rank and prune candidates before simulating,
+  not a bound: batching makes the true queue neither M/M/c nor M/D/c.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cost_models.serving.base import InstanceCost, IterationBatch
+
+
+def _checked(cost: InstanceCost, batch: IterationBatch) -> float:
+    t = float(cost.iteration_time_s(batch))
+    if not (t >= 0.0 and math.isfinite(t)):
+        raise ValueError(f"iteration_time_s returned {t} for {batch}")
+    return t
+
+
+def _halvings(top: int) -> list[int]:
+    out = []
+    b = max(1, top)
+    while b >= 1:
+        out.append(b)
+        b //= 2
+    return out
+
+
+def prefill_rate_rps(
+    cost: InstanceCost,
+    chunk_size: int | None,
+    max_seqs: int | None,
+    mean_prompt_tokens: float,
+) -> float:
+    """Optimistic prefills per second of one instance (see the module docstring)."""
+    p = max(1, round(mean_prompt_tokens))
+    pairs_per_token = (mean_prompt_tokens + 1.0) * 0.5  # Σ_j j / p over the causal prompt
+    best = 0.0
+    budgets = [p]
+    if chunk_size is not None:
+        budgets.append(chunk_size)
+    elif max_seqs is not None:
+        budgets.append(p * max_seqs)
+    for tokens in budgets:
+        seqs = max(1, tokens // p)
+        t = _checked(cost, IterationBatch(0, 0, tokens, tokens * pairs_per_token, seqs))
+        if t <= 0.0:
+            return math.inf
+        best = max(best, tokens / (t * p))  # prompts per second
+    return best
+
+
+def decode_rate_rps(
+    cost: InstanceCost,
+    max_batch_size: int,
+    kv_tokens_per_seq: float,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+) -> float:
+    """Optimistic decode completions per second of one instance (decode- and KV-bound)."""
+    if mean_output_tokens <= 1.0:
+        return math.inf
+    kv_seqs = int(cost.kv_capacity_tokens // max(kv_tokens_per_seq, 1.0))
+    top = min(max_batch_size, kv_seqs)
+    if top < 1:
+        return 0.0
+    ctx = mean_prompt_tokens + mean_output_tokens * 0.5
+    best = 0.0
+    for b in _halvings(top):
+        t = _checked(cost, IterationBatch(b, round(b * ctx), 0, 0.0, 0))
+        if t <= 0.0:
+            return math.inf
+        best = max(best, b / ((mean_output_tokens - 1.0) * t))
+    return best
+
+
+def capacity_upper_bound_rps(
+    cost: InstanceCost,
+    count: int,
+    max_batch_size: int,
+    chunk_size: int | None,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+) -> float:
+    """Upper bound on the sustainable request rate of `count` colocated instances."""
+    reserve = mean_prompt_tokens + mean_output_tokens
+    if cost.kv_capacity_tokens < reserve:
+        return 0.0
+    kv_seqs = int(cost.kv_capacity_tokens // reserve)
+    pre = prefill_rate_rps(cost, chunk_size, min(max_batch_size, kv_seqs), mean_prompt_tokens)
+    dec = decode_rate_rps(cost, max_batch_size, reserve, mean_prompt_tokens, mean_output_tokens)
+    return count * min(pre, dec)
+
+
+def capacity_upper_bound_disaggregated_rps(
+    prefill_cost: InstanceCost,
+    prefill_count: int,
+    prefill_chunk: int | None,
+    decode_cost: InstanceCost,
+    decode_count: int,
+    decode_max_batch: int,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+) -> float:
+    """Upper bound on the sustainable request rate of a prefill pool feeding a decode pool."""
+    if prefill_cost.kv_capacity_tokens < mean_prompt_tokens:
+        return 0.0
+    kv_seqs = int(prefill_cost.kv_capacity_tokens // max(mean_prompt_tokens, 1.0))
+    pre = prefill_count * prefill_rate_rps(prefill_cost, prefill_chunk, kv_seqs, mean_prompt_tokens)
+    dec = decode_count * decode_rate_rps(
+        decode_cost,
+        decode_max_batch,
+        mean_prompt_tokens + mean_output_tokens,
+        mean_prompt_tokens,
+        mean_output_tokens,
+    )
+    return min(pre, dec)
+
+
+def isolated_prefill_s(cost: InstanceCost, prompt_tokens: int, chunk_size: int | None) -> float:
+    """Time to prefill one prompt alone, in chunks of `chunk_size` (one pass if `None`)."""
+    step = prompt_tokens if chunk_size is None else chunk_size
+    total = 0.0
+    past = 0
+    while past < prompt_tokens:
+        c = min(step, prompt_tokens - past)
+        total += _checked(cost, IterationBatch(0, 0, c, c * past + c * (c + 1) * 0.5, 1))
+        past += c
+    return total
+
+
+def isolated_decode_total_s(cost: InstanceCost, prompt_tokens: int, output_tokens: int) -> float:
+    """Σ of the `output − 1` decode steps of one sequence alone (contexts prompt+1 …
+    prompt+output−1), by the chord rule (exact for costs affine in the context)."""
+    k = output_tokens - 1
+    if k <= 0:
+        return 0.0
+    first = _checked(cost, IterationBatch(1, prompt_tokens + 1, 0, 0.0, 0))
+    last = _checked(cost, IterationBatch(1, prompt_tokens + k, 0, 0.0, 0))
+    return k * (first + last) * 0.5
+
+
+def isolated_latency_colocated(
+    cost: InstanceCost, prompt_tokens: int, output_tokens: int, chunk_size: int | None
+) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of one request alone on a colocated instance."""
+    ttft = isolated_prefill_s(cost, prompt_tokens, chunk_size)
+    if output_tokens <= 1:
+        return ttft, 0.0
+    return ttft, isolated_decode_total_s(cost, prompt_tokens, output_tokens) / (output_tokens - 1)
+
+
+def isolated_latency_disaggregated(
+    prefill_cost: InstanceCost,
+    prefill_chunk: int | None,
+    decode_cost: InstanceCost,
+    prompt_tokens: int,
+    output_tokens: int,
+) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of one request alone in a disaggregated pair; the KV transfer falls
+    between the first and second token, so it is part of TPOT."""
+    ttft = isolated_prefill_s(prefill_cost, prompt_tokens, prefill_chunk)
+    if output_tokens <= 1:
+        return ttft, 0.0
+    xfer = float(prefill_cost.kv_transfer_time_s(prompt_tokens))
+    decode = isolated_decode_total_s(decode_cost, prompt_tokens, output_tokens)
+    return ttft, (xfer + decode) / (output_tokens - 1)
+
+
+def erlang_c(servers: int, offered_load: float) -> float:
+    """Erlang C: probability that an arrival waits in M/M/c with `offered_load = λ/μ`
+    (`< servers`), by the numerically stable Erlang-B recursion
+    `B_k = a·B_{k−1} / (k + a·B_{k−1})`, `C = c·B_c / (c − a·(1 − B_c))`."""
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    a = offered_load
+    if a <= 0.0:
+        return 0.0
+    if a >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = a * b / (k + a * b)
+    return servers * b / (servers - a * (1.0 - b))
+
+
+def queueing_wait_quantile_s(
+    rate_rps: float, service_rate_rps: float, servers: int, percentile: float
+) -> float:
+    """`percentile`-th percentile of the queueing delay in M/D/c (Allen–Cunneen-scaled M/M/c;
+    see the module docstring); `inf` at or above saturation."""
+    if rate_rps <= 0.0:
+        return 0.0
+    if service_rate_rps <= 0.0 or rate_rps >= servers * service_rate_rps:
+        return math.inf
+    c_wait = erlang_c(servers, rate_rps / service_rate_rps)
+    tail = 1.0 - percentile / 100.0
+    if c_wait <= tail:
+        return 0.0
+    mmc = math.log(c_wait / tail) / (servers * service_rate_rps - rate_rps)
+    return 0.5 * mmc
+
+
+def queueing_ttft_estimate_s(
+    rate_rps: float,
+    *,
+    servers: int,
+    service_rate_rps: float,
+    isolated_ttft_s: float,
+    percentile: float = 90.0,
+) -> float:
+    """Estimated `percentile`-th percentile TTFT at `rate_rps`: isolated TTFT + M/D/c wait."""
+    return isolated_ttft_s + queueing_wait_quantile_s(
+        rate_rps, service_rate_rps, servers, percentile
+    )
+
+
+def estimate_ttft_colocated_s(
+    rate_rps: float,
+    cost: InstanceCost,
+    count: int,
+    max_batch_size: int,
+    chunk_size: int | None,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+    percentile: float = 90.0,
+) -> float:
+    """`queueing_ttft_estimate_s` for a colocated pool: servers = instances, service rate =
+    one instance's capacity bound, isolated TTFT of the mean prompt."""
+    per_instance = capacity_upper_bound_rps(
+        cost, 1, max_batch_size, chunk_size, mean_prompt_tokens, mean_output_tokens
+    )
+    ttft0 = isolated_prefill_s(cost, max(1, round(mean_prompt_tokens)), chunk_size)
+    return queueing_ttft_estimate_s(
+        rate_rps,
+        servers=count,
+        service_rate_rps=per_instance,
+        isolated_ttft_s=ttft0,
+        percentile=percentile,
+    )
+
+
+def estimate_ttft_disaggregated_s(
+    rate_rps: float,
+    prefill_cost: InstanceCost,
+    prefill_count: int,
+    prefill_chunk: int | None,
+    mean_prompt_tokens: float,
+    percentile: float = 90.0,
+) -> float:
+    """`queueing_ttft_estimate_s` for the prefill pool of a disaggregated plan (TTFT ends on
+    the prefill instance, so only that pool queues it)."""
+    kv_seqs = int(prefill_cost.kv_capacity_tokens // max(mean_prompt_tokens, 1.0))
+    if kv_seqs < 1:
+        return math.inf
+    mu = prefill_rate_rps(prefill_cost, prefill_chunk, kv_seqs, mean_prompt_tokens)
+    ttft0 = isolated_prefill_s(prefill_cost, max(1, round(mean_prompt_tokens)), prefill_chunk)
+    return queueing_ttft_estimate_s(
+        rate_rps,
+        servers=prefill_count,
+        service_rate_rps=mu,
+        isolated_ttft_s=ttft0,
+        percentile=percentile,
+    )

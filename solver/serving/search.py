@@ -1,0 +1,613 @@
+"""Serving plan search: instance layouts, batch and chunk sizes, colocated or prefill/decode
+disaggregated, ranked by the workload's objective; exact over the declared space up to the
+simulator's goodput tolerance, by branch and bound on closed-form capacity bounds.
+
+Space (every degree and size below can be pinned with `constraints.fixed`):
+- an instance layout: weight format (`workload.precision` and `precision_options`), tensor t
+  (divisors of the node size), pipeline p (powers of two up to the GPU count and the layer
+  count), expert e (MoE only: attention data-parallel replicas with the experts spread over
+  all t·e GPUs, `ServingParallelism`), with t·e inside one node; layouts whose weights do not
+  fit are dropped by the cost model (`InfeasiblePlan`);
+- colocated: the layout × max batch (powers of two from 8 and the KV-cache limit, up to
+  `MAX_BATCH`) × prefill chunk (`CHUNKS`, Sarathi-Serve token budgets); the plan replicates
+  the instance over the cluster;
+- disaggregated (DistServe, Zhong et al., OSDI'24): a prefill layout × chunk, a decode layout
+  × max batch, and a ratio of a prefill to b decode instances per unit (a, b ≤ `MAX_RATIO`,
+  coprime); the plan replicates the unit.
+
+Objectives:
+- `max_goodput_per_gpu` (default): the unit's goodput / its GPUs, highest first;
+- `min_gpus`: the fewest GPUs whose units carry `arrival_rate_rps` within the SLO, then the
+  highest goodput per GPU;
+- `min_latency`: the lowest P90 end-to-end latency at the arrival rate (near-idle when none
+  is given) with the whole cluster, among plans that meet the SLO at that rate.
+
+Bounds. `capacity_upper_bound_rps` (`solver.serving.queueing`) bounds any goodput from above
+(the SLO only lowers it). Candidates are taken in decreasing bound per GPU; once the bound of
+the next one is below the k-th best goodput found, no later one can enter the top k and the
+search ends (`pruned.throughput_bound`). Before bisecting, a candidate is simulated once at
+the rate it would need to enter the top k; if it misses the SLO there, it cannot
+(`pruned.slo_threshold`; goodput is taken as monotone in the rate, as the bisection also
+assumes). For disaggregated units the bound is min(a · prefill-phase goodput, b · decode-phase
+bound) / GPUs, where the prefill phase is simulated alone under the TTFT target (a request
+of one output token ends at its first token) and the decode phase is bounded in closed form
+under the TPOT target (`decode_phase_bound_rps`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
+from solver.base import SearchStats
+from solver.search.steps import Monitor, Stopped
+from solver.serving.evaluate import (
+    InstanceCosts,
+    ServingEstimate,
+    ServingProblem,
+    evaluate_plan,
+    request_stream,
+)
+from solver.serving.goodput import (
+    GoodputResult,
+    SLOTarget,
+    goodput_colocated,
+    goodput_disaggregated,
+    mean_lengths,
+    scale_stream,
+)
+from solver.serving.queueing import (
+    capacity_upper_bound_disaggregated_rps,
+    capacity_upper_bound_rps,
+)
+from solver.serving.simulate import Request, simulate_colocated, simulate_disaggregated
+from specs.errors import InfeasiblePlan, SpecError
+from specs.serving import ServingInstance, ServingParallelism, ServingPlan
+
+MAX_BATCH = 1024
+"""Largest max batch size searched (vLLM's default `max_num_seqs` is 256–1024)."""
+MIN_BATCH = 8
+CHUNKS: tuple[int | None, ...] = (512, 2048, 8192)
+"""Prefill token budgets per iteration searched for colocated instances (vLLM's default
+`max_num_batched_tokens` is 2048 online, 8192 offline; Sarathi-Serve evaluates 512–2048)."""
+PREFILL_CHUNKS: tuple[int | None, ...] = (None, 2048, 8192)
+"""Token budgets of prefill-only instances (None: every waiting prompt in one pass)."""
+MAX_RATIO = 8
+"""Largest prefill or decode instance count of a disaggregated unit."""
+FIXED_KEYS = ("mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size",
+              "precision")
+"""`constraints.fixed` keys a serving search understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One engine instance's degrees and weight format."""
+
+    tensor: int
+    pipeline: int
+    expert: int
+    precision: str
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor * self.pipeline * self.expert
+
+    def instance(self, role: str, count: int, max_batch: int, chunk: int | None
+                 ) -> ServingInstance:
+        return ServingInstance(
+            role=role,  # type: ignore[arg-type]
+            count=count,
+            parallelism=ServingParallelism(tensor=self.tensor, pipeline=self.pipeline,
+                                           expert=self.expert),
+            max_batch_size=max_batch, chunk_size=chunk,
+            precision=self.precision,  # type: ignore[arg-type]
+        )
+
+    def label(self) -> str:
+        parts = [f"TP{self.tensor}"]
+        if self.pipeline > 1:
+            parts.append(f"PP{self.pipeline}")
+        if self.expert > 1:
+            parts.append(f"EP{self.expert * self.tensor}(DP{self.expert})")
+        return " ".join(parts) + f" {self.precision}"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A unit to price: colocated (one instance) or disaggregated (a prefill + b decode)."""
+
+    mode: str
+    layout: Layout
+    """The colocated layout, or the decode layout of a disaggregated unit."""
+    max_batch: int
+    chunk: int | None
+    prefill: Layout | None = None
+    prefill_chunk: int | None = None
+    prefill_count: int = 0
+    decode_count: int = 1
+
+    @property
+    def gpus(self) -> int:
+        if self.mode == "colocated":
+            return self.layout.gpus
+        assert self.prefill is not None
+        return self.prefill_count * self.prefill.gpus + self.decode_count * self.layout.gpus
+
+    def plan(self, units: int) -> ServingPlan:
+        if self.mode == "colocated":
+            return ServingPlan(mode="colocated", instances=[
+                self.layout.instance("both", units, self.max_batch, self.chunk)])
+        assert self.prefill is not None
+        return ServingPlan(mode="disaggregated", instances=[
+            self.prefill.instance("prefill", units * self.prefill_count, MAX_BATCH,
+                                  self.prefill_chunk),
+            self.layout.instance("decode", units * self.decode_count, self.max_batch, None),
+        ])
+
+
+@dataclass(frozen=True)
+class RankedServingPlan:
+    rank: int
+    estimate: ServingEstimate
+    explanation: str
+
+
+@dataclass(frozen=True)
+class ServingSearchResult:
+    plans: list[RankedServingPlan]
+    stats: SearchStats
+
+
+# ---- the space -----------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, p = [], 1
+    while p <= limit:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def check_fixed(fixed: dict[str, Any]) -> None:
+    """Reject `constraints.fixed` keys and values a serving search does not understand."""
+    for key, value in fixed.items():
+        field = f"constraints.fixed.{key}"
+        if key not in FIXED_KEYS:
+            raise SpecError(field, f"a serving search fixes only {list(FIXED_KEYS)}", value)
+        if key == "mode" and value not in ("colocated", "disaggregated"):
+            raise SpecError(field, "one of ['colocated', 'disaggregated']", value)
+        if key == "precision" and value not in ("bf16", "fp16", "fp8", "int4"):
+            raise SpecError(field, "one of ['bf16', 'fp16', 'fp8', 'int4']", value)
+        if key in ("tensor", "pipeline", "expert", "max_batch_size", "chunk_size") and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise SpecError(field, "positive integer", value)
+
+
+def layouts(problem: ServingProblem, fixed: dict[str, Any]) -> list[Layout]:
+    """Instance layouts of the space (before the cost model's memory check)."""
+    node = problem.cluster.gpus_per_node
+    n = problem.num_gpus
+    precisions = ([fixed["precision"]] if "precision" in fixed
+                  else list(problem.workload.weight_formats))
+    tensors = [fixed["tensor"]] if "tensor" in fixed else _divisors(node)
+    pipelines = ([fixed["pipeline"]] if "pipeline" in fixed
+                 else [p for p in _powers_of_two(n) if p <= problem.model.num_layers])
+    moe = problem.model.moe
+    if "expert" in fixed:
+        experts = [fixed["expert"]]
+    elif moe is None:
+        experts = [1]
+    else:
+        experts = _divisors(node)
+    out = []
+    for precision in precisions:
+        for t in tensors:
+            for e in experts:
+                if t * e > node:
+                    continue
+                for p in pipelines:
+                    if t * e * p <= n:
+                        out.append(Layout(t, p, e, precision))
+    return out
+
+
+def batch_options(cost: InstanceCost, mean_prompt: float, mean_output: float,
+                  fixed: dict[str, Any]) -> list[int]:
+    """Max batch sizes worth trying: powers of two from MIN_BATCH below the KV-cache limit,
+    and the limit itself (a larger max batch behaves like the limit)."""
+    if "max_batch_size" in fixed:
+        return [int(fixed["max_batch_size"])]
+    kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
+    top = min(MAX_BATCH, max(1, kv_limit))
+    out = [b for b in _powers_of_two(top) if b >= MIN_BATCH]
+    if top not in out:
+        out.append(top)
+    return sorted(out)
+
+
+def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: float,
+                           mean_output: float, tpot_s: float | None) -> float:
+    """Closed-form bound on the requests/s a decode-only instance finishes under a TPOT
+    target: b / ((o − 1) · step(b)) at the mean context p + o/2, for the batches b ≤ the max
+    batch and the KV limit (halvings) whose step time meets the target (every decode step of
+    a batch of b costs step(b), so a larger step misses TPOT for the typical request)."""
+    if mean_output <= 1.0:
+        return math.inf
+    kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
+    b = min(max_batch, kv_limit)
+    ctx = mean_prompt + mean_output / 2
+    best = 0.0
+    while b >= 1:
+        step = cost.iteration_time_s(IterationBatch(b, round(b * ctx)))
+        if step <= 0.0:
+            return math.inf
+        if tpot_s is None or step <= tpot_s:
+            best = max(best, b / ((mean_output - 1.0) * step))
+        b //= 2
+    return best
+
+
+# ---- the search ----------------------------------------------------------------------------
+def _family(cand: Candidate) -> tuple[Any, ...]:
+    """Candidates that differ only in their max batch: at most one of them is ranked."""
+    return (cand.mode, cand.layout, cand.chunk, cand.prefill, cand.prefill_chunk,
+            cand.prefill_count, cand.decode_count)
+
+
+class _Top:
+    """The k best units by score (higher is better), one per family (`_family`: a larger max
+    batch that the load never reaches scores the same; the smaller one is kept), deterministic
+    on ties."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.best: dict[tuple[Any, ...], tuple[float, int, Candidate, GoodputResult]] = {}
+        self.counter = 0
+
+    def _ranked(self) -> list[tuple[float, int, Candidate, GoodputResult]]:
+        return sorted(self.best.values(), key=lambda x: (-x[0], x[1]))
+
+    def threshold(self) -> float:
+        ranked = self._ranked()
+        return ranked[self.k - 1][0] if len(ranked) >= self.k else -math.inf
+
+    def push(self, score: float, cand: Candidate, res: GoodputResult) -> None:
+        self.counter += 1
+        key = _family(cand)
+        old = self.best.get(key)
+        if (old is None or score > old[0] + 1e-12
+                or (abs(score - old[0]) <= 1e-12 and cand.max_batch < old[2].max_batch)):
+            self.best[key] = (score, self.counter, cand, res)
+
+    def best_first(self) -> list[tuple[float, Candidate, GoodputResult]]:
+        return [(s, c, r) for s, _, c, r in self._ranked()[:self.k]]
+
+
+@dataclass
+class _Context:
+    problem: ServingProblem
+    costs: InstanceCosts
+    stream: list[Request]
+    slo: SLOTarget
+    mean_prompt: float
+    mean_output: float
+    stats: SearchStats
+    monitor: Monitor
+
+
+def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
+    try:
+        return ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision,
+                             tier)
+    except InfeasiblePlan as exc:
+        ctx.stats.add_pruned(f"rule:{exc.kind}")
+        return None
+
+
+def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
+                          ) -> Iterator[tuple[float, Candidate]]:
+    chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(CHUNKS)
+    for layout in layouts(ctx.problem, fixed):
+        cost = _cost(ctx, layout)
+        if cost is None:
+            continue
+        longest = max(r.prompt_tokens + r.output_tokens for r in ctx.stream)
+        if cost.kv_capacity_tokens < longest:
+            ctx.stats.add_pruned("rule:memory")
+            continue
+        for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
+            for chunk in chunks:
+                ctx.stats.enumerated += 1
+                ub = capacity_upper_bound_rps(cost, 1, batch, chunk, ctx.mean_prompt,
+                                              ctx.mean_output)
+                yield ub / layout.gpus, Candidate("colocated", layout, batch, chunk)
+
+
+def _prefill_phase(ctx: _Context, layout: Layout, chunk: int | None, tier: str
+                   ) -> tuple[float, InstanceCost] | None:
+    """(prefill-phase goodput of one prefill instance under the TTFT target, its cost)."""
+    cost = _cost(ctx, layout, tier)
+    if cost is None:
+        return None
+    if cost.kv_capacity_tokens < max(r.prompt_tokens for r in ctx.stream) + 1:
+        ctx.stats.add_pruned("rule:memory")
+        return None
+    prompts_only = [Request(r.arrival_s, r.prompt_tokens, 1) for r in ctx.stream]
+    slo = SLOTarget(ttft_s=ctx.slo.ttft_s, tpot_s=None, percentile=ctx.slo.percentile)
+    res = goodput_colocated(prompts_only, cost, 1, MAX_BATCH, chunk, slo, rel_tol=0.05)
+    ctx.stats.solver_calls += res.evaluations
+    return res.goodput_rps, cost
+
+
+def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
+                              ) -> Iterator[tuple[float, Candidate]]:
+    problem = ctx.problem
+    all_layouts = layouts(problem, fixed)
+    chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(PREFILL_CHUNKS)
+    prefill: list[tuple[Layout, int | None, float]] = []
+    decode: list[tuple[Layout, int, float]] = []
+    for layout in all_layouts:
+        for chunk in chunks:
+            ctx.monitor.poll(report=False)
+            phase = _prefill_phase(ctx, layout, chunk, "inter")
+            if phase is not None and phase[0] > 0:
+                prefill.append((layout, chunk, phase[0]))
+        cost = _cost(ctx, layout)
+        if cost is None:
+            continue
+        if cost.kv_capacity_tokens < max(r.prompt_tokens + r.output_tokens for r in ctx.stream):
+            ctx.stats.add_pruned("rule:memory")
+            continue
+        for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
+            bound = decode_phase_bound_rps(cost, batch, ctx.mean_prompt, ctx.mean_output,
+                                           ctx.slo.tpot_s)
+            if bound > 0:
+                decode.append((layout, batch, bound))
+    for p_layout, chunk, p_rate in prefill:
+        for d_layout, batch, d_rate in decode:
+            for a in range(1, MAX_RATIO + 1):
+                for b in range(1, MAX_RATIO + 1):
+                    gpus = a * p_layout.gpus + b * d_layout.gpus
+                    if math.gcd(a, b) != 1 or gpus > problem.num_gpus:
+                        continue
+                    ctx.stats.enumerated += 1
+                    bound = min(a * p_rate, b * d_rate) / gpus
+                    cand = Candidate("disaggregated", d_layout, batch, None, p_layout, chunk,
+                                     a, b)
+                    yield bound, cand
+
+
+def _tier(ctx: _Context, cand: Candidate) -> str:
+    if cand.mode == "colocated":
+        return "inter"
+    return "intra" if cand.gpus <= ctx.problem.cluster.gpus_per_node else "inter"
+
+
+def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
+                  ) -> GoodputResult | bool:
+    """The unit's goodput (bisection); with `rate`, only whether the SLO holds there."""
+    tier = _tier(ctx, cand)
+    decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
+                                cand.layout.precision, tier)
+    if cand.mode == "colocated":
+        if rate is not None:
+            sim = simulate_colocated(scale_stream(ctx.stream, rate), decode_cost, 1,
+                                     cand.max_batch, cand.chunk,
+                                     stop=ctx.slo.stop_rule(len(ctx.stream)))
+            ctx.stats.solver_calls += 1
+            return ctx.slo.met_by(sim)
+        res = goodput_colocated(ctx.stream, decode_cost, 1, cand.max_batch, cand.chunk, ctx.slo)
+    else:
+        assert cand.prefill is not None
+        pre = cand.prefill
+        prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
+        if rate is not None:
+            sim = simulate_disaggregated(
+                scale_stream(ctx.stream, rate), prefill_cost, cand.prefill_count,
+                cand.prefill_chunk, decode_cost, cand.decode_count, cand.max_batch,
+                stop=ctx.slo.stop_rule(len(ctx.stream)))
+            ctx.stats.solver_calls += 1
+            return ctx.slo.met_by(sim)
+        res = goodput_disaggregated(ctx.stream, prefill_cost, cand.prefill_count,
+                                    cand.prefill_chunk, decode_cost, cand.decode_count,
+                                    cand.max_batch, ctx.slo)
+    ctx.stats.solver_calls += res.evaluations
+    return res
+
+
+def _units_for(problem: ServingProblem, cand: Candidate, unit_goodput: float) -> int:
+    """Units a plan replicates: all that fit, or the fewest that carry the target rate."""
+    most = max(1, problem.num_gpus // cand.gpus)
+    rate = problem.target_rate_rps
+    if problem.workload.objective == "min_gpus" and rate is not None and unit_goodput > 0:
+        return min(most, max(1, math.ceil(rate / unit_goodput * (1 - 1e-9))))
+    return most
+
+
+def _score(problem: ServingProblem, cand: Candidate, goodput: float) -> float:
+    """Higher is better. max_goodput_per_gpu: unit goodput / GPU. min_gpus: −GPUs needed
+    for the rate (plus goodput per GPU / 1e6 as the tie-break); −inf when the cluster cannot
+    carry it."""
+    per_gpu = goodput / cand.gpus
+    if problem.workload.objective == "min_gpus":
+        rate = problem.target_rate_rps
+        assert rate is not None
+        if goodput <= 0:
+            return -math.inf
+        units = math.ceil(rate / goodput * (1 - 1e-9))
+        if units * cand.gpus > problem.num_gpus:
+            return -math.inf
+        return -float(units * cand.gpus) + min(per_gpu, 1e5) * 1e-6
+    return per_gpu
+
+
+def _needed_rate(problem: ServingProblem, cand: Candidate, threshold: float) -> float:
+    """The unit goodput a candidate needs to beat the score `threshold`."""
+    if problem.workload.objective == "min_gpus":
+        rate = problem.target_rate_rps
+        assert rate is not None
+        gpus_allowed = math.floor(-threshold)  # must use at most this many GPUs
+        units = max(1, gpus_allowed // cand.gpus)
+        return rate / units
+    return threshold * cand.gpus
+
+
+def _bound_score(problem: ServingProblem, cand: Candidate, bound_per_gpu: float) -> float:
+    return _score(problem, cand, bound_per_gpu * cand.gpus) if math.isfinite(
+        bound_per_gpu) else math.inf
+
+
+def serving_search(
+    problem: ServingProblem,
+    cost_model: ServingCostModel,
+    *,
+    fixed: dict[str, Any] | None = None,
+    time_limit_s: float = 60.0,
+    top_k: int = 10,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ServingSearchResult:
+    """The `top_k` serving plans for the workload's objective (module docstring)."""
+    if top_k < 1:
+        raise SpecError("top_k", "must be at least 1", top_k)
+    fixed = dict(fixed or {})
+    check_fixed(fixed)
+    started = time.perf_counter()
+    stats = SearchStats()
+    stream = request_stream(problem.workload)
+    mean_prompt, mean_output = mean_lengths(stream)
+    costs = InstanceCosts(problem, cost_model)
+    monitor = Monitor(time_limit_s, progress, should_stop, 0)
+    ctx = _Context(problem, costs, stream, problem.slo, mean_prompt, mean_output, stats,
+                   monitor)
+    modes = [fixed["mode"]] if "mode" in fixed else ["colocated", "disaggregated"]
+    top = _Top(top_k)
+    try:
+        scored: list[tuple[float, int, Candidate]] = []
+        for mode in modes:
+            gen = (_colocated_candidates(ctx, fixed) if mode == "colocated"
+                   else _disaggregated_candidates(ctx, fixed))
+            for bound, cand in gen:
+                scored.append((_bound_score(problem, cand, bound), len(scored), cand))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        monitor.total = len(scored)
+        for i, (bound_score, _, cand) in enumerate(scored):
+            monitor.done = i
+            monitor.poll(report=i % 16 == 0)
+            threshold = top.threshold()
+            if bound_score <= threshold or bound_score == -math.inf:
+                stats.add_pruned("throughput_bound", len(scored) - i)
+                break
+            if threshold > -math.inf:
+                needed = _needed_rate(problem, cand, threshold)
+                if needed > 0 and not _unit_goodput(ctx, cand, needed):
+                    stats.add_pruned("slo_threshold")
+                    continue
+            res = _unit_goodput(ctx, cand)
+            assert isinstance(res, GoodputResult)
+            stats.evaluated += 1
+            if res.goodput_rps <= 0:
+                stats.add_pruned("slo_unattainable")
+                continue
+            stats.feasible += 1
+            score = _score(problem, cand, res.goodput_rps)
+            if score > -math.inf:
+                top.push(score, cand, res)
+        monitor.done = len(scored)
+    except Stopped as stop:
+        stats.status = stop.status  # type: ignore[assignment]
+    ranked = _finish(ctx, top)
+    if problem.workload.objective == "min_latency":
+        ranked = sorted(ranked, key=lambda r: _latency_key(r.estimate))
+    plans = [replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1,
+                                                                 ranked))
+             for i, r in enumerate(ranked)]
+    stats.wall_time_s = time.perf_counter() - started
+    if plans and plans[0].estimate.metrics is not None:
+        stats.best_step_time_s = None
+    return ServingSearchResult(plans, stats)
+
+
+def _latency_key(est: ServingEstimate) -> tuple[int, float]:
+    m = est.metrics
+    return (0 if est.feasible else 1, math.inf if m is None else m.e2e_latency_s_p90)
+
+
+def _finish(ctx: _Context, top: _Top) -> list[RankedServingPlan]:
+    out = []
+    for _, cand, res in top.best_first():
+        units = _units_for(ctx.problem, cand, res.goodput_rps)
+        est = evaluate_plan(ctx.problem, cand.plan(units), ctx.costs, ctx.stream, res)
+        out.append(RankedServingPlan(0, est, ""))
+    return out
+
+
+# ---- explanations --------------------------------------------------------------------------
+def _describe(plan: ServingPlan) -> str:
+    def one(inst: ServingInstance) -> str:
+        p = inst.parallelism
+        layout = Layout(p.tensor, p.pipeline, p.expert, inst.precision or "bf16").label()
+        chunk = f", chunk {inst.chunk_size}" if inst.chunk_size else ""
+        batch = f", max batch {inst.max_batch_size}" if inst.role != "prefill" else ""
+        return f"{inst.count} × {inst.role} [{layout}{batch}{chunk}]"
+    return f"{plan.mode}: " + " + ".join(one(i) for i in plan.instances)
+
+
+def explain_serving(problem: ServingProblem, est: ServingEstimate, rank: int,
+                    ranked: list[RankedServingPlan]) -> str:
+    """Why this plan: its goodput, what limits it, its memory, and how it compares with the
+    best plan of a different layout."""
+    m = est.metrics
+    if m is None:
+        return f"{_describe(est.plan)}: " + "; ".join(v.detail for v in est.violations)
+    slo = problem.workload.slo
+    targets = []
+    if slo.ttft_ms is not None:
+        targets.append(f"TTFT ≤ {slo.ttft_ms:g} ms")
+    if slo.tpot_ms is not None:
+        targets.append(f"TPOT ≤ {slo.tpot_ms:g} ms")
+    text = [f"{_describe(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
+            f"requests/s ({m.goodput_rps_per_gpu:.3g} per GPU) with P{slo.percentile:g} "
+            f"{' and '.join(targets) or 'no SLO'}; at {m.arrival_rate_rps:.3g} requests/s "
+            f"P90 TTFT {m.ttft_ms_p90:.0f} ms, P90 TPOT {m.tpot_ms_p90:.1f} ms"]
+    insts = est.details.get("instances", [])
+    for d in insts:
+        text.append(f"{d['role']} instance: weights {d['weights_gib']:.1f} GiB and KV cache "
+                    f"{d['kv_cache_gib']:.1f} GiB per GPU ({d['kv_capacity_tokens']} tokens, "
+                    f"{d['kv_limited_batch']} requests of mean length); decode step "
+                    f"{d['decode_step_ms_batch_1']:.1f} ms alone, prefill of the mean prompt "
+                    f"{d['prefill_ms_mean_prompt']:.0f} ms")
+    limited = est.details.get("goodput_limited_by")
+    if limited == "capacity_bound":
+        text.append("the SLO holds up to the throughput capacity: goodput is capacity-bound")
+    elif limited == "slo":
+        text.append("goodput ends where the SLO percentile breaks (queueing and batch growth "
+                    "stretch TTFT/TPOT), below the throughput capacity "
+                    f"{est.details.get('capacity_upper_bound_rps', 0):.3g} requests/s")
+    if rank == 1:
+        other = next((r.estimate for r in ranked[1:]
+                      if _describe_layout(r.estimate.plan) != _describe_layout(est.plan)
+                      and r.estimate.metrics is not None), None)
+        if other is not None and other.metrics is not None:
+            ratio = m.goodput_rps_per_gpu / max(other.metrics.goodput_rps_per_gpu, 1e-12)
+            text.append(f"the best other layout, {_describe(other.plan)}, reaches "
+                        f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU "
+                        f"({ratio:.2f}× less efficient than this plan)" if ratio >= 1 else
+                        f"the best other layout, {_describe(other.plan)}, reaches "
+                        f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU")
+    for v in est.violations:
+        text.append(f"violation ({v.kind}): {v.detail}")
+    return "; ".join(text) + "."
+
+
+def _describe_layout(plan: ServingPlan) -> tuple[Any, ...]:
+    return (plan.mode, tuple((i.role, i.parallelism.tensor, i.parallelism.pipeline,
+                              i.parallelism.expert, i.precision) for i in plan.instances))

@@ -1,0 +1,737 @@
+"""Deterministic discrete-event simulation of LLM serving engines (issue 5).
+
+Model
+-----
+Each engine instance (one replica of the model on `InstanceCost.num_gpus` GPUs) runs
+*continuous batching* (iteration-level scheduling: Orca, Yu et al., OSDI'22; vLLM, Kwon et
+al., SOSP'23) with *chunked prefill* (Sarathi-Serve, Agrawal et al., OSDI'24). At every
+iteration boundary the scheduler of an instance builds one forward pass:
+
+1. every running sequence whose prompt is fully prefilled decodes one token (decodes are
+   never preempted);
+2. the remaining *token budget* (`chunk_size` minus the number of decodes, Sarathi-Serve's
+   stall-free batching) goes to the prompts already admitted but not fully prefilled, oldest
+   first, one chunk each;
+3. then, while budget remains, requests are admitted from the instance's FCFS queue (head of
+   line only: a request that does not fit blocks the ones behind it, as in vLLM's FCFS
+   policy) when the running count is below `max_batch_size` and the KV cache can *reserve*
+   the request's prompt + output tokens. Reserving the final length up front (instead of
+   paging in blocks and preempting, as vLLM does) means no preemption or recomputation is
+   ever needed; it under-uses the cache somewhat, in exchange for a simulation whose admission
+   never has to be undone.
+
+`chunk_size=None` means no chunking: the budget is unlimited, so whole prompts run in the same
+pass as the decodes (Orca's mixed iterations; Sarathi-Serve with an infinite budget).
+
+The pass takes `cost.iteration_time_s(IterationBatch(...))`; its tokens appear when it ends.
+A prompt's last chunk emits the first output token (TTFT ends there); each decode step emits
+one more. A sequence with `g` generated tokens has context `prompt + g`, which is what
+`decode_context_tokens` sums. A chunk of `n` tokens after `past` prefilled tokens contributes
+`n·past + n(n+1)/2` causal attention pairs.
+
+Replicas and routing: a request goes, when it arrives, to the instance with the fewest
+outstanding tokens (prompt tokens not yet prefilled + output tokens not yet generated, of the
+requests queued or running there, as of that instance's last iteration boundary); ties go
+to the lowest index. Events at the same instant: arrivals (and KV transfers) are handled
+before iteration boundaries, so a boundary sees every request that arrived by then.
+
+Disaggregated serving (DistServe, Zhong et al., OSDI'24; Splitwise, Patel et al., ISCA'24):
+prefill instances only prefill (KV reserved for the prompt only; no batch limit other than
+the token budget and the KV cache). When a prompt finishes, the first token is emitted (TTFT
+ends), the prefill instance frees the prompt's KV and the KV is sent to the decode pool,
+arriving `prefill_cost.kv_transfer_time_s(prompt)` later (transfers are independent: no link
+contention). It is then routed to the decode instance with the fewest outstanding tokens,
+which admits it (FCFS, KV reservation of prompt + output, `decode_max_batch`) and decodes it.
+A request with one output token finishes at its prefill and never transfers.
+
+Fast-forward of pure-decode runs
+--------------------------------
+Between events nothing changes but the decode contexts, so when an iteration would contain
+only decodes (nothing to prefill, nobody admissible) the `k` iterations up to the next
+completion are simulated as one event. Iteration `i` of the run (`i = 0..k-1`) has
+`decode_context_tokens = C0 + i·n` and its time is interpolated on the chord between the
+exact first and last iterations: `t_i = t_0 + i·(t_{k-1} - t_0)/(k-1)`. This is exact when
+the iteration time is affine in `decode_context_tokens` at a fixed batch (the roofline decode
+step: weights + KV read once per step); otherwise the error of the run's duration is at most
+`k · max_i |t_i(true) - t_i(chord)|`, i.e. bounded by the cost's deviation from its chord over
+the run (zero for affine, second order in the context growth `k·n` otherwise). A request
+routed to the instance during a run, that could be admitted at once (empty queue, free slot,
+KV and budget), cuts the run at the first iteration boundary at or after its arrival, which
+is where step-by-step simulation would admit it; the router reads an instance's outstanding
+tokens mid-run from the boundaries the run has passed. So with an affine cost, fast-forward
+and step-by-step simulation give the same schedule (`fast_forward=False` gives the latter).
+
+Guards
+------
+A request that can never fit an instance's KV cache (prompt + output above the capacity, or in
+disaggregated mode the prompt above the prefill capacity) is *rejected* on arrival: it never
+runs, its latencies are `inf` (so it fails every SLO), and it does not block the queue. The
+number of engine events is capped (`max_events`, default `default_max_events(n)`); when the
+cap is hit the simulation stops, `SimResult.truncated` is set and unfinished requests keep
+`inf` latencies. Iteration times must be finite and ≥ 0 (`ValueError` otherwise).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from cost_models.serving.base import InstanceCost, IterationBatch
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+_UNLIMITED = 1 << 62
+
+
+def default_max_events(num_requests: int) -> int:
+    """Default event cap: `200·n + 100 000` (a few seconds of simulation at most; realistic
+    schedules need about `n · (prompt/chunk + 3)` events)."""
+    return 200 * num_requests + 100_000
+
+
+Role = Literal["both", "prefill", "decode"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request: arrival time (s), prompt length and output length (tokens, both ≥ 1)."""
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.arrival_s):
+            raise ValueError(f"Request.arrival_s must be finite, got {self.arrival_s}")
+        if self.prompt_tokens < 1:
+            raise ValueError(f"Request.prompt_tokens must be >= 1, got {self.prompt_tokens}")
+        if self.output_tokens < 1:
+            raise ValueError(f"Request.output_tokens must be >= 1, got {self.output_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class StopRule:
+    """Stop the simulation once more than `max_misses` requests are known to miss the SLO
+    (first token later than `ttft_s` after arrival, TPOT above `tpot_s` when they finish, or
+    rejected). The verdict "attainment below target" is then already certain; the goodput
+    search uses it to cut short the probes that fail. Unfinished requests count as misses in
+    the partial result, so its `attainment` is below the target too."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    max_misses: int
+
+
+def percentile(values: FloatArray, q: float) -> float:
+    """Nearest-rank percentile: the smallest value `v` with at least `q`% of values `≤ v`.
+
+    Chosen over linear interpolation so that `inf` (rejected or unfinished requests) needs no
+    arithmetic and so that `percentile(x, q) ≤ s` ⇔ at least `q`% of `x` are `≤ s`, the same
+    test as `SimResult.attainment`.
+    """
+    if values.size == 0:
+        return math.nan
+    return float(np.percentile(values, q, method="inverted_cdf"))
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request latencies (in the order of the input requests) and aggregate figures.
+
+    `ttft_s`: arrival → first token. `tpot_s`: (last token − first token)/(output − 1), 0 for a
+    single output token. `e2e_s`: arrival → last token. All `inf` for rejected or unfinished
+    requests. `throughput_tokens_per_s`: output tokens of finished requests / makespan (first
+    arrival → last finish). `max_concurrent_sequences`: the peak over time of the number of
+    admitted sequences (holding reserved KV) summed over all instances (in transfer between
+    pools: not counted); `max_running_per_instance`: the largest peak of a single instance. `iterations` counts forward passes (fast-forwarded ones included),
+    `events` the simulated events; `mean_decode_batch` averages the decode batch over the
+    passes that had decodes. `truncated`: the event cap was hit; `stopped_early`: a
+    `StopRule` ended the simulation (its verdict, a miss, is already certain).
+    """
+
+    ttft_s: FloatArray
+    tpot_s: FloatArray
+    e2e_s: FloatArray
+    rejected: BoolArray
+    output_tokens: int
+    makespan_s: float
+    throughput_tokens_per_s: float
+    throughput_rps: float
+    max_concurrent_sequences: int
+    max_running_per_instance: int
+    mean_decode_batch: float
+    iterations: int
+    events: int
+    truncated: bool
+    stopped_early: bool = False
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.ttft_s.size)
+
+    @property
+    def num_rejected(self) -> int:
+        return int(self.rejected.sum())
+
+    @property
+    def num_finished(self) -> int:
+        return int(np.isfinite(self.e2e_s).sum())
+
+    def attainment(self, ttft_s: float | None, tpot_s: float | None) -> float:
+        """Fraction of all requests meeting both targets (`None` = no target); DistServe's
+        SLO attainment. Rejected and unfinished requests count as misses."""
+        n = self.ttft_s.size
+        if n == 0:
+            return 1.0
+        ok = np.isfinite(self.e2e_s)
+        if ttft_s is not None:
+            ok &= self.ttft_s <= ttft_s
+        if tpot_s is not None:
+            ok &= self.tpot_s <= tpot_s
+        return float(ok.sum()) / n
+
+    def ttft_percentile_s(self, q: float) -> float:
+        return percentile(self.ttft_s, q)
+
+    def tpot_percentile_s(self, q: float) -> float:
+        return percentile(self.tpot_s, q)
+
+    def e2e_percentile_s(self, q: float) -> float:
+        return percentile(self.e2e_s, q)
+
+
+# --------------------------------------------------------------------------------------------
+# engine internals
+
+
+class _Seq:
+    __slots__ = ("idx", "prompt", "output", "reserve", "prefilled", "finish_step", "ctx_key")
+
+    def __init__(self, idx: int, prompt: int, output: int, reserve: int, prefilled: int) -> None:
+        self.idx = idx
+        self.prompt = prompt
+        self.output = output
+        self.reserve = reserve
+        self.prefilled = prefilled
+        self.finish_step = 0
+        self.ctx_key = 0
+
+
+def _run_time(t0: float, slope: float, j: int) -> float:
+    """Duration of the first `j` iterations of a run with `t_i = t0 + slope·i`."""
+    return j * t0 + slope * (j * (j - 1) * 0.5)
+
+
+def _first_boundary_at_or_after(t0: float, slope: float, d: float, k: int) -> int:
+    """Smallest `j` in `1..k` with `_run_time(j) ≥ d` (`k` if none)."""
+    if d <= 0.0:
+        return 1
+    a = 0.5 * slope
+    b = t0 - 0.5 * slope
+    if abs(a) <= 1e-300:
+        guess = d / b if b > 0.0 else float(k)
+    else:
+        disc = b * b + 4.0 * a * d
+        guess = (-b + math.sqrt(disc)) / (2.0 * a) if disc >= 0.0 else float(k)
+    j = min(max(math.ceil(guess) if math.isfinite(guess) else k, 1), k)
+    while j > 1 and _run_time(t0, slope, j - 1) >= d:
+        j -= 1
+    while j < k and _run_time(t0, slope, j) < d:
+        j += 1
+    return j
+
+
+class _Sim:
+    """Shared state of one simulation: clock events, per-request records, counters."""
+
+    def __init__(self, requests: Sequence[Request], max_events: int, stop: StopRule | None) -> None:
+        n = len(requests)
+        # (time, prio, seqno, kind, ref, version); prio 0 (arrivals, transfers) before 1
+        self.heap: list[tuple[float, int, int, int, int, int]] = []
+        self.seqno = 0
+        self.first_token = [math.inf] * n
+        self.finish = [math.inf] * n
+        self.arrival = [r.arrival_s for r in requests]
+        self.ttft_limit = math.inf if stop is None or stop.ttft_s is None else stop.ttft_s
+        self.tpot_limit = math.inf if stop is None or stop.tpot_s is None else stop.tpot_s
+        self.max_misses = n if stop is None else stop.max_misses
+        self.missed = [False] * n
+        self.misses = 0
+        self.stopped = False
+        self.running = 0
+        self.peak_running = 0
+        self.events = 0
+        self.max_events = max_events
+        self.iterations = 0
+        self.decode_seq_steps = 0
+        self.decode_steps = 0
+
+    def miss(self, idx: int) -> None:
+        if not self.missed[idx]:
+            self.missed[idx] = True
+            self.misses += 1
+            if self.misses > self.max_misses:
+                self.stopped = True
+
+    def first(self, idx: int, now: float) -> None:
+        self.first_token[idx] = now
+        if now - self.arrival[idx] > self.ttft_limit:
+            self.miss(idx)
+
+    def done(self, idx: int, now: float, output: int) -> None:
+        self.finish[idx] = now
+        if output > 1 and (now - self.first_token[idx]) / (output - 1) > self.tpot_limit:
+            self.miss(idx)
+
+    def push(self, time: float, prio: int, kind: int, ref: int, version: int = 0) -> None:
+        self.seqno += 1
+        heapq.heappush(self.heap, (time, prio, self.seqno, kind, ref, version))
+
+
+_EV_ENGINE = 0
+_EV_TRANSFER = 1
+
+
+class _Engine:
+    """One instance's scheduler state (see the module docstring for the policy)."""
+
+    __slots__ = (
+        "index", "cost", "role", "sim", "fast_forward", "kv_cap", "max_batch", "budget_cap",
+        "waiting", "prefilling", "dec_heap", "n_dec", "ctx_base", "dec_out", "other_out",
+        "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
+        "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        index: int,
+        cost: InstanceCost,
+        role: Role,
+        max_batch: int | None,
+        chunk: int | None,
+        sim: _Sim,
+        fast_forward: bool,
+        handoff: list[tuple[float, _Seq]] | None,
+    ) -> None:
+        self.index = index
+        self.cost = cost
+        self.time_fn = cost.iteration_time_s
+        self.role = role
+        self.sim = sim
+        self.fast_forward = fast_forward
+        self.kv_cap = int(cost.kv_capacity_tokens)
+        self.max_batch = _UNLIMITED if max_batch is None else max_batch
+        self.budget_cap = _UNLIMITED if chunk is None else chunk
+        self.waiting: deque[_Seq] = deque()
+        self.prefilling: list[_Seq] = []
+        self.dec_heap: list[tuple[int, int, _Seq]] = []
+        self.n_dec = 0
+        self.ctx_base = 0  # Σ over decoding seqs of (prompt + g0 − step0)
+        self.dec_out = 0  # Σ over decoding seqs of finish_step
+        self.other_out = 0  # outstanding tokens of queued / prefilling seqs
+        self.steps = 0  # decode iterations run so far
+        self.kv_used = 0
+        self.n_running = 0
+        self.peak = 0
+        self.version = 0
+        self.busy = False
+        self.cur_start = 0.0
+        self.cur_end = 0.0
+        self.cur_k = 0
+        self.cur_chunks: list[tuple[_Seq, int]] = []
+        self.is_run = False
+        self.run_t0 = 0.0
+        self.run_slope = 0.0
+        self.handoff = handoff  # prefill role: (time, seq) of finished prompts
+
+    # ---- routing
+
+    def outstanding(self, now: float) -> int:
+        steps = self.steps
+        if self.is_run and self.busy and self.cur_k > 1:
+            done = _first_boundary_at_or_after(
+                self.run_t0, self.run_slope, now - self.cur_start, self.cur_k
+            )
+            steps += done - 1
+        return self.other_out + self.dec_out - self.n_dec * steps
+
+    def enqueue(self, seq: _Seq, now: float) -> None:
+        if self.role == "both":
+            self.other_out += seq.prompt + seq.output
+        elif self.role == "prefill":
+            self.other_out += seq.prompt
+        else:
+            self.other_out += seq.output - 1
+        self.waiting.append(seq)
+        if not self.busy:
+            self.busy = True
+            self.cur_k = 0
+            self.cur_chunks = []
+            self.is_run = False
+            self.cur_start = self.cur_end = now
+            self.version += 1
+            self.sim.push(now, 1, _EV_ENGINE, self.index, self.version)
+        elif (
+            self.is_run
+            and len(self.waiting) == 1
+            and self.n_running < self.max_batch
+            and self.kv_used + seq.reserve <= self.kv_cap
+            and self.budget_cap - self.n_dec > 0
+        ):
+            j = _first_boundary_at_or_after(
+                self.run_t0, self.run_slope, now - self.cur_start, self.cur_k
+            )
+            if j < self.cur_k:
+                self.cur_k = j
+                self.cur_end = self.cur_start + _run_time(self.run_t0, self.run_slope, j)
+                self.version += 1
+                self.sim.push(self.cur_end, 1, _EV_ENGINE, self.index, self.version)
+
+    # ---- iterations
+
+    def _join_decode(self, seq: _Seq) -> None:
+        """`seq` has its first token; it decodes from the next iteration on."""
+        seq.finish_step = self.steps + seq.output - 1
+        seq.ctx_key = seq.prompt + 1 - self.steps
+        self.ctx_base += seq.ctx_key
+        self.dec_out += seq.finish_step
+        self.n_dec += 1
+        heapq.heappush(self.dec_heap, (seq.finish_step, seq.idx, seq))
+
+    def _release(self, seq: _Seq) -> None:
+        self.kv_used -= seq.reserve
+        self.n_running -= 1
+        self.sim.running -= 1
+
+    def complete(self, now: float) -> None:
+        """End the iteration (or run) in flight at `now`."""
+        sim = self.sim
+        k = self.cur_k
+        chunks = self.cur_chunks
+        if k:
+            steps = self.steps = self.steps + k
+            sim.iterations += k
+            sim.decode_steps += k
+            sim.decode_seq_steps += k * self.n_dec
+            heap = self.dec_heap
+            while heap and heap[0][0] <= steps:
+                seq = heapq.heappop(heap)[2]
+                self.n_dec -= 1
+                self.ctx_base -= seq.ctx_key
+                self.dec_out -= seq.finish_step
+                sim.done(seq.idx, now, seq.output)
+                self._release(seq)
+        elif chunks:
+            sim.iterations += 1
+        if chunks:
+            done = False
+            colocated = self.role == "both"
+            for seq, c in chunks:
+                seq.prefilled += c
+                self.other_out -= c
+                if seq.prefilled == seq.prompt:
+                    done = True
+                    sim.first(seq.idx, now)
+                    if colocated:
+                        self.other_out -= seq.output
+                        if seq.output == 1:
+                            sim.done(seq.idx, now, 1)
+                            self._release(seq)
+                        else:
+                            self._join_decode(seq)
+                    else:  # prefill instance: free the prompt's KV, hand the request over
+                        self._release(seq)
+                        if seq.output == 1:
+                            sim.done(seq.idx, now, 1)
+                        else:
+                            assert self.handoff is not None
+                            self.handoff.append((now, seq))
+            if done:
+                self.prefilling = [s for s in self.prefilling if s.prefilled < s.prompt]
+            self.cur_chunks = []
+        self.cur_k = 0
+        self.is_run = False
+
+    def plan(self, now: float) -> None:
+        """Start the next iteration at `now` (or go idle)."""
+        sim = self.sim
+        n_dec = self.n_dec
+        budget = self.budget_cap - n_dec
+        chunks: list[tuple[_Seq, int]] = []
+        ptoks = 0
+        pairs = 0.0
+        for seq in self.prefilling:
+            if budget <= 0:
+                break
+            past = seq.prefilled
+            c = seq.prompt - past
+            if c > budget:
+                c = budget
+            chunks.append((seq, c))
+            budget -= c
+            ptoks += c
+            pairs += c * past + c * (c + 1) * 0.5
+        waiting = self.waiting
+        if waiting and budget > 0:
+            decode_role = self.role == "decode"
+            while waiting and budget > 0 and self.n_running < self.max_batch:
+                seq = waiting[0]
+                if self.kv_used + seq.reserve > self.kv_cap:
+                    break
+                waiting.popleft()
+                self.kv_used += seq.reserve
+                self.n_running += 1
+                if self.n_running > self.peak:
+                    self.peak = self.n_running
+                sim.running += 1
+                if sim.running > sim.peak_running:
+                    sim.peak_running = sim.running
+                if decode_role:
+                    self.other_out -= seq.output - 1
+                    self._join_decode(seq)
+                else:
+                    self.prefilling.append(seq)
+                    c = seq.prompt if seq.prompt < budget else budget
+                    chunks.append((seq, c))
+                    budget -= c
+                    ptoks += c
+                    pairs += c * (c + 1) * 0.5
+            n_dec = self.n_dec
+        if not chunks and n_dec == 0:
+            self.busy = False
+            return
+        sim.events += 1
+        if sim.events > sim.max_events:
+            self.busy = False
+            return
+        steps = self.steps
+        ctx0 = self.ctx_base + n_dec * steps  # Σ (prompt + generated) of decoding seqs
+        self.busy = True
+        self.cur_start = now
+        self.is_run = False
+        if chunks:
+            self.cur_chunks = chunks
+            self.cur_k = 1 if n_dec else 0
+            t = self.time_fn(IterationBatch(n_dec, ctx0, ptoks, pairs, len(chunks)))
+        else:
+            self.cur_k = 1
+            k = self.dec_heap[0][0] - steps
+            t = self.time_fn(IterationBatch(n_dec, ctx0, 0, 0.0, 0))
+            if k >= 2 and self.fast_forward:
+                t_last = self.time_fn(IterationBatch(n_dec, ctx0 + (k - 1) * n_dec, 0, 0.0, 0))
+                if not 0.0 <= t_last < math.inf:
+                    raise ValueError(f"iteration_time_s returned {t_last}")
+                self.is_run = True
+                self.cur_k = k
+                self.run_t0 = t
+                slope = self.run_slope = (t_last - t) / (k - 1)
+                t = _run_time(t, slope, k)
+        if not 0.0 <= t < math.inf:
+            raise ValueError(f"iteration_time_s returned {t}")
+        end = self.cur_end = now + t
+        self.version += 1
+        sim.seqno += 1
+        heapq.heappush(sim.heap, (end, 1, sim.seqno, _EV_ENGINE, self.index, self.version))
+
+
+def _route(engines: list[_Engine], now: float) -> _Engine:
+    if len(engines) == 1:
+        return engines[0]
+    best = engines[0]
+    best_out = best.outstanding(now)
+    for e in engines[1:]:
+        o = e.outstanding(now)
+        if o < best_out:
+            best, best_out = e, o
+    return best
+
+
+def _check_args(count: int, max_batch: int | None, chunk: int | None, what: str) -> None:
+    if count < 1:
+        raise ValueError(f"{what}: instance count must be >= 1, got {count}")
+    if max_batch is not None and max_batch < 1:
+        raise ValueError(f"{what}: max_batch_size must be >= 1, got {max_batch}")
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"{what}: chunk_size must be >= 1, got {chunk}")
+
+
+def _run(
+    requests: Sequence[Request],
+    front: list[_Engine],
+    back: list[_Engine],
+    handoff: list[tuple[float, _Seq]],
+    transfer_cost: InstanceCost | None,
+    sim: _Sim,
+) -> SimResult:
+    """The event loop: arrivals (pre-sorted, FCFS in arrival order, ties by input order),
+    KV-transfer completions and engine iteration boundaries, in time order."""
+    n = len(requests)
+    order = sorted(range(n), key=lambda i: requests[i].arrival_s)
+    arrivals = [requests[i].arrival_s for i in order]
+    rejected = [False] * n
+    engines = front + back
+    colocated = front[0].role == "both"
+    front_cap = front[0].kv_cap
+    back_cap = back[0].kv_cap if back else 0
+    pending: dict[int, _Seq] = {}  # requests whose KV is in transfer, by index
+    heap = sim.heap
+    i_arr = 0
+    truncated = False
+    while True:
+        if sim.events > sim.max_events:
+            truncated = True
+            break
+        if sim.stopped:
+            break
+        if i_arr < n and (not heap or arrivals[i_arr] <= heap[0][0]):
+            idx = order[i_arr]
+            now = arrivals[i_arr]
+            i_arr += 1
+            r = requests[idx]
+            p, o = r.prompt_tokens, r.output_tokens
+            if colocated:
+                if p + o > front_cap:
+                    rejected[idx] = True
+                    sim.miss(idx)
+                    continue
+                seq = _Seq(idx, p, o, p + o, 0)
+            else:
+                if p > front_cap or (o > 1 and p + o > back_cap):
+                    rejected[idx] = True
+                    sim.miss(idx)
+                    continue
+                seq = _Seq(idx, p, o, p, 0)
+            _route(front, now).enqueue(seq, now)
+            continue
+        if not heap:
+            break
+        now, _, _, kind, ref, version = heapq.heappop(heap)
+        if kind == _EV_ENGINE:
+            eng = engines[ref]
+            if version != eng.version:
+                continue  # superseded (the run was cut short)
+            eng.complete(now)
+            eng.plan(now)
+            if handoff:
+                assert transfer_cost is not None
+                for t_done, s in handoff:
+                    pending[s.idx] = s
+                    xfer = float(transfer_cost.kv_transfer_time_s(s.prompt))
+                    if not (xfer >= 0.0 and math.isfinite(xfer)):
+                        raise ValueError(f"kv_transfer_time_s returned {xfer}")
+                    sim.push(t_done + xfer, 0, _EV_TRANSFER, s.idx)
+                handoff.clear()
+        else:
+            s = pending.pop(ref)
+            s.reserve = s.prompt + s.output
+            _route(back, now).enqueue(s, now)
+    return _result(requests, sim, rejected, engines, truncated)
+
+
+def _result(
+    requests: Sequence[Request],
+    sim: _Sim,
+    rejected: list[bool],
+    engines: list[_Engine],
+    truncated: bool,
+) -> SimResult:
+    n = len(requests)
+    arrival = np.fromiter((r.arrival_s for r in requests), dtype=np.float64, count=n)
+    out = np.fromiter((r.output_tokens for r in requests), dtype=np.float64, count=n)
+    first = np.asarray(sim.first_token, dtype=np.float64)
+    finish = np.asarray(sim.finish, dtype=np.float64)
+    done = np.isfinite(finish)
+    ttft = np.where(done, first - arrival, np.inf)
+    e2e = np.where(done, finish - arrival, np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out > 1, (finish - first) / np.maximum(out - 1.0, 1.0), 0.0)
+    tpot = np.where(done, tpot, np.inf)
+    out_tokens = int(out[done].sum())
+    if done.any():
+        makespan = float(finish[done].max() - arrival.min())
+    else:
+        makespan = 0.0
+    finished = int(done.sum())
+    return SimResult(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        rejected=np.asarray(rejected, dtype=np.bool_),
+        output_tokens=out_tokens,
+        makespan_s=makespan,
+        throughput_tokens_per_s=out_tokens / makespan if makespan > 0 else 0.0,
+        throughput_rps=finished / makespan if makespan > 0 else 0.0,
+        max_concurrent_sequences=sim.peak_running,
+        max_running_per_instance=max((e.peak for e in engines), default=0),
+        mean_decode_batch=sim.decode_seq_steps / sim.decode_steps if sim.decode_steps else 0.0,
+        iterations=sim.iterations,
+        events=sim.events,
+        truncated=truncated,
+        stopped_early=sim.stopped,
+    )
+
+
+def simulate_colocated(
+    requests: Sequence[Request],
+    cost: InstanceCost,
+    count: int,
+    max_batch_size: int,
+    chunk_size: int | None,
+    *,
+    fast_forward: bool = True,
+    max_events: int | None = None,
+    stop: StopRule | None = None,
+) -> SimResult:
+    """Simulate `count` identical instances, each prefilling and decoding (continuous
+    batching with a `chunk_size` token budget per iteration, `None` = unchunked), requests
+    routed by least outstanding tokens. See the module docstring for the policy."""
+    _check_args(count, max_batch_size, chunk_size, "colocated")
+    cap = default_max_events(len(requests)) if max_events is None else max_events
+    sim = _Sim(requests, cap, stop)
+    front = [
+        _Engine(i, cost, "both", max_batch_size, chunk_size, sim, fast_forward, None)
+        for i in range(count)
+    ]
+    return _run(requests, front, [], [], None, sim)
+
+
+def simulate_disaggregated(
+    requests: Sequence[Request],
+    prefill_cost: InstanceCost,
+    prefill_count: int,
+    prefill_chunk: int | None,
+    decode_cost: InstanceCost,
+    decode_count: int,
+    decode_max_batch: int,
+    *,
+    fast_forward: bool = True,
+    max_events: int | None = None,
+    stop: StopRule | None = None,
+) -> SimResult:
+    """Simulate a prefill pool (`prefill_count` instances, token budget `prefill_chunk` per
+    iteration, `None` = unlimited) feeding a decode pool (`decode_count` instances, at most
+    `decode_max_batch` sequences each) through a KV transfer of
+    `prefill_cost.kv_transfer_time_s(prompt)`. See the module docstring for the policy."""
+    _check_args(prefill_count, None, prefill_chunk, "disaggregated prefill")
+    _check_args(decode_count, decode_max_batch, None, "disaggregated decode")
+    cap = default_max_events(len(requests)) if max_events is None else max_events
+    sim = _Sim(requests, cap, stop)
+    handoff: list[tuple[float, _Seq]] = []
+    front = [
+        _Engine(i, prefill_cost, "prefill", None, prefill_chunk, sim, fast_forward, handoff)
+        for i in range(prefill_count)
+    ]
+    back = [
+        _Engine(prefill_count + i, decode_cost, "decode", decode_max_batch, None, sim,
+                fast_forward, None)
+        for i in range(decode_count)
+    ]  # fmt: skip
+    return _run(requests, front, back, handoff, prefill_cost, sim)

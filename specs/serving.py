@@ -1,0 +1,412 @@
+"""Serving specs (issue 5): the serving workload, a serving plan and its metrics.
+
+A serving workload describes a request stream (prompt and output length distributions, or a
+trace), latency SLOs and the weight / KV-cache formats; a serving plan says how engine
+instances are laid out (colocated, or prefill/decode disaggregated as in DistServe, Zhong
+et al., OSDI'24) and `ServingMetrics` is what a plan achieves.
+
+Length distributions (`LengthSpec`): a fixed integer, summary statistics `{mean, p50?, p90?}`
+fitted with a lognormal, or `{samples: [...]}` resampled with replacement. Request lengths
+of LLM services are right-skewed and close to lognormal (e.g. the Azure LLM inference traces
+of Splitwise, Patel et al., ISCA'24, Fig. 3), which motivates the fit. The fit, with z90 =
+Φ⁻¹(0.9) ≈ 1.2816 and X = exp(μ + σ·Z):
+
+- mean only: no spread is given and none is assumed: every request has round(mean) tokens;
+- mean and p50: μ = ln p50, and E[X] = exp(μ + σ²/2) gives σ = sqrt(2·ln(mean / p50))
+  (needs mean ≥ p50, as for every lognormal);
+- mean and p90: μ + σ²/2 = ln mean and μ + z90·σ = ln p90 give σ²/2 − z90·σ + ln(p90/mean)
+  = 0; σ is the smaller positive root z90 − sqrt(z90² − 2·ln(p90/mean)) when p90 > mean
+  (the larger one otherwise); no lognormal exists when ln(p90/mean) > z90²/2;
+- p50 and p90 (mean also given): μ = ln p50, σ = ln(p90/p50) / z90; the two quantiles fix
+  the shape and the mean must be at least p50.
+
+Samples are rounded to integers and clipped to [1, MAX_TOKENS].
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Any, Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from specs._base import Spec
+
+MAX_TOKENS = 131_072
+"""Largest prompt or output length accepted (128 Ki tokens, Llama-3.1's context window)."""
+MAX_LIST_ROWS = 20_000
+"""Longest trace or sample list accepted."""
+Z90 = statistics.NormalDist().inv_cdf(0.9)
+"""Φ⁻¹(0.9) ≈ 1.2816, the standard normal 90th percentile."""
+
+WeightFormat = Literal["bf16", "fp16", "fp8", "int4"]
+"""Weight format: bf16/fp16 (2 B/param), fp8 (W8A8, fp8 GEMMs; 1 B/param), int4 (W4A16:
+0.5 B/param, GEMMs computed in bf16)."""
+KVPrecision = Literal["bf16", "fp16", "fp8"]
+"""KV-cache element format (2 or 1 bytes)."""
+ServingObjective = Literal["max_goodput_per_gpu", "min_gpus", "min_latency"]
+InstanceRole = Literal["both", "prefill", "decode"]
+
+
+class LengthSpec(Spec):
+    """A token-length distribution: fixed, summary statistics, or samples.
+
+    Accepts a bare integer (fixed), `{"mean", "p50"?, "p90"?}` or `{"samples": [...]}`;
+    dumps back to the same form.
+    """
+
+    fixed: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    """Every request has exactly this many tokens."""
+    model_config = ConfigDict(**Spec.model_config, populate_by_name=True)
+
+    mean_length: float | None = Field(default=None, ge=1, le=MAX_TOKENS, alias="mean")
+    """Mean length, given as `mean` (fitted with a lognormal together with p50 / p90, see
+    the module doc); the method `mean()` returns the distribution's mean."""
+    p50: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    """Median length."""
+    p90: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    """90th-percentile length."""
+    samples: list[int] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ROWS)
+    """Observed lengths, resampled with replacement."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_int(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            raise ValueError(f"a length must be an integer or an object (got {data!r})")
+        if isinstance(data, int):
+            return {"fixed": data}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> LengthSpec:
+        stats = self.mean_length is not None or self.p50 is not None or self.p90 is not None
+        given = [
+            name
+            for name, value in (("fixed", self.fixed), ("stats", stats), ("samples", self.samples))
+            if value
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "a length is an integer, {mean, p50?, p90?} or {samples: [...]}, exactly one "
+                f"of them (got {', '.join(given) or 'none'})"
+            )
+        if self.samples is not None:
+            bad = [x for x in self.samples if not 1 <= x <= MAX_TOKENS]
+            if bad:
+                raise ValueError(f"samples must lie in [1, {MAX_TOKENS}] (got {bad[0]})")
+        if given == ["stats"]:
+            if self.mean_length is None:
+                raise ValueError("a length given by statistics needs its mean")
+            self._fit()  # raises on statistics no lognormal has
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A fixed length dumps as the bare integer; otherwise only the fields given."""
+        if self.fixed is not None:
+            return self.fixed
+        data = handler(self)
+        if isinstance(data, dict):
+            renamed = {("mean" if k == "mean_length" else k): v for k, v in data.items()}
+            return {k: v for k, v in renamed.items() if v is not None}
+        return data
+
+    # ---- the distribution ---------------------------------------------------------------
+    def _fit(self) -> tuple[float, float] | None:
+        """(μ, σ) of the fitted lognormal; None for a constant (fixed, or mean alone)."""
+        mean, p50, p90 = self.mean_length, self.p50, self.p90
+        if mean is None or (p50 is None and p90 is None):
+            return None
+        if p50 is not None and mean < p50:
+            raise ValueError(
+                f"mean ({mean}) must be at least p50 ({p50}): a lognormal's mean exceeds its median"
+            )
+        if p50 is not None and p90 is not None:
+            if p90 < p50:
+                raise ValueError(f"p90 ({p90}) must be at least p50 ({p50})")
+            return math.log(p50), math.log(p90 / p50) / Z90
+        if p50 is not None:
+            return math.log(p50), math.sqrt(2.0 * math.log(mean / p50))
+        assert p90 is not None
+        c = math.log(p90 / mean)
+        disc = Z90 * Z90 - 2.0 * c
+        if disc < 0:
+            raise ValueError(
+                f"p90 ({p90}) is too far above the mean ({mean}) for a lognormal "
+                f"(p90 / mean must be at most {math.exp(Z90 * Z90 / 2):.3f})"
+            )
+        sigma = Z90 - math.sqrt(disc) if c > 0 else Z90 + math.sqrt(disc)
+        return math.log(mean) - sigma * sigma / 2.0, sigma
+
+    @staticmethod
+    def _clip(x: float) -> int:
+        return min(MAX_TOKENS, max(1, round(x)))
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        """n lengths drawn with `rng` (deterministic given its state)."""
+        if self.fixed is not None:
+            return [self.fixed] * n
+        if self.samples is not None:
+            return [self.samples[rng.randrange(len(self.samples))] for _ in range(n)]
+        fit = self._fit()
+        if fit is None:
+            assert self.mean_length is not None
+            return [self._clip(self.mean_length)] * n
+        mu, sigma = fit
+        return [self._clip(rng.lognormvariate(mu, sigma)) for _ in range(n)]
+
+    def mean(self) -> float:
+        """The distribution's mean (the stated mean for statistics, before clipping)."""
+        if self.fixed is not None:
+            return float(self.fixed)
+        if self.samples is not None:
+            return statistics.fmean(self.samples)
+        assert self.mean_length is not None
+        return float(self.mean_length)
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile (0 < q < 1): exact for fixed and fitted lengths, the nearest-rank
+        empirical quantile of samples."""
+        if not 0.0 < q < 1.0:
+            raise ValueError(f"quantile q must be in (0, 1) (got {q})")
+        if self.fixed is not None:
+            return float(self.fixed)
+        if self.samples is not None:
+            ordered = sorted(self.samples)
+            return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+        fit = self._fit()
+        if fit is None:
+            assert self.mean_length is not None
+            return float(self._clip(self.mean_length))
+        mu, sigma = fit
+        x = math.exp(mu + sigma * statistics.NormalDist().inv_cdf(q))
+        return float(min(MAX_TOKENS, max(1.0, x)))
+
+
+class ServingSLO(Spec):
+    """Latency targets at a percentile of requests (DistServe's goodput definition)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, le=3_600_000)
+    """Time to first token target, ms."""
+    tpot_ms: float | None = Field(default=None, gt=0, le=60_000)
+    """Time per output token target (after the first), ms."""
+    percentile: float = Field(default=90.0, ge=50.0, le=99.9)
+    """Share of requests (percent) that must meet both targets."""
+
+
+class ServingWorkload(Spec):
+    """LLM inference under latency SLOs (`"kind": "serving"`)."""
+
+    kind: Literal["serving"] = "serving"
+    prompt_tokens: LengthSpec | None = None
+    """Prompt length distribution (replaced by `trace`)."""
+    output_tokens: LengthSpec | None = None
+    """Output length distribution (replaced by `trace`)."""
+    trace: list[tuple[float, int, int]] | None = Field(
+        default=None, min_length=1, max_length=MAX_LIST_ROWS
+    )
+    """Rows of (arrival offset s, prompt tokens, output tokens); replaces prompt_tokens,
+    output_tokens and arrival_rate_rps."""
+    arrival_rate_rps: float | None = Field(default=None, gt=0, le=1_000_000)
+    """Poisson arrival rate, requests/s; null: the search maximises the rate (goodput)."""
+    slo: ServingSLO = Field(default_factory=ServingSLO)
+    """TTFT / TPOT targets at a percentile."""
+    precision: WeightFormat = "bf16"
+    """Weight format (int4 = W4A16, fp8 = W8A8 fp8 GEMMs)."""
+    kv_cache_precision: KVPrecision | None = None
+    """KV-cache format; null: fp8 with fp8 weights, else bf16."""
+    precision_options: list[WeightFormat] | None = Field(default=None, min_length=1, max_length=4)
+    """Extra weight formats the search may try."""
+    objective: ServingObjective = "max_goodput_per_gpu"
+    """What the search optimises."""
+    num_requests: int = Field(default=600, ge=50, le=5000)
+    """Requests simulated per evaluation."""
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    """Seed of the request stream (lengths and arrivals)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ServingWorkload:
+        if self.trace is not None:
+            clash = [
+                name
+                for name in ("prompt_tokens", "output_tokens", "arrival_rate_rps")
+                if getattr(self, name) is not None
+            ]
+            if clash:
+                raise ValueError(f"trace replaces {', '.join(clash)}: give one or the other")
+            last = 0.0
+            for i, (arrival, prompt, output) in enumerate(self.trace):
+                if not math.isfinite(arrival) or arrival < 0:
+                    raise ValueError(
+                        f"trace[{i}] arrival_s must be finite and >= 0 (got {arrival})"
+                    )
+                if arrival < last:
+                    raise ValueError(
+                        f"trace[{i}] arrival_s must not decrease (got {arrival} after {last})"
+                    )
+                last = arrival
+                for name, value in (("prompt", prompt), ("output", output)):
+                    if not 1 <= value <= MAX_TOKENS:
+                        raise ValueError(
+                            f"trace[{i}] {name} tokens must lie in [1, {MAX_TOKENS}] (got {value})"
+                        )
+        else:
+            missing = [
+                name for name in ("prompt_tokens", "output_tokens") if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(f"{' and '.join(missing)} required (or give a trace)")
+        if self.precision_options is not None and len(set(self.precision_options)) != len(
+            self.precision_options
+        ):
+            raise ValueError(
+                f"precision_options must not repeat a format (got {self.precision_options})"
+            )
+        if self.objective in ("max_goodput_per_gpu", "min_gpus") and (
+            self.slo.ttft_ms is None and self.slo.tpot_ms is None
+        ):
+            raise ValueError(
+                f"objective {self.objective} needs an SLO: slo.ttft_ms and/or slo.tpot_ms"
+            )
+        if self.objective == "min_gpus" and self.arrival_rate_rps is None and self.trace is None:
+            raise ValueError("objective min_gpus needs arrival_rate_rps (or a trace)")
+        return self
+
+    @property
+    def kv_precision(self) -> KVPrecision:
+        """The KV-cache format in force (fp8 with fp8 weights, else bf16, unless given)."""
+        if self.kv_cache_precision is not None:
+            return self.kv_cache_precision
+        return "fp8" if self.precision == "fp8" else "bf16"
+
+    @property
+    def weight_formats(self) -> list[WeightFormat]:
+        """`precision` followed by the other `precision_options`, without repeats."""
+        out: list[WeightFormat] = [self.precision]
+        out += [p for p in self.precision_options or [] if p != self.precision]
+        return out
+
+
+class ServingParallelism(Spec):
+    """Parallel degrees of one engine instance: tensor × pipeline × expert GPUs.
+
+    `expert` > 1 (MoE models only) adds attention data parallelism: `expert` attention
+    replicas of `tensor` GPUs each, with the routed experts spread over all tensor × expert
+    GPUs of a stage (vLLM's EP = TP × DP; SGLang's DP attention)."""
+
+    tensor: int = Field(default=1, ge=1, le=1024)
+    pipeline: int = Field(default=1, ge=1, le=1024)
+    expert: int = Field(default=1, ge=1, le=1024)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tensor * self.pipeline * self.expert
+
+
+class ServingInstance(Spec):
+    """One kind of engine instance and how many replicas of it run."""
+
+    role: InstanceRole = "both"
+    """both (colocated), prefill or decode (disaggregated)."""
+    count: int = Field(default=1, ge=1, le=100_000)
+    """Replicas."""
+    parallelism: ServingParallelism = Field(default_factory=ServingParallelism)
+    max_batch_size: int = Field(default=256, ge=1, le=65_536)
+    """Most sequences in one iteration (continuous batching)."""
+    chunk_size: int | None = Field(default=None, ge=1, le=1_048_576)
+    """Prefill token budget per iteration (chunked prefill); null: no chunking."""
+    precision: WeightFormat | None = None
+    """Weight format of this instance; null: the workload's precision."""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.count * self.parallelism.num_gpus
+
+
+class ServingPlan(Spec):
+    """How the engine instances are laid out."""
+
+    mode: Literal["colocated", "disaggregated"] = "colocated"
+    instances: list[ServingInstance] = Field(min_length=1, max_length=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> ServingPlan:
+        roles = [i.role for i in self.instances]
+        if self.mode == "colocated" and roles != ["both"]:
+            raise ValueError(
+                f"a colocated plan has exactly one instance with role 'both' (got roles {roles})"
+            )
+        if self.mode == "disaggregated" and sorted(roles) != ["decode", "prefill"]:
+            raise ValueError(
+                f"a disaggregated plan has one 'prefill' and one 'decode' instance "
+                f"(got roles {roles})"
+            )
+        return self
+
+    def instance(self, role: InstanceRole) -> ServingInstance:
+        """The instance entry with `role` (KeyError if the plan has none)."""
+        for inst in self.instances:
+            if inst.role == role:
+                return inst
+        raise KeyError(role)
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(i.num_gpus for i in self.instances)
+
+
+class ServingMetrics(Spec):
+    """What a serving plan achieves (latencies at `arrival_rate_rps`)."""
+
+    ttft_ms_p50: float = Field(ge=0)
+    ttft_ms_p90: float = Field(ge=0)
+    ttft_ms_p99: float = Field(ge=0)
+    tpot_ms_p50: float = Field(ge=0)
+    tpot_ms_p90: float = Field(ge=0)
+    tpot_ms_p99: float = Field(ge=0)
+    e2e_latency_s_p50: float = Field(ge=0)
+    e2e_latency_s_p90: float = Field(ge=0)
+    throughput_tokens_per_s: float = Field(ge=0)
+    """Output tokens per second over the simulated stream."""
+    goodput_rps: float = Field(ge=0)
+    """Highest request rate at which the SLO percentile holds."""
+    goodput_rps_per_gpu: float = Field(ge=0)
+    gpus_used: int = Field(ge=1)
+    kv_cache_gib: float = Field(ge=0)
+    """KV-cache memory per GPU, GiB."""
+    kv_capacity_tokens: int | None = Field(default=None, ge=0)
+    """KV-cache tokens one instance holds (decode instance when disaggregated)."""
+    weights_gib: float | None = Field(default=None, ge=0)
+    """Weight memory per GPU, GiB."""
+    max_concurrent_sequences: int = Field(ge=0)
+    arrival_rate_rps: float = Field(ge=0)
+    """The rate the percentiles were measured at."""
+    slo_attainment: float = Field(ge=0, le=1)
+    """Fraction of requests meeting both targets at that rate."""
+    requests_simulated: int | None = Field(default=None, ge=0)
+
+
+__all__ = [
+    "MAX_LIST_ROWS",
+    "MAX_TOKENS",
+    "InstanceRole",
+    "KVPrecision",
+    "LengthSpec",
+    "ServingInstance",
+    "ServingMetrics",
+    "ServingObjective",
+    "ServingParallelism",
+    "ServingPlan",
+    "ServingSLO",
+    "ServingWorkload",
+    "WeightFormat",
+]
