@@ -364,6 +364,7 @@ def normalise_aic_estimate(
             "per-request: prefill step x ceil(isl/ctx_tokens) (+ vLLM dispatch overhead) x "
             "backend queuing heuristic; steady-state continuous batching with b slots full"
         )
+        n["ttft_rule"] = AIC_TTFT_RULES[backend]
     else:
         n["decode_step_ms"] = fig.get("tpot_ms")
         n["prefill_whole_batch_ms"] = fig.get("context_phase_ms")
@@ -464,11 +465,11 @@ def aic_default(
     for mode in ("agg", "disagg"):
         found = sorted(save.rglob(f"{mode}/best_config_topn.csv"))
         rec[f"{mode}_top"] = _read_csv(found[0]) if found else []
-    rec["recommended"] = recommended_plan(rec)
+    rec["recommended"] = recommended_plan(rec, case["num_gpus"])
     return rec
 
 
-def recommended_plan(rec: dict[str, Any]) -> dict[str, Any] | None:
+def recommended_plan(rec: dict[str, Any], total_gpus: int) -> dict[str, Any] | None:
     """The plan AIC ranks first overall (highest tokens/s/gpu among agg and disagg top-1)."""
     cands: list[tuple[float, str, dict[str, Any]]] = []
     for mode in ("agg", "disagg"):
@@ -479,6 +480,7 @@ def recommended_plan(rec: dict[str, Any]) -> dict[str, Any] | None:
     if not cands:
         return None
     _, mode, r = max(cands, key=lambda c: c[0])
+    replicas = int(total_gpus // r["num_total_gpus"])
     if mode == "agg":
         gpus_per_worker = int(r["tp"] * r["pp"] * r["dp"])
         plan = {
@@ -486,7 +488,7 @@ def recommended_plan(rec: dict[str, Any]) -> dict[str, Any] | None:
             "instances": [
                 {
                     "role": "both",
-                    "count": None,
+                    "count": replicas,
                     "tensor": int(r["tp"]),
                     "pipeline": int(r["pp"]),
                     "attention_dp": int(r["dp"]),
@@ -503,7 +505,7 @@ def recommended_plan(rec: dict[str, Any]) -> dict[str, Any] | None:
             "instances": [
                 {
                     "role": role,
-                    "count": int(r[f"({x})workers"]),
+                    "count": replicas * int(r[f"({x})workers"]),
                     "tensor": int(r[f"({x})tp"]),
                     "pipeline": int(r[f"({x})pp"]),
                     "attention_dp": int(r[f"({x})dp"]),
@@ -523,6 +525,8 @@ def recommended_plan(rec: dict[str, Any]) -> dict[str, Any] | None:
         "concurrency_per_replica": r["concurrency"],
         "request_rate_rps_per_replica": r["request_rate"],
         "gpus_per_replica": r["num_total_gpus"],
+        "replicas": replicas,
+        "note": "count = replicas x workers per replica; AIC ranks by tokens/s/gpu_cluster",
     }
 
 
@@ -595,7 +599,7 @@ LA_H200 = {
     "peak_i4_TFLOPS": 3958,
     "inter_node_bandwidth_in_GB_per_sec": 400,
 }
-LA_EFFICIENCY = {
+LA_EFFICIENCY: dict[str, dict[str, float | None]] = {
     "default": {"flops_efficiency": None, "hbm_memory_efficiency": None},
     "readme_typical": {"flops_efficiency": 0.7, "hbm_memory_efficiency": 0.9},
 }
@@ -611,10 +615,8 @@ LA_RUNS: list[dict[str, Any]] = [
 ]
 
 
-def la_infer(
-    case: dict[str, Any], tp: int, batch: int, eff_name: str, tmp: Path
-) -> dict[str, Any]:
-    from llm_analysis import analysis, config  # type: ignore[import-not-found]
+def la_infer(case: dict[str, Any], tp: int, batch: int, eff_name: str, tmp: Path) -> dict[str, Any]:
+    from llm_analysis import analysis, config
 
     if "h200-sxm-141gb" not in config.gpu_configs:
         config.gpu_configs["h200-sxm-141gb"] = config.GPUConfig(**LA_H200)
@@ -705,7 +707,7 @@ def versions() -> dict[str, str]:
 
 
 def aic_databases() -> dict[str, Any]:
-    import aiconfigurator_core  # type: ignore[import-not-found]
+    import aiconfigurator_core
 
     base = Path(aiconfigurator_core.__file__).parent / "systems"
     info: dict[str, Any] = {"systems_dir": "aiconfigurator_core/systems (in the wheel)"}
@@ -805,6 +807,11 @@ def main() -> None:
                         "prefill), TPOT = generation phase / (osl-1)"
                     ),
                     "tpot": "mean time per output token after the first (inter-token latency)",
+                    "tpot_agg": (
+                        "weighted mean of mix-step and gen-only-step times over the output; "
+                        "trtllm and sglang count only (mix steps - 3) mix steps (an empirical "
+                        "'pipeline drain' correction in trtllm_backend.py / sglang_backend.py)"
+                    ),
                     "throughput": (
                         "tokens/s = output tokens per second of the instance (agg: b*(osl-1) "
                         "per full cycle of mix + gen-only steps, capped by Little's law for vLLM)"
