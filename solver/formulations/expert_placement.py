@@ -47,8 +47,10 @@ hints the solve and bounds it, T ≤ T_hint; then r_e ≥ lo_e = min{k : q_{e,k}
 copy fits under T) and hi_e = min(K, 1 + R − Σ_{e'≠e}(lo_{e'} − 1)), both valid for every
 solution with T ≤ T_hint. LB = max(⌈Σ_e min_k k·q_{e,k} / G⌉, the piece bound: the least c
 with Σ_e min{k : q_{e,k} ≤ c} ≤ E + R, the crowding bound of `_crowding_bound`: at most
-(j − 1)·G pieces above T/j) and, without redundancy, the rank that holds e holds S − 1
-others: max_e (q_e + the S − 1 smallest other loads).
+(j − 1)·G pieces above T/j, with groups `_group_bound`: a group's node carries it on N
+ranks) and, without redundancy, the rank that holds e holds S − 1 others:
+max_e (q_e + the S − 1 smallest other loads). The bounds in tokens (`_float_lower_bound`)
+enter the scaled program as ⌈σ·LB − S/2⌉ (⌈σ·LB⌉ when the scaling is exact).
 
 Exact for the scaled model: stage-1 status OPTIMAL means T* is the optimum of the scaled
 program; the answer reports gap = (T − bound)/T from CP-SAT's best bound. Layers are
@@ -56,9 +58,10 @@ independent except through (k): with coactivation, layers are placed in order an
 traffic is minimised given layer l−1's placement (greedy over layers, exact per layer).
 When E·G exceeds `MAX_MODEL_CELLS` or the time is used up, the layer gets the best of the
 baselines and the heuristic (status `feasible`, gap against LB; `method` names it). The
-heuristic gets at most `SEARCH_SHARE` of the layer's time, CP-SAT the rest. The decoded placement is re-evaluated in floats and
-checked against every constraint (`verify_placement`); a baseline that is better in floats
-(rounding) replaces it.
+heuristic gets at most `SEARCH_SHARE` of the layer's time (`SEARCH_ALONE_SHARE` when CP-SAT
+will not run), CP-SAT the rest but a margin (`CP_SAT_MARGIN_S`). The decoded placement is
+re-evaluated in floats and checked against every constraint (`verify_placement`); a baseline
+or heuristic placement that is better in floats (rounding) replaces it.
 """
 
 from __future__ import annotations
@@ -97,8 +100,8 @@ TRAFFIC_UNITS = 1 << 16
 """Scaled coactivation count of the largest entry (stage 2, coactivation)."""
 CROWDING_MAX_PARTS = 4
 """Largest j of `_crowding_bound` (at most (j − 1)·G pieces above t/j)."""
-CROWDING_TABLE_LIMIT = 2_000_000
-"""Knapsack table cells of `_crowding_feasible` above which its LP relaxation is used."""
+CROWDING_TABLE_LIMIT = 100_000
+"""Knapsack table cells above which `_crowding_feasible` does not run the exact programme."""
 MAX_MODEL_CELLS = 262_144
 """Experts × ranks above which a layer gets the best of the baselines and the heuristic
 instead of CP-SAT."""
@@ -112,6 +115,13 @@ one worker with a fixed seed is deterministic when the solve ends before its lim
 DEFAULT_RANDOM_SEED = 0
 SEARCH_SHARE = 0.3
 """Largest share of a layer's time for `search_placement` (the rest is CP-SAT's)."""
+CP_SAT_MARGIN_SHARE = 0.12
+CP_SAT_MARGIN_S = 0.25
+"""A layer's time kept back from CP-SAT: min(CP_SAT_MARGIN_S, CP_SAT_MARGIN_SHARE × its
+time). CP-SAT overruns its limit by up to ~0.2 s (its workers check the clock between steps,
+later when they outnumber the cores) and the answer is re-checked after it."""
+SEARCH_ALONE_SHARE = 0.8
+"""Its share when the layer is too large for CP-SAT (`MAX_MODEL_CELLS`)."""
 
 BASELINES = ("round_robin", "greedy", "eplb")
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE}
@@ -340,9 +350,12 @@ def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copi
     leave at most (j − 1)·G pieces above t/j. An expert is "big" (its r_e pieces exceed t/j)
     iff r_e < l_e = ⌈j·w_e/t⌉, so it adds ≥ m_e big pieces at ≥ m_e copies, or none at
     ≥ l_e copies: the fewest big pieces within the E + R − Σ m_e spare copies is a 0/1
-    knapsack (exact dynamic programme over the spare copies; its LP relaxation, which can
-    only allow more, when the table would be large). Rounding in w_e/t is resolved towards
-    "feasible", so the condition stays necessary in floating point.
+    knapsack (items: l_e − m_e copies save m_e big pieces). Decided by the greedy in ratio
+    order (a feasible choice: enough saved means the condition holds), its LP relaxation (an
+    upper bound on the saving: too little means it fails) and, between the two, the exact
+    dynamic programme over the spare copies when its table has at most
+    `CROWDING_TABLE_LIMIT` cells (else "holds", which keeps the condition necessary).
+    Rounding in w_e/t is resolved towards "holds" as well.
     """
     base = big = 0
     items: list[tuple[int, int]] = []  # (extra copies to stop being big, big pieces saved)
@@ -359,24 +372,31 @@ def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copi
     spare = copies - base
     if spare < 0:
         return False
-    allowed = (parts - 1) * ranks
-    if big <= allowed:
+    need = big - (parts - 1) * ranks  # big pieces the spare copies must save
+    if need <= 0:
         return True
-    items = [item for item in items if item[0] <= spare]
-    if len(items) * spare <= CROWDING_TABLE_LIMIT:
-        saved = [0] * (spare + 1)
-        for cost, value in items:
-            for budget in range(spare, cost - 1, -1):
-                saved[budget] = max(saved[budget], saved[budget - cost] + value)
-        return big - saved[spare] <= allowed
-    relaxed, budget = 0.0, float(spare)
-    for cost, value in sorted(items, key=lambda item: (-item[1] / item[0], item[0])):
-        take = min(1.0, budget / cost)
+    items = sorted((item for item in items if item[0] <= spare),
+                   key=lambda item: (-item[1] / item[0], item[0]))
+    whole = relaxed = 0.0
+    left = fill = float(spare)
+    for cost, value in items:
+        if cost <= fill:
+            whole += value
+            fill -= cost
+        take = min(1.0, left / cost)
         relaxed += take * value
-        budget -= take * cost
-        if budget <= 0.0:
-            break
-    return big - relaxed <= allowed + 1e-9
+        left -= take * cost
+    if whole >= need:
+        return True
+    if relaxed < need - 1e-9:
+        return False
+    if len(items) * spare > CROWDING_TABLE_LIMIT:
+        return True
+    saved = [0] * (spare + 1)
+    for cost, value in items:
+        for budget in range(spare, cost - 1, -1):
+            saved[budget] = max(saved[budget], saved[budget - cost] + value)
+    return saved[spare] >= need
 
 
 def _crowding_bound(loads: Sequence[float], ranks: int, copies: int, max_copies: int,
@@ -416,22 +436,63 @@ def _crowding_bound(loads: Sequence[float], ranks: int, copies: int, max_copies:
 
 
 def _float_lower_bound(request: ExpertPlacementRequest, loads: Sequence[float]) -> float:
+    """`_plain_bound` of the layer and, with group-limited routing, `_group_bound`: any
+    placement's max rank load is at least this."""
+    bound = _plain_bound(loads, request.num_ranks, request.num_redundant, _max_copies(request))
+    if request.num_groups is not None:
+        bound = max(bound, _group_bound(loads, request.num_ranks, request.ranks_per_node,
+                                        request.num_redundant, request.num_groups))
+    return bound
+
+
+def _plain_bound(loads: Sequence[float], ranks: int, redundant: int, max_copies: int) -> float:
     """max(mean rank load, the piece bound of `_piece_bound`, `_crowding_bound`) and,
-    without redundancy, max_e (w_e + the S − 1 smallest other loads): any placement's max
-    rank load is at least this."""
-    max_copies = _max_copies(request)
+    without redundancy, max_e (w_e + the S − 1 smallest other loads), for E experts on
+    `ranks` ranks with `redundant` extra copies, at most `max_copies` of an expert."""
     pieces = [[w / k for k in range(1, max_copies + 1)] for w in loads]
-    copies = request.num_experts + request.num_redundant
-    bound = max(sum(loads) / request.num_ranks, _piece_bound(pieces, copies))
-    if request.num_redundant == 0 and request.slots_per_rank > 1:
+    copies = len(loads) + redundant
+    slots = copies // ranks
+    bound = max(sum(loads) / ranks, _piece_bound(pieces, copies))
+    if redundant == 0 and slots > 1:
         ordered = sorted(loads)
-        others = request.slots_per_rank - 1
+        others = slots - 1
         for w in loads:
             smallest = ordered[:others + 1]
             rest = sum(smallest) - (w if w in smallest else smallest[-1])
             bound = max(bound, w + rest)
-    return _crowding_bound(loads, request.num_ranks, copies, max_copies,
-                           request.slots_per_rank, bound)
+    return _crowding_bound(loads, ranks, copies, max_copies, slots, bound)
+
+
+def _group_bound(loads: Sequence[float], ranks: int, ranks_per_node: int, redundant: int,
+                 groups: int) -> float:
+    """A lower bound on the max rank load from group-limited routing.
+
+    Each group γ (s = E / groups experts, load W_γ) sits on one node, and a node holds at
+    least c = ⌈S / s⌉ groups (its N·S slots take at most N copies of each of its experts).
+    So the node of γ carries ≥ W_γ + the c − 1 smallest other group loads on N ranks: one of
+    them carries ≥ that / N. And when s ≥ S, γ alone fills a node: any placement of a node
+    holding γ and other groups, with the others' copies removed and the freed slots refilled
+    by extra copies of γ's experts (each rank lacks ≥ as many of them as it has free slots,
+    since s ≥ S; an extra copy only shrinks pieces), is a placement of γ alone on N ranks
+    with N·S − s redundant copies that is no busier; so `_plain_bound` of that sub-problem
+    bounds the max rank load too. The largest over the groups is returned.
+    """
+    size = len(loads) // groups
+    slots = (len(loads) + redundant) // ranks
+    per_group = [list(loads[c * size:(c + 1) * size]) for c in range(groups)]
+    totals = sorted(sum(group) for group in per_group)
+    least = -(-slots // size)
+    bound = 0.0
+    for group in per_group:
+        load = sum(group)
+        others = list(totals)
+        others.remove(load)
+        bound = max(bound, (load + sum(others[:least - 1])) / ranks_per_node)
+        if size >= slots:
+            alone = ranks_per_node * slots - size
+            bound = max(bound, _plain_bound(group, ranks_per_node, alone,
+                                            min(ranks_per_node, 1 + alone)))
+    return bound
 
 
 def _solve_layer(
@@ -448,7 +509,10 @@ def _solve_layer(
     baselines = baseline_placements(request, loads)
     baseline_imbalance = {name: imbalance(rank_loads(loads, p)) for name, p in baselines.items()}
     valid = {name: p for name, p in baselines.items() if _valid(request, p)}
-    searched = search_placement(request, loads, started + SEARCH_SHARE * budget_s,
+    float_bound = _float_lower_bound(request, loads)
+    cells = request.num_experts * request.num_ranks
+    share = SEARCH_SHARE if cells <= MAX_MODEL_CELLS else SEARCH_ALONE_SHARE
+    searched = search_placement(request, loads, started + share * budget_s,
                                 baselines["greedy"])
     if searched is not None and _valid(request, searched):
         valid["search"] = searched
@@ -457,7 +521,6 @@ def _solve_layer(
         return (max(rank_loads(loads, p)), _traffic(request, loads, p, previous, coactivation))
 
     best_name = min(valid, key=lambda n: key(valid[n])) if valid else None
-    float_bound = _float_lower_bound(request, loads)
 
     def answer(p: Placement, status: SolveStatus, gap: float, bound: float,
                method: str) -> LayerPlacement:
@@ -487,13 +550,13 @@ def _solve_layer(
         gap = (worst - float_bound) / worst if worst > 0 else 0.0
         return answer(p, SolveStatus.FEASIBLE, max(0.0, gap), float_bound, best_name)
 
-    cells = request.num_experts * request.num_ranks
     if cells > MAX_MODEL_CELLS or budget_s < 0.01:
         return fallback()
 
     hint = valid[best_name] if best_name is not None else None
     layer = _layer_data(request, loads, hint, float_bound)
-    solved = _run_cp_sat(layer, hint, started + budget_s, previous, coactivation,
+    cp_sat_deadline = started + budget_s - min(CP_SAT_MARGIN_S, CP_SAT_MARGIN_SHARE * budget_s)
+    solved = _run_cp_sat(layer, hint, cp_sat_deadline, previous, coactivation,
                          num_workers=num_workers, random_seed=random_seed)
     if solved is None:
         return fallback()

@@ -9,9 +9,11 @@ import random
 
 import pytest
 
+import solver.formulations.expert_placement as placement_module
 from bench.moe_placement import zipf_loads
 from solver.base import SolveStatus
 from solver.formulations.expert_placement import (
+    _crowding_feasible,
     _float_lower_bound,
     search_placement,
     solve_expert_placement,
@@ -98,13 +100,15 @@ def test_search_is_valid_and_never_worse_than_greedy(seed: int) -> None:
     loads, ranks, per_node, redundant = random_instance(rng)
     experts = len(loads)
     placement = dual_search(loads, ranks, redundant)
-    verify_placement(placement, num_experts=experts, num_redundant=redundant,
-                     ranks_per_node=per_node)
+    verify_placement(
+        placement, num_experts=experts, num_redundant=redundant, ranks_per_node=per_node
+    )
     greedy = greedy_lpt(loads, ranks, redundant)
     assert max_load(loads, placement) <= max_load(loads, greedy) * (1 + 1e-12)
     # the answer is a placement, so no lower bound may exceed it
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=ranks, ranks_per_node=per_node,
-                                 num_redundant=redundant)
+    req = ExpertPlacementRequest(
+        loads=[loads], num_ranks=ranks, ranks_per_node=per_node, num_redundant=redundant
+    )
     assert _float_lower_bound(req, loads) <= max_load(loads, placement) * (1 + 1e-12)
 
 
@@ -114,17 +118,32 @@ def test_grouped_search_keeps_every_group_on_one_node(seed: int) -> None:
     nodes, per_node, slots = rng.choice([(2, 2, 3), (2, 4, 2), (4, 2, 2), (3, 2, 4)])
     ranks = nodes * per_node
     groups = nodes * rng.choice([1, 2])
-    size = rng.choice([s for s in (1, 2, 3, 4) if groups * s <= ranks * slots
-                       and per_node * slots <= (groups // nodes) * s * per_node])
+    size = rng.choice(
+        [
+            s
+            for s in (1, 2, 3, 4)
+            if groups * s <= ranks * slots and per_node * slots <= (groups // nodes) * s * per_node
+        ]
+    )
     experts = groups * size
     redundant = ranks * slots - experts
     loads = zipf_loads(experts, 1.2, 100 * experts, rng)
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=ranks, ranks_per_node=per_node,
-                                 num_redundant=redundant, num_groups=groups).check()
+    req = ExpertPlacementRequest(
+        loads=[loads],
+        num_ranks=ranks,
+        ranks_per_node=per_node,
+        num_redundant=redundant,
+        num_groups=groups,
+    ).check()
     placement = grouped_dual_search(loads, ranks, per_node, redundant, groups)
     assert placement is not None
-    verify_placement(placement, num_experts=experts, num_redundant=redundant,
-                     ranks_per_node=per_node, num_groups=groups)
+    verify_placement(
+        placement,
+        num_experts=experts,
+        num_redundant=redundant,
+        ranks_per_node=per_node,
+        num_groups=groups,
+    )
     assert search_placement(req, loads) == placement
 
 
@@ -132,13 +151,15 @@ def test_grouped_search_declines_uneven_groups() -> None:
     # 3 groups on 2 nodes: a node holds 1 or 2 groups, which the per-node split cannot
     # express; the request itself is valid (the CP-SAT program handles it)
     loads = [float(w) for w in (9, 1, 4, 4, 2, 2)]
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=4, ranks_per_node=2,
-                                 num_redundant=2, num_groups=3).check()
+    req = ExpertPlacementRequest(
+        loads=[loads], num_ranks=4, ranks_per_node=2, num_redundant=2, num_groups=3
+    ).check()
     assert grouped_dual_search(loads, 4, 2, 2, 3) is None
     assert search_placement(req, loads) is None
     layer = solve_expert_placement(req, num_workers=1, random_seed=0).layers[0]
-    verify_placement(layer.rank_experts, num_experts=6, num_redundant=2, ranks_per_node=2,
-                     num_groups=3)
+    verify_placement(
+        layer.rank_experts, num_experts=6, num_redundant=2, ranks_per_node=2, num_groups=3
+    )
 
 
 # ---- quality -----------------------------------------------------------------------------
@@ -156,8 +177,9 @@ def test_skewed_redundancy_beats_greedy(seed: int) -> None:
 
 def test_solver_answers_the_search_placement_when_it_is_better() -> None:
     loads = zipf_loads(128, 1.4, 128 * 512, random.Random(7))
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=32, ranks_per_node=8,
-                                 num_redundant=32, time_limit_s=2.0)
+    req = ExpertPlacementRequest(
+        loads=[loads], num_ranks=32, ranks_per_node=8, num_redundant=32, time_limit_s=2.0
+    )
     layer = solve_expert_placement(req, num_workers=1, random_seed=0).layers[0]
     ours = max(layer.rank_loads)
     assert ours < layer.baselines["greedy"] * sum(loads) / 32 * (1 - 0.05)
@@ -166,8 +188,12 @@ def test_solver_answers_the_search_placement_when_it_is_better() -> None:
 
 
 SMALL = [  # (experts, ranks, ranks_per_node, redundant, skew, seed)
-    (5, 3, 1, 1, 1.4, 1), (6, 4, 2, 2, 1.4, 2), (6, 2, 1, 2, 1.0, 3), (4, 3, 1, 2, 2.0, 4),
-    (6, 4, 1, 2, 1.4, 5), (5, 5, 1, 5, 1.4, 6),
+    (5, 3, 1, 1, 1.4, 1),
+    (6, 4, 2, 2, 1.4, 2),
+    (6, 2, 1, 2, 1.0, 3),
+    (4, 3, 1, 2, 2.0, 4),
+    (6, 4, 1, 2, 1.4, 5),
+    (5, 5, 1, 5, 1.4, 6),
 ]
 
 
@@ -179,8 +205,13 @@ def test_search_plus_cp_sat_reach_the_brute_force_optimum(
     best, _ = brute_force(loads, ranks, per_node, redundant)
     searched = dual_search(loads, ranks, redundant)
     assert max_load(loads, searched) >= best * (1 - 1e-12)  # no placement beats the optimum
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=ranks, ranks_per_node=per_node,
-                                 num_redundant=redundant, time_limit_s=20.0)
+    req = ExpertPlacementRequest(
+        loads=[loads],
+        num_ranks=ranks,
+        ranks_per_node=per_node,
+        num_redundant=redundant,
+        time_limit_s=20.0,
+    )
     result = solve_expert_placement(req, num_workers=1, random_seed=0)
     layer = result.layers[0]
     assert result.status is SolveStatus.OPTIMAL
@@ -213,13 +244,79 @@ def test_crowding_bound_without_redundancy_hand_derived() -> None:
     assert brute_force(loads, 2, 1, 0)[0] == 10.0
 
 
+def test_crowding_condition_knapsack_hand_derived(monkeypatch: pytest.MonkeyPatch) -> None:
+    # t = 10, j = 2 (pieces above 5 are big), 2 ranks: at most 2 big pieces. 32 needs ≥ 4
+    # copies (8 each, big) and stops being big at 7 (4.57): 3 more copies save 4 big pieces;
+    # each 22 needs 3 (7.33, big) and stops at 5 (4.4): 2 more save 3. 10 big pieces, so
+    # 8 must be saved with 16 − 10 = 6 spare copies: the best is 32 and one 22 (5 copies,
+    # 7 saved), so the condition fails. Ratio-order greedy saves 6 and the LP relaxation
+    # 6 + 4·2/3 = 8.67, so only the exact knapsack decides it
+    args = ([32.0, 22.0, 22.0], 2, 16, 8, 10.0, 2)
+    assert _crowding_feasible(*args) is False
+    # one more spare copy (7 of 17): all three stop being big (3 + 2 + 2), saving 10
+    assert _crowding_feasible([32.0, 22.0, 22.0], 2, 17, 8, 10.0, 2) is True
+    # a third rank allows 2 more big pieces: 6 to save, which the two 22s do with 4 copies
+    assert _crowding_feasible([32.0, 22.0, 22.0], 3, 16, 8, 10.0, 2) is True
+    # without the exact programme the undecided case counts as "holds" (still necessary)
+    monkeypatch.setattr(placement_module, "CROWDING_TABLE_LIMIT", 0)
+    assert _crowding_feasible(*args) is True
+
+
 @pytest.mark.parametrize("seed", range(12))
-def test_crowding_bound_never_exceeds_the_brute_force_optimum(seed: int) -> None:
+def test_crowding_bound_never_exceeds_the_brute_force_optimum(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(500 + seed)
-    experts, ranks, redundant = rng.choice([(4, 2, 0), (5, 3, 1), (6, 2, 2), (3, 3, 3),
-                                            (4, 3, 2), (6, 4, 2), (6, 3, 0)])
+    experts, ranks, redundant = rng.choice(
+        [(4, 2, 0), (5, 3, 1), (6, 2, 2), (3, 3, 3), (4, 3, 2), (6, 4, 2), (6, 3, 0)]
+    )
     loads = zipf_loads(experts, rng.choice([0.5, 1.4, 2.5]), 40 * experts, rng)
-    req = ExpertPlacementRequest(loads=[loads], num_ranks=ranks, ranks_per_node=1,
-                                 num_redundant=redundant)
+    req = ExpertPlacementRequest(
+        loads=[loads], num_ranks=ranks, ranks_per_node=1, num_redundant=redundant
+    )
     best, _ = brute_force(loads, ranks, 1, redundant)
+    exact = _float_lower_bound(req, loads)
+    assert exact <= best * (1 + 1e-12)
+    monkeypatch.setattr(placement_module, "CROWDING_TABLE_LIMIT", 0)
+    assert _float_lower_bound(req, loads) <= exact * (1 + 1e-12)
+
+
+def test_group_bound_hand_derived() -> None:
+    # groups {6, 6} and {1, 1} on 2 nodes × 2 ranks × 2 slots (4 redundant): the node of the
+    # first group carries 12 on 2 ranks, so ≥ 6 (which 3 + 3 on each rank reaches); the
+    # mean (3.5) and the largest piece (3) are weaker
+    loads = [6.0, 6.0, 1.0, 1.0]
+    req = ExpertPlacementRequest(
+        loads=[loads], num_ranks=4, ranks_per_node=2, num_redundant=4, num_groups=2
+    )
+    assert _float_lower_bound(req, loads) == pytest.approx(6.0, rel=1e-12)
+    assert brute_force(loads, 4, 2, 4, groups=2)[0] == 6.0
+    ungrouped = ExpertPlacementRequest(
+        loads=[loads], num_ranks=4, ranks_per_node=2, num_redundant=4
+    )
+    assert _float_lower_bound(ungrouped, loads) < 6.0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_group_bound_never_exceeds_the_brute_force_optimum(seed: int) -> None:
+    rng = random.Random(900 + seed)
+    experts, ranks, per_node, redundant, groups = rng.choice(
+        [
+            (4, 4, 2, 4, 2),
+            (6, 4, 2, 2, 2),
+            (4, 2, 1, 0, 2),
+            (6, 4, 2, 2, 3),
+            (8, 4, 2, 0, 4),
+            (4, 4, 2, 0, 2),
+        ]
+    )
+    loads = zipf_loads(experts, rng.choice([0.5, 1.4, 2.5]), 30 * experts, rng)
+    req = ExpertPlacementRequest(
+        loads=[loads],
+        num_ranks=ranks,
+        ranks_per_node=per_node,
+        num_redundant=redundant,
+        num_groups=groups,
+    ).check()
+    best, _ = brute_force(loads, ranks, per_node, redundant, groups=groups)
     assert _float_lower_bound(req, loads) <= best * (1 + 1e-12)
