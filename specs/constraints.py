@@ -10,13 +10,20 @@ from specs._base import Spec
 
 Objective = Literal["max_throughput"]
 
-FIXABLE_FIELDS = frozenset(
+TRAINING_FIXABLE_FIELDS = frozenset(
     {
         "data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor",
         "sequence_parallel", "micro_batch_size", "zero_stage", "recompute", "pipeline_schedule",
         "stage_layers", "flash_attention",
     }
 )
+"""`fixed` keys of a training search."""
+SERVING_FIXABLE_FIELDS = frozenset(
+    {"mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size", "precision"}
+)
+"""`fixed` keys of a serving search (`solver.serving.search.FIXED_KEYS`)."""
+FIXABLE_FIELDS = TRAINING_FIXABLE_FIELDS | SERVING_FIXABLE_FIELDS
+"""Every key `fixed` accepts; each search kind then refuses the keys that are not its own."""
 
 
 class SearchConstraints(Spec):

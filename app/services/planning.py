@@ -43,7 +43,7 @@ from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
 from solver.placement_load import with_placement_load_factors
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
-from specs.constraints import SearchConstraints
+from specs.constraints import TRAINING_FIXABLE_FIELDS, SearchConstraints
 from specs.errors import (
     CatalogLookupError,
     NoFeasiblePlan,
@@ -376,7 +376,11 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
     errors = []
     for key, value in fixed.items():
         field = f"constraints.fixed.{key}"
-        if key in _DEGREES or key == "micro_batch_size":
+        if key not in TRAINING_FIXABLE_FIELDS:
+            errors.append(_field_error(
+                field, f"a training search fixes only {sorted(TRAINING_FIXABLE_FIELDS)}",
+                value, f"{field} fixes a serving plan, not a training plan"))
+        elif key in _DEGREES or key == "micro_batch_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 errors.append(_field_error(field, "positive integer", value,
                                            f"{field} must be a positive integer"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.core.config import Settings
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
 from app.services.planning import (
     InputError,
@@ -69,7 +68,15 @@ def _problem(model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorklo
              ) -> ServingProblem:
     _check_cluster(cluster)
     _check_workload(workload)
-    return ServingProblem(model=model, cluster=cluster, workload=workload)
+    problem = ServingProblem(model=model, cluster=cluster, workload=workload)
+    if workload.objective == "min_gpus" and problem.target_rate_rps is None:
+        raise InputError(
+            "objective min_gpus needs an arrival rate; the trace's requests all arrive at the "
+            "same instant, so it has none",
+            [_field_error("workload.trace", "arrivals spread over time for min_gpus",
+                          len(workload.trace or []), "a trace arriving at once has no rate")],
+        )
+    return problem
 
 
 def estimate_public(est: ServingEstimate, cost_model: ServingCostModel) -> dict[str, Any]:

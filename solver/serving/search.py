@@ -19,38 +19,58 @@ Objectives:
 - `max_goodput_per_gpu` (default): the unit's goodput / its GPUs, highest first;
 - `min_gpus`: the fewest GPUs whose units carry `arrival_rate_rps` within the SLO, then the
   highest goodput per GPU;
-- `min_latency`: the lowest P90 end-to-end latency at the arrival rate (near-idle when none
-  is given) with the whole cluster, among plans that meet the SLO at that rate.
+- `min_latency`: the lowest P90 end-to-end latency with the whole cluster (as many units as
+  fit) among plans that meet the SLO: simulated at the arrival rate when one is given; when
+  none is, near idle, i.e. every request alone (`queueing.isolated_*`; the limit of the
+  simulation as the rate goes to zero), reported in `details.ranked_e2e_latency_s_p90`.
 
 Bounds. `capacity_upper_bound_rps` (`solver.serving.queueing`) bounds any goodput from above
-(the SLO only lowers it). Candidates are taken in decreasing bound per GPU; once the bound of
-the next one is below the k-th best goodput found, no later one can enter the top k and the
-search ends (`pruned.throughput_bound`). Before bisecting, a candidate is simulated once at
-the rate it would need to enter the top k; if it misses the SLO there, it cannot
-(`pruned.slo_threshold`; goodput is taken as monotone in the rate, as the bisection also
-assumes). For disaggregated units the bound is min(a · prefill-phase goodput, b · decode-phase
-bound) / GPUs, where the prefill phase is simulated alone under the TTFT target (a request
-of one output token ends at its first token) and the decode phase is bounded in closed form
-under the TPOT target (`decode_phase_bound_rps`).
+(the bisection never searches above it). Candidates are taken best bound first (a heap);
+once the best remaining bound is not above the k-th best score found, no later one can
+enter the top k and the search ends (`pruned.throughput_bound`). Before bisecting, a
+candidate is simulated once at the rate it would need to enter the top k; if it misses the
+SLO there, it cannot (`pruned.slo_threshold`; goodput is taken as monotone in the rate, as
+the bisection also assumes). For a disaggregated unit of a prefill and b decode instances the
+bound is min(prefill-pool bound, b · decode-phase bound) / GPUs. The prefill pool starts at
+its closed-form capacity (a × `prefill_rate_rps`); when the unit reaches the top of the heap
+the whole pool of a instances is simulated under the TTFT target alone (one-token requests
+end at their first token, and the decode side never delays a prefill) and the unit goes back
+with that tighter bound, the upper end of the pool's bisection bracket
+(`_prefill_pool_bound`). The pool is simulated, not one instance scaled by a: a instances
+behind one router carry more than a times one instance's goodput. The decode phase is
+bounded in closed form under the TPOT target (`decode_phase_bound_rps`).
+
+min_latency bounds: each request's latencies under load are at least its latencies alone,
+so the near-idle P90 bounds the loaded P90 from below (`pruned.latency_bound`), and a plan
+whose requests alone miss the SLO is dropped (`pruned.slo_unattainable`). At a rate, a plan
+must meet the SLO there (`pruned.slo_at_rate`) and the rate must not exceed the plan's
+capacity bound, the cap of the goodput bisection (`pruned.capacity_at_rate`: above it the
+queue grows without end, whatever a finite stream shows); max batches a simulation never
+reached reuse its result (`solver_cache_hits`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
 from solver.base import SearchStats
 from solver.search.steps import Monitor, Stopped
 from solver.serving.evaluate import (
+    GOODPUT_REL_TOL,
     InstanceCosts,
     ServingEstimate,
     ServingProblem,
     evaluate_plan,
     request_stream,
+    unit_kv_transfer_tier,
 )
 from solver.serving.goodput import (
     GoodputResult,
@@ -63,8 +83,17 @@ from solver.serving.goodput import (
 from solver.serving.queueing import (
     capacity_upper_bound_disaggregated_rps,
     capacity_upper_bound_rps,
+    isolated_decode_total_s,
+    isolated_prefill_s,
+    prefill_rate_rps,
 )
-from solver.serving.simulate import Request, simulate_colocated, simulate_disaggregated
+from solver.serving.simulate import (
+    FloatArray,
+    Request,
+    percentile,
+    simulate_colocated,
+    simulate_disaggregated,
+)
 from specs.errors import InfeasiblePlan, SpecError
 from specs.serving import ServingInstance, ServingParallelism, ServingPlan
 
@@ -99,12 +128,12 @@ class Layout:
     def instance(self, role: str, count: int, max_batch: int, chunk: int | None
                  ) -> ServingInstance:
         return ServingInstance(
-            role=role,  # type: ignore[arg-type]
+            role=role,
             count=count,
             parallelism=ServingParallelism(tensor=self.tensor, pipeline=self.pipeline,
                                            expert=self.expert),
             max_batch_size=max_batch, chunk_size=chunk,
-            precision=self.precision,  # type: ignore[arg-type]
+            precision=self.precision,
         )
 
     def label(self) -> str:
@@ -236,22 +265,49 @@ def batch_options(cost: InstanceCost, mean_prompt: float, mean_output: float,
 def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: float,
                            mean_output: float, tpot_s: float | None) -> float:
     """Closed-form bound on the requests/s a decode-only instance finishes under a TPOT
-    target: b / ((o − 1) · step(b)) at the mean context p + o/2, for the batches b ≤ the max
-    batch and the KV limit (halvings) whose step time meets the target (every decode step of
-    a batch of b costs step(b), so a larger step misses TPOT for the typical request)."""
+    target: max b / ((o − 1) · step(b)) at the mean context p + o/2 over the batches b ≤ the
+    max batch and the KV limit whose step meets the target.
+
+    Why the target caps the batch: a request's TPOT is the mean of the steps it rides in, so
+    if every request meets it, the token-weighted mean step Σ b_s·τ(b_s) / Σ b_s ≤ TPOT; for
+    a step time affine in the batch, τ(b) = α + β·b, Cauchy–Schwarz (Σ b_s² ≥ (Σ b_s)²/n)
+    then caps the mean batch (Σ b_s)/n at b* with τ(b*) = TPOT, and the token rate
+    Σ b_s / Σ τ(b_s) = 1 / (α·n/Σb_s + β) at b*/τ(b*). So the largest batch meeting the target
+    is found exactly (bisection over the integers, τ increasing in b), not only among
+    halvings of the top batch (a batch between two halvings would be missed and the bound
+    would be too low); halvings are also tried, in case b/τ(b) is not increasing. (With a
+    percentile below 100 the few requests allowed to miss make this a near-bound, not a
+    proof.)"""
     if mean_output <= 1.0:
         return math.inf
     kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
-    b = min(max_batch, kv_limit)
+    top = min(max_batch, kv_limit)
     ctx = mean_prompt + mean_output / 2
-    best = 0.0
+
+    def step(b: int) -> float:
+        return cost.iteration_time_s(IterationBatch(b, round(b * ctx)))
+
+    batches: set[int] = set()
+    b = top
     while b >= 1:
-        step = cost.iteration_time_s(IterationBatch(b, round(b * ctx)))
-        if step <= 0.0:
-            return math.inf
-        if tpot_s is None or step <= tpot_s:
-            best = max(best, b / ((mean_output - 1.0) * step))
+        batches.add(b)
         b //= 2
+    if tpot_s is not None and top >= 1 and step(top) > tpot_s and step(1) <= tpot_s:
+        lo, hi = 1, top  # step(lo) meets the target, step(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if step(mid) <= tpot_s:
+                lo = mid
+            else:
+                hi = mid
+        batches.add(lo)
+    best = 0.0
+    for b in sorted(batches):
+        t = step(b)
+        if t <= 0.0:
+            return math.inf
+        if tpot_s is None or t <= tpot_s:
+            best = max(best, b / ((mean_output - 1.0) * t))
     return best
 
 
@@ -269,17 +325,18 @@ class _Top:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self.best: dict[tuple[Any, ...], tuple[float, int, Candidate, GoodputResult]] = {}
+        self.best: dict[tuple[Any, ...],
+                        tuple[float, int, Candidate, GoodputResult | None]] = {}
         self.counter = 0
 
-    def _ranked(self) -> list[tuple[float, int, Candidate, GoodputResult]]:
+    def _ranked(self) -> list[tuple[float, int, Candidate, GoodputResult | None]]:
         return sorted(self.best.values(), key=lambda x: (-x[0], x[1]))
 
     def threshold(self) -> float:
         ranked = self._ranked()
         return ranked[self.k - 1][0] if len(ranked) >= self.k else -math.inf
 
-    def push(self, score: float, cand: Candidate, res: GoodputResult) -> None:
+    def push(self, score: float, cand: Candidate, res: GoodputResult | None) -> None:
         self.counter += 1
         key = _family(cand)
         old = self.best.get(key)
@@ -287,7 +344,7 @@ class _Top:
                 or (abs(score - old[0]) <= 1e-12 and cand.max_batch < old[2].max_batch)):
             self.best[key] = (score, self.counter, cand, res)
 
-    def best_first(self) -> list[tuple[float, Candidate, GoodputResult]]:
+    def best_first(self) -> list[tuple[float, Candidate, GoodputResult | None]]:
         return [(s, c, r) for s, _, c, r in self._ranked()[:self.k]]
 
 
@@ -301,6 +358,10 @@ class _Context:
     mean_output: float
     stats: SearchStats
     monitor: Monitor
+    prefill_pools: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    idle: dict[tuple[Any, ...], float | None] = field(default_factory=dict)
+    idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
+    latency_runs: dict[tuple[Any, ...], list[tuple[int, float]]] = field(default_factory=dict)
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -313,7 +374,7 @@ def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | 
 
 
 def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
-                          ) -> Iterator[tuple[float, Candidate]]:
+                          ) -> Iterator[tuple[float, Candidate, bool]]:
     chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(CHUNKS)
     for layout in layouts(ctx.problem, fixed):
         cost = _cost(ctx, layout)
@@ -328,41 +389,66 @@ def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
                 ctx.stats.enumerated += 1
                 ub = capacity_upper_bound_rps(cost, 1, batch, chunk, ctx.mean_prompt,
                                               ctx.mean_output)
-                yield ub / layout.gpus, Candidate("colocated", layout, batch, chunk)
+                yield ub / layout.gpus, Candidate("colocated", layout, batch, chunk), True
 
 
-def _prefill_phase(ctx: _Context, layout: Layout, chunk: int | None, tier: str
-                   ) -> tuple[float, InstanceCost] | None:
-    """(prefill-phase goodput of one prefill instance under the TTFT target, its cost)."""
-    cost = _cost(ctx, layout, tier)
-    if cost is None:
-        return None
-    if cost.kv_capacity_tokens < max(r.prompt_tokens for r in ctx.stream) + 1:
-        ctx.stats.add_pruned("rule:memory")
-        return None
+PHASE_REL_TOL = 0.05
+"""Relative width of the prefill-phase bisection (the bound takes the bracket's upper end)."""
+
+
+def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count: int
+                        ) -> float:
+    """An upper bound on the goodput of a disaggregated unit whose prefill pool is `count`
+    instances of `layout`: the pool's goodput under the TTFT target alone, simulated with the
+    disaggregated simulator on one-token requests (they finish at their prefill, so their
+    TTFT is exactly what the unit's prefill pool gives them: the decode side never delays a
+    prefill), taken at the upper end of its bisection bracket. The whole pool is simulated:
+    `count` instances behind the router carry more than `count` times one instance's goodput
+    (pooling), so scaling a single instance's figure would not bound the unit."""
+    key = (layout, chunk, count)
+    hit = ctx.prefill_pools.get(key)
+    if hit is not None:
+        return hit
+    cost = ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision,
+                         "inter")
     prompts_only = [Request(r.arrival_s, r.prompt_tokens, 1) for r in ctx.stream]
     slo = SLOTarget(ttft_s=ctx.slo.ttft_s, tpot_s=None, percentile=ctx.slo.percentile)
-    res = goodput_colocated(prompts_only, cost, 1, MAX_BATCH, chunk, slo, rel_tol=0.05)
+    res = goodput_disaggregated(prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo,
+                                rel_tol=PHASE_REL_TOL)
     ctx.stats.solver_calls += res.evaluations
-    return res.goodput_rps, cost
+    if res.limited_by == "slo":
+        bound = min(res.upper_bound_rps, res.goodput_rps * (1.0 + PHASE_REL_TOL))
+    else:
+        bound = res.goodput_rps  # the capacity bound itself, or 0 (TTFT unattainable)
+    ctx.prefill_pools[key] = bound
+    return bound
 
 
 def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
-                              ) -> Iterator[tuple[float, Candidate]]:
+                              ) -> Iterator[tuple[float, Candidate, bool]]:
+    """Disaggregated units with a first bound: the prefill side is bounded by the pool's
+    closed-form capacity (`prefill_rate_rps` × count) until `_refine` simulates the pool."""
     problem = ctx.problem
     all_layouts = layouts(problem, fixed)
     chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(PREFILL_CHUNKS)
+    longest_prompt = max(r.prompt_tokens for r in ctx.stream)
     prefill: list[tuple[Layout, int | None, float]] = []
     decode: list[tuple[Layout, int, float]] = []
     for layout in all_layouts:
-        for chunk in chunks:
-            ctx.monitor.poll(report=False)
-            phase = _prefill_phase(ctx, layout, chunk, "inter")
-            if phase is not None and phase[0] > 0:
-                prefill.append((layout, chunk, phase[0]))
         cost = _cost(ctx, layout)
         if cost is None:
             continue
+        if cost.kv_capacity_tokens >= longest_prompt + 1:
+            kv_seqs = int(cost.kv_capacity_tokens // max(ctx.mean_prompt, 1.0))
+            for chunk in chunks:
+                ctx.monitor.poll(report=False)
+                # a pool at a vanishing rate is one instance alone: if one instance cannot
+                # meet the TTFT target, no pool can
+                if _prefill_pool_bound(ctx, layout, chunk, 1) > 0:
+                    cap = prefill_rate_rps(cost, chunk, kv_seqs, ctx.mean_prompt)
+                    prefill.append((layout, chunk, cap))
+        else:
+            ctx.stats.add_pruned("rule:memory")
         if cost.kv_capacity_tokens < max(r.prompt_tokens + r.output_tokens for r in ctx.stream):
             ctx.stats.add_pruned("rule:memory")
             continue
@@ -371,24 +457,38 @@ def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
                                            ctx.slo.tpot_s)
             if bound > 0:
                 decode.append((layout, batch, bound))
-    for p_layout, chunk, p_rate in prefill:
+    num_gpus = problem.num_gpus
+    for p_layout, chunk, p_cap in prefill:
+        single = _prefill_pool_bound(ctx, p_layout, chunk, 1)
         for d_layout, batch, d_rate in decode:
             for a in range(1, MAX_RATIO + 1):
+                p_rate = single if a == 1 else a * p_cap
                 for b in range(1, MAX_RATIO + 1):
                     gpus = a * p_layout.gpus + b * d_layout.gpus
-                    if math.gcd(a, b) != 1 or gpus > problem.num_gpus:
+                    if gpus > num_gpus:
+                        break
+                    if math.gcd(a, b) != 1:
                         continue
                     ctx.stats.enumerated += 1
-                    bound = min(a * p_rate, b * d_rate) / gpus
+                    bound = min(p_rate, b * d_rate) / gpus
                     cand = Candidate("disaggregated", d_layout, batch, None, p_layout, chunk,
                                      a, b)
-                    yield bound, cand
+                    yield bound, cand, a == 1
+
+
+def _refine(ctx: _Context, cand: Candidate) -> float:
+    """The tighter bound per GPU of a disaggregated unit: its prefill pool simulated."""
+    assert cand.prefill is not None
+    cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
+                         cand.layout.precision, "inter")
+    d_rate = decode_phase_bound_rps(cost, cand.max_batch, ctx.mean_prompt, ctx.mean_output,
+                                    ctx.slo.tpot_s)
+    p_rate = _prefill_pool_bound(ctx, cand.prefill, cand.prefill_chunk, cand.prefill_count)
+    return min(p_rate, cand.decode_count * d_rate) / cand.gpus
 
 
 def _tier(ctx: _Context, cand: Candidate) -> str:
-    if cand.mode == "colocated":
-        return "inter"
-    return "intra" if cand.gpus <= ctx.problem.cluster.gpus_per_node else "inter"
+    return unit_kv_transfer_tier(cand.mode, cand.gpus, ctx.problem.cluster.gpus_per_node)
 
 
 def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
@@ -404,7 +504,8 @@ def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
                                      stop=ctx.slo.stop_rule(len(ctx.stream)))
             ctx.stats.solver_calls += 1
             return ctx.slo.met_by(sim)
-        res = goodput_colocated(ctx.stream, decode_cost, 1, cand.max_batch, cand.chunk, ctx.slo)
+        res = goodput_colocated(ctx.stream, decode_cost, 1, cand.max_batch, cand.chunk, ctx.slo,
+                                rel_tol=GOODPUT_REL_TOL)
     else:
         assert cand.prefill is not None
         pre = cand.prefill
@@ -418,7 +519,7 @@ def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
             return ctx.slo.met_by(sim)
         res = goodput_disaggregated(ctx.stream, prefill_cost, cand.prefill_count,
                                     cand.prefill_chunk, decode_cost, cand.decode_count,
-                                    cand.max_batch, ctx.slo)
+                                    cand.max_batch, ctx.slo, rel_tol=GOODPUT_REL_TOL)
     ctx.stats.solver_calls += res.evaluations
     return res
 
@@ -432,10 +533,14 @@ def _units_for(problem: ServingProblem, cand: Candidate, unit_goodput: float) ->
     return most
 
 
+TIE_BREAK = 1e-6
+"""min_gpus: weight of the goodput per GPU (capped at 1e5) added to −GPUs; at most 0.1."""
+
+
 def _score(problem: ServingProblem, cand: Candidate, goodput: float) -> float:
     """Higher is better. max_goodput_per_gpu: unit goodput / GPU. min_gpus: −GPUs needed
-    for the rate (plus goodput per GPU / 1e6 as the tie-break); −inf when the cluster cannot
-    carry it."""
+    for the rate (plus goodput per GPU × TIE_BREAK as the tie-break); −inf when the cluster
+    cannot carry it."""
     per_gpu = goodput / cand.gpus
     if problem.workload.objective == "min_gpus":
         rate = problem.target_rate_rps
@@ -445,16 +550,18 @@ def _score(problem: ServingProblem, cand: Candidate, goodput: float) -> float:
         units = math.ceil(rate / goodput * (1 - 1e-9))
         if units * cand.gpus > problem.num_gpus:
             return -math.inf
-        return -float(units * cand.gpus) + min(per_gpu, 1e5) * 1e-6
+        return -float(units * cand.gpus) + min(per_gpu, 1e5) * TIE_BREAK
     return per_gpu
 
 
 def _needed_rate(problem: ServingProblem, cand: Candidate, threshold: float) -> float:
-    """The unit goodput a candidate needs to beat the score `threshold`."""
+    """A unit goodput a candidate needs to beat the score `threshold` (a necessary one)."""
     if problem.workload.objective == "min_gpus":
         rate = problem.target_rate_rps
         assert rate is not None
-        gpus_allowed = math.floor(-threshold)  # must use at most this many GPUs
+        # threshold = −G + tie-break (< 1): a plan on G GPUs can still beat it on the
+        # tie-break, so it may use up to G GPUs (ceil, not floor)
+        gpus_allowed = math.ceil(-threshold - 1e-9)
         units = max(1, gpus_allowed // cand.gpus)
         return rate / units
     return threshold * cand.gpus
@@ -465,6 +572,126 @@ def _bound_score(problem: ServingProblem, cand: Candidate, bound_per_gpu: float)
         bound_per_gpu) else math.inf
 
 
+# ---- min_latency ---------------------------------------------------------------------------
+IDLE_PERCENTILE = 90.0
+"""min_latency ranks by this percentile of the end-to-end latency."""
+
+
+def _per_request(ctx: _Context, key: tuple[Any, ...], fn: Callable[[int, int], float]
+                 ) -> FloatArray:
+    """`fn(prompt, output)` for every request of the stream (cached under `key`; lengths
+    repeat, so each distinct pair is computed once)."""
+    hit = ctx.idle_parts.get(key)
+    if hit is None:
+        seen: dict[tuple[int, int], float] = {}
+        values = []
+        for r in ctx.stream:
+            pair = (r.prompt_tokens, r.output_tokens)
+            if pair not in seen:
+                seen[pair] = fn(*pair)
+            values.append(seen[pair])
+        hit = np.asarray(values, dtype=np.float64)
+        ctx.idle_parts[key] = hit
+    return hit
+
+
+def _layout_cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost:
+    return ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision, tier)
+
+
+def _idle_latency(ctx: _Context, cand: Candidate) -> float | None:
+    """The near-idle P90 end-to-end latency of the candidate's plan, None when the SLO is
+    missed even there: every request of the stream alone on the candidate's instances
+    (`queueing.isolated_*`, what the simulator gives as the rate goes to zero). Under load
+    every iteration a request rides in costs at least its own share alone (the cost grows
+    with the batch, and a prompt split into more chunks costs no less), so each request's
+    simulated latencies are at least these: their percentile bounds the loaded one from
+    below, and the share meeting the SLO here bounds the attainment from above. Prefill,
+    decode and KV-transfer times are cached apart (per layout and chunk, per layout, per
+    layout and tier) and combined per candidate kind."""
+    tier = _tier(ctx, cand)
+    if cand.mode == "colocated":
+        key: tuple[Any, ...] = ("both", cand.layout, cand.chunk)
+        front, front_chunk = cand.layout, cand.chunk
+    else:
+        assert cand.prefill is not None
+        key = ("pd", cand.prefill, cand.prefill_chunk, cand.layout, tier)
+        front, front_chunk = cand.prefill, cand.prefill_chunk
+    if key in ctx.idle:
+        return ctx.idle[key]
+    front_cost, back_cost = _layout_cost(ctx, front), _layout_cost(ctx, cand.layout)
+    ttft = _per_request(ctx, ("prefill", front, front_chunk),
+                        lambda p, _o: isolated_prefill_s(front_cost, p, front_chunk))
+    after = _per_request(ctx, ("decode", cand.layout),
+                         lambda p, o: isolated_decode_total_s(back_cost, p, o))
+    if cand.mode == "disaggregated":
+        xfer_cost = _layout_cost(ctx, front, tier)
+        after = after + _per_request(
+            ctx, ("transfer", front, tier),
+            lambda p, o: xfer_cost.kv_transfer_time_s(p) if o > 1 else 0.0)
+    outputs = _per_request(ctx, ("outputs",), lambda _p, o: float(o))
+    ok = np.ones(ttft.shape, dtype=bool)
+    if ctx.slo.ttft_s is not None:
+        ok &= ttft <= ctx.slo.ttft_s
+    if ctx.slo.tpot_s is not None:
+        ok &= np.where(outputs > 1, after / np.maximum(outputs - 1, 1), 0.0) <= ctx.slo.tpot_s
+    latency: float | None = None
+    if not ok.size or float(ok.mean()) >= ctx.slo.percentile / 100.0 - 1e-12:
+        latency = percentile(ttft + after, IDLE_PERCENTILE)
+    ctx.idle[key] = latency
+    return latency
+
+
+def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
+    """The whole-cluster plan's capacity bound (`queueing.capacity_upper_bound*`), the cap
+    the goodput bisection also uses: above it the queue grows without end."""
+    units = max(1, ctx.problem.num_gpus // cand.gpus)
+    mp, mo = ctx.mean_prompt, ctx.mean_output
+    back = _layout_cost(ctx, cand.layout)
+    if cand.mode == "colocated":
+        return capacity_upper_bound_rps(back, units, cand.max_batch, cand.chunk, mp, mo)
+    assert cand.prefill is not None
+    return capacity_upper_bound_disaggregated_rps(
+        _layout_cost(ctx, cand.prefill), units * cand.prefill_count, cand.prefill_chunk, back,
+        units * cand.decode_count, cand.max_batch, mp, mo)
+
+
+def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
+    """P90 end-to-end latency of the whole-cluster plan at `rate`; None if it misses the SLO
+    there. A complete simulation whose instances never ran more than `peak` sequences at once
+    never met its max batch, so every max batch above `peak` gives the same schedule: the
+    family's other max batches reuse it (`solver_cache_hits`)."""
+    family = ctx.latency_runs.setdefault(_family(cand), [])
+    for peak, latency in family:
+        if cand.max_batch > peak:
+            ctx.stats.solver_cache_hits += 1
+            return latency
+    units = max(1, ctx.problem.num_gpus // cand.gpus)
+    tier = _tier(ctx, cand)
+    decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
+                                cand.layout.precision, tier)
+    requests = scale_stream(ctx.stream, rate)
+    stop = ctx.slo.stop_rule(len(ctx.stream))
+    if cand.mode == "colocated":
+        sim = simulate_colocated(requests, decode_cost, units, cand.max_batch, cand.chunk,
+                                 stop=stop)
+    else:
+        assert cand.prefill is not None
+        pre = cand.prefill
+        prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
+        sim = simulate_disaggregated(requests, prefill_cost, units * cand.prefill_count,
+                                     cand.prefill_chunk, decode_cost,
+                                     units * cand.decode_count, cand.max_batch, stop=stop)
+    ctx.stats.solver_calls += 1
+    if not ctx.slo.met_by(sim):
+        return None
+    latency = sim.e2e_percentile_s(IDLE_PERCENTILE)
+    if not (sim.truncated or sim.stopped_early) and sim.max_running_per_instance < cand.max_batch:
+        family.append((sim.max_running_per_instance, latency))
+    return latency
+
+
+# ---- the search loop -----------------------------------------------------------------------
 def serving_search(
     problem: ServingProblem,
     cost_model: ServingCostModel,
@@ -490,22 +717,58 @@ def serving_search(
                    monitor)
     modes = [fixed["mode"]] if "mode" in fixed else ["colocated", "disaggregated"]
     top = _Top(top_k)
+    min_latency = problem.workload.objective == "min_latency"
+    rate = problem.target_rate_rps
     try:
-        scored: list[tuple[float, int, Candidate]] = []
+        # heap of (−bound score, order, candidate, bound final?): best bound first; a
+        # disaggregated unit's first bound is refined (its prefill pool simulated) when it
+        # reaches the top, then it goes back into the heap
+        heap: list[tuple[float, int, Candidate, bool]] = []
         for mode in modes:
             gen = (_colocated_candidates(ctx, fixed) if mode == "colocated"
                    else _disaggregated_candidates(ctx, fixed))
-            for bound, cand in gen:
-                scored.append((_bound_score(problem, cand, bound), len(scored), cand))
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        monitor.total = len(scored)
-        for i, (bound_score, _, cand) in enumerate(scored):
-            monitor.done = i
-            monitor.poll(report=i % 16 == 0)
+            for bound, cand, final in gen:
+                if min_latency:
+                    # bound on −latency: the near-idle latency (None: the SLO cannot hold)
+                    idle = _idle_latency(ctx, cand) if bound > 0 else None
+                    if idle is None:
+                        stats.add_pruned("slo_unattainable")
+                        continue
+                    if rate is not None and _plan_capacity_rps(ctx, cand) < rate:
+                        stats.add_pruned("capacity_at_rate")
+                        continue
+                    heap.append((idle, len(heap), cand, True))
+                else:
+                    heap.append((-_bound_score(problem, cand, bound), len(heap), cand, final))
+        heapq.heapify(heap)
+        monitor.total = len(heap)
+        done = 0
+        while heap:
+            neg_bound, order, cand, final = heap[0]
+            bound_score = -neg_bound
             threshold = top.threshold()
             if bound_score <= threshold or bound_score == -math.inf:
-                stats.add_pruned("throughput_bound", len(scored) - i)
+                stats.add_pruned("throughput_bound" if not min_latency else "latency_bound",
+                                 len(heap))
                 break
+            heapq.heappop(heap)
+            if not final:
+                monitor.poll(report=False)
+                refined = _bound_score(problem, cand, _refine(ctx, cand))
+                heapq.heappush(heap, (-refined, order, cand, True))
+                continue
+            monitor.done = done
+            monitor.poll(report=True)
+            done += 1
+            if min_latency:
+                latency = -bound_score if rate is None else _plan_latency(ctx, cand, rate)
+                stats.evaluated += 1
+                if latency is None:
+                    stats.add_pruned("slo_at_rate")
+                    continue
+                stats.feasible += 1
+                top.push(-latency, cand, None)
+                continue
             if threshold > -math.inf:
                 needed = _needed_rate(problem, cand, threshold)
                 if needed > 0 and not _unit_goodput(ctx, cand, needed):
@@ -521,31 +784,26 @@ def serving_search(
             score = _score(problem, cand, res.goodput_rps)
             if score > -math.inf:
                 top.push(score, cand, res)
-        monitor.done = len(scored)
+        monitor.done = monitor.total
     except Stopped as stop:
         stats.status = stop.status  # type: ignore[assignment]
     ranked = _finish(ctx, top)
-    if problem.workload.objective == "min_latency":
-        ranked = sorted(ranked, key=lambda r: _latency_key(r.estimate))
     plans = [replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1,
                                                                  ranked))
              for i, r in enumerate(ranked)]
     stats.wall_time_s = time.perf_counter() - started
-    if plans and plans[0].estimate.metrics is not None:
-        stats.best_step_time_s = None
     return ServingSearchResult(plans, stats)
-
-
-def _latency_key(est: ServingEstimate) -> tuple[int, float]:
-    m = est.metrics
-    return (0 if est.feasible else 1, math.inf if m is None else m.e2e_latency_s_p90)
 
 
 def _finish(ctx: _Context, top: _Top) -> list[RankedServingPlan]:
     out = []
-    for _, cand, res in top.best_first():
-        units = _units_for(ctx.problem, cand, res.goodput_rps)
+    for score, cand, res in top.best_first():
+        units = _units_for(ctx.problem, cand, 0.0 if res is None else res.goodput_rps)
         est = evaluate_plan(ctx.problem, cand.plan(units), ctx.costs, ctx.stream, res)
+        if ctx.problem.workload.objective == "min_latency":
+            est.details["ranked_e2e_latency_s_p90"] = -score
+            est.details["ranked_at"] = ("idle" if ctx.problem.target_rate_rps is None
+                                        else "arrival_rate")
         out.append(RankedServingPlan(0, est, ""))
     return out
 

@@ -128,6 +128,10 @@ def create_measurement(
     plan, search = _load_plan(session, plan_id)
     problem = search.problem
     workload = problem["workload"]
+    if workload.get("kind") == "serving":
+        message = ("measurements record a training plan's step time; serving plans cannot "
+                   "be measured yet")
+        raise InputError(message, [_error("plan_id", "a training plan", plan_id, message)])
     accelerator = problem["cluster"]["groups"][0]["accelerator"]
     tokens_per_step = int(workload["global_batch_size"]) * int(workload["sequence_length"])
     step_time_s, tokens_per_s = _rates(body, tokens_per_step)
