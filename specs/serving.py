@@ -223,7 +223,7 @@ class ServingWorkload(Spec):
     precision: WeightFormat = "bf16"
     """Weight format (int4 = W4A16, fp8 = W8A8 fp8 GEMMs)."""
     kv_cache_precision: KVPrecision | None = None
-    """KV-cache format; null: fp8 with fp8 weights, else bf16."""
+    """KV-cache format; null: fp8 for instances with fp8 weights, else bf16."""
     precision_options: list[WeightFormat] | None = Field(default=None, min_length=1, max_length=4)
     """Extra weight formats the search may try."""
     objective: ServingObjective = "max_goodput_per_gpu"

@@ -41,9 +41,8 @@ latency is the whole pipeline's):
 
 Pipeline parallelism and throughput: the model reports an iteration's latency through all
 p stages (Σ stages + hand-offs). Engines keep up to p micro-batches in flight (vLLM virtual
-engines), so a simulator that treats the instance as one server running one iteration at a
-time under-states a pipelined instance's throughput by up to p× while its TPOT is right: a
-conservative, documented simplification.
+engines), so the simulator runs a p-stage instance as p schedulers with 1/p of the KV cache
+each (`pipeline_stages`, `cost_models.serving.base.pipeline_engines`).
 
 Memory per GPU (the heaviest pipeline stage): weights of its layers (KV heads replicated
 when t exceeds them, as vLLM does) plus the embedding on the first and the LM head on the
@@ -510,6 +509,12 @@ class AnalyticalInstanceCost:
     @property
     def num_gpus(self) -> int:
         return self.tensor * self.pipeline * self.expert
+
+    @property
+    def pipeline_stages(self) -> int:
+        """Pipeline stages: the instance runs this many batches at once
+        (`cost_models.serving.base.pipeline_engines`)."""
+        return self.pipeline
 
     @property
     def kv_capacity_tokens(self) -> int:

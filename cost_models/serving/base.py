@@ -61,6 +61,53 @@ class InstanceCost(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class VirtualEngineCost:
+    """One of the `stages` schedulers of a pipelined instance.
+
+    A p-stage instance keeps p batches in flight, one per stage, as vLLM's virtual engines
+    (one scheduler per pipeline stage, each with its share of the KV-cache blocks; vLLM
+    `Scheduler(..., virtual_engine)`, `num_gpu_blocks // pipeline_parallel_size`), SGLang's
+    and TensorRT-LLM's pipeline micro-batches do: each batch still takes the whole
+    pipeline's latency per iteration (`iteration_time_s` of the instance), but p of them
+    proceed at once, so a p-stage instance serves like p engines of 1/p of its KV cache."""
+
+    base: InstanceCost
+    stages: int
+
+    @property
+    def num_gpus(self) -> int:
+        return self.base.num_gpus
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.base.kv_capacity_tokens // self.stages
+
+    @property
+    def kv_cache_gib(self) -> float:
+        return self.base.kv_cache_gib
+
+    @property
+    def weights_gib(self) -> float:
+        return self.base.weights_gib
+
+    def iteration_time_s(self, batch: IterationBatch) -> float:
+        return self.base.iteration_time_s(batch)
+
+    def kv_transfer_time_s(self, tokens: int) -> float:
+        return self.base.kv_transfer_time_s(tokens)
+
+
+def pipeline_engines(cost: InstanceCost) -> tuple[InstanceCost, int]:
+    """(the cost of one scheduler, schedulers per instance): a cost with a
+    `pipeline_stages` attribute p > 1 runs as p `VirtualEngineCost` engines; any other as
+    itself, once."""
+    stages = int(getattr(cost, "pipeline_stages", 1) or 1)
+    if stages <= 1 or isinstance(cost, VirtualEngineCost):
+        return cost, 1
+    return VirtualEngineCost(cost, stages), stages
+
+
 class ServingCostModel(Protocol):
     """A serving cost-model plug-in (registered in `cost_models.serving.registry`): builds
     the `InstanceCost` of one instance layout. Raises `specs.errors.InfeasiblePlan` when the
@@ -83,4 +130,5 @@ class ServingCostModel(Protocol):
     ) -> InstanceCost: ...
 
 
-__all__ = ["InstanceCost", "IterationBatch", "ServingCostModel"]
+__all__ = ["InstanceCost", "IterationBatch", "ServingCostModel", "VirtualEngineCost",
+           "pipeline_engines"]

@@ -3,7 +3,8 @@ measure its latencies at the workload's arrival rate (or at the goodput).
 
 Replicas. A plan runs `count` identical instances (colocated) or `count_p` prefill and
 `count_d` decode instances (disaggregated) behind a router. Its goodput is that of its
-smallest repeating unit times the number of units: one instance for a colocated plan;
+smallest repeating unit times the number of units: a node's worth of instances for a
+colocated plan (`node_replicas`; fewer when the count is not a multiple of it);
 `(count_p / g, count_d / g)` instances with g = gcd(count_p, count_d) for a disaggregated one
 (DistServe, Zhong et al., OSDI'24 §4: a unit is replicated to reach the rate). Units behind a
 least-loaded router do at least as well as independent units each taking its share of a
@@ -100,6 +101,15 @@ def request_stream(workload: ServingWorkload) -> list[Request]:
     return poisson_unit_stream(prompts, outputs, workload.seed)
 
 
+def kv_format(workload: ServingWorkload, weight_format: str) -> str:
+    """The KV-cache format of an instance: the workload's `kv_cache_precision` when given,
+    else fp8 with fp8 weights and bf16 otherwise (per instance, so that an fp8 option of
+    `precision_options` gets the fp8 KV cache fp8 engines default to)."""
+    if workload.kv_cache_precision is not None:
+        return workload.kv_cache_precision
+    return "fp8" if weight_format == "fp8" else "bf16"
+
+
 class InstanceCosts:
     """Builds and caches the `InstanceCost` of each instance layout of one problem."""
 
@@ -119,7 +129,7 @@ class InstanceCosts:
                 hit = self.cost_model.instance_cost(
                     self.problem.model, self.problem.cluster, tensor, pipeline, expert,
                     precision,  # type: ignore[arg-type]
-                    wl.kv_precision,
+                    kv_format(wl, precision),  # type: ignore[arg-type]
                     memory_utilization=self.problem.memory_utilization,
                     kv_transfer_tier=tier,  # type: ignore[arg-type]
                 )
@@ -161,10 +171,34 @@ def unit_kv_transfer_tier(mode: str, unit_gpus: int, gpus_per_node: int) -> str:
     return "intra" if unit_gpus <= gpus_per_node else "inter"
 
 
-def unit_gpus(plan: ServingPlan) -> int:
+def node_replicas(instance_gpus: int, gpus_per_node: int, cluster_gpus: int,
+                  objective: str = "max_goodput_per_gpu") -> int:
+    """Colocated instances of one unit: as many as fill a node (at least one). Pricing every
+    layout on about a node's worth of GPUs behind one router keeps layouts comparable: a
+    p-stage instance runs p schedulers behind its own router (`pipeline_engines`), so a unit
+    of one TP1 instance would forgo the pooling that a node of them gets. For `min_gpus` a
+    unit is one instance, so that the GPU count can be any multiple of the instance's (the
+    figure is then conservative: pooled replicas carry at least as much)."""
+    if objective == "min_gpus":
+        return 1
+    return max(1, min(gpus_per_node, cluster_gpus) // instance_gpus)
+
+
+def colocated_unit(plan: ServingPlan, gpus_per_node: int, cluster_gpus: int,
+                   objective: str = "max_goodput_per_gpu") -> tuple[int, int]:
+    """(units, instances per unit) of a colocated plan: `node_replicas` per unit when the
+    count is a multiple of it, else the largest common divisor of the two."""
+    inst = plan.instances[0]
+    per = math.gcd(inst.count, node_replicas(inst.parallelism.num_gpus, gpus_per_node,
+                                             cluster_gpus, objective))
+    return inst.count // per, per
+
+
+def unit_gpus(plan: ServingPlan, gpus_per_node: int = 8, cluster_gpus: int = 8) -> int:
     """GPUs of the plan's smallest repeating unit (module docstring)."""
     if plan.mode == "colocated":
-        return plan.instances[0].parallelism.num_gpus
+        _, per = colocated_unit(plan, gpus_per_node, cluster_gpus)
+        return per * plan.instances[0].parallelism.num_gpus
     _, per_p, per_d = _disaggregated_unit(plan)
     return (per_p * plan.instance("prefill").parallelism.num_gpus
             + per_d * plan.instance("decode").parallelism.num_gpus)
@@ -210,9 +244,11 @@ def plan_goodput(problem: ServingProblem, plan: ServingPlan, costs: InstanceCost
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
     if plan.mode == "colocated":
         inst = plan.instances[0]
-        res = goodput_colocated(stream, costs.of(inst, tier), 1, inst.max_batch_size,
+        units, per = colocated_unit(plan, problem.cluster.gpus_per_node, problem.num_gpus,
+                                    problem.workload.objective)
+        res = goodput_colocated(stream, costs.of(inst, tier), per, inst.max_batch_size,
                                 inst.chunk_size, slo, rel_tol=GOODPUT_REL_TOL)
-        return inst.count * res.goodput_rps, res
+        return units * res.goodput_rps, res
     units, per_p, per_d = _disaggregated_unit(plan)
     pre, dec = plan.instance("prefill"), plan.instance("decode")
     res = goodput_disaggregated(stream, costs.of(pre, tier), per_p, pre.chunk_size,
@@ -293,7 +329,9 @@ def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCos
             violations.append(Violation(kind="memory", detail=(
                 f"{inst.role} instance: its KV cache holds {cost.kv_capacity_tokens} tokens, "
                 f"less than the longest request ({need} tokens)")))
-    units = plan.instances[0].count if plan.mode == "colocated" else _disaggregated_unit(plan)[0]
+    units = (colocated_unit(plan, problem.cluster.gpus_per_node, problem.num_gpus,
+                            problem.workload.objective)[0]
+             if plan.mode == "colocated" else _disaggregated_unit(plan)[0])
     if unit_goodput is not None:
         goodput, unit = units * unit_goodput.goodput_rps, unit_goodput
     else:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from cost_models.serving.base import InstanceCost, IterationBatch
+from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines
 
 
 def _checked(cost: InstanceCost, batch: IterationBatch) -> float:
@@ -109,7 +109,10 @@ def capacity_upper_bound_rps(
     mean_prompt_tokens: float,
     mean_output_tokens: float,
 ) -> float:
-    """Upper bound on the sustainable request rate of `count` colocated instances."""
+    """Upper bound on the sustainable request rate of `count` colocated instances (a
+    p-stage instance counts as p schedulers, `pipeline_engines`)."""
+    cost, stages = pipeline_engines(cost)
+    count *= stages
     reserve = mean_prompt_tokens + mean_output_tokens
     if cost.kv_capacity_tokens < reserve:
         return 0.0
@@ -129,7 +132,12 @@ def capacity_upper_bound_disaggregated_rps(
     mean_prompt_tokens: float,
     mean_output_tokens: float,
 ) -> float:
-    """Upper bound on the sustainable request rate of a prefill pool feeding a decode pool."""
+    """Upper bound on the sustainable request rate of a prefill pool feeding a decode pool
+    (a p-stage instance counts as p schedulers, `pipeline_engines`)."""
+    prefill_cost, prefill_stages = pipeline_engines(prefill_cost)
+    decode_cost, decode_stages = pipeline_engines(decode_cost)
+    prefill_count *= prefill_stages
+    decode_count *= decode_stages
     if prefill_cost.kv_capacity_tokens < mean_prompt_tokens:
         return 0.0
     kv_seqs = int(prefill_cost.kv_capacity_tokens // max(mean_prompt_tokens, 1.0))

@@ -60,7 +60,12 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
+from cost_models.serving.base import (
+    InstanceCost,
+    IterationBatch,
+    ServingCostModel,
+    pipeline_engines,
+)
 from solver.base import SearchStats
 from solver.search.steps import Monitor, Stopped
 from solver.serving.evaluate import (
@@ -69,6 +74,7 @@ from solver.serving.evaluate import (
     ServingEstimate,
     ServingProblem,
     evaluate_plan,
+    node_replicas,
     request_stream,
     unit_kv_transfer_tier,
 )
@@ -158,18 +164,21 @@ class Candidate:
     prefill_chunk: int | None = None
     prefill_count: int = 0
     decode_count: int = 1
+    replicas: int = 1
+    """Colocated instances per unit (`evaluate.node_replicas`: a node's worth)."""
 
     @property
     def gpus(self) -> int:
         if self.mode == "colocated":
-            return self.layout.gpus
+            return self.replicas * self.layout.gpus
         assert self.prefill is not None
         return self.prefill_count * self.prefill.gpus + self.decode_count * self.layout.gpus
 
     def plan(self, units: int) -> ServingPlan:
         if self.mode == "colocated":
             return ServingPlan(mode="colocated", instances=[
-                self.layout.instance("both", units, self.max_batch, self.chunk)])
+                self.layout.instance("both", units * self.replicas, self.max_batch,
+                                     self.chunk)])
         assert self.prefill is not None
         return ServingPlan(mode="disaggregated", instances=[
             self.prefill.instance("prefill", units * self.prefill_count, MAX_BATCH,
@@ -254,6 +263,7 @@ def batch_options(cost: InstanceCost, mean_prompt: float, mean_output: float,
     and the limit itself (a larger max batch behaves like the limit)."""
     if "max_batch_size" in fixed:
         return [int(fixed["max_batch_size"])]
+    cost, _ = pipeline_engines(cost)  # the max batch is per scheduler (vLLM max_num_seqs)
     kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
     top = min(MAX_BATCH, max(1, kv_limit))
     out = [b for b in _powers_of_two(top) if b >= MIN_BATCH]
@@ -280,6 +290,7 @@ def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: floa
     proof.)"""
     if mean_output <= 1.0:
         return math.inf
+    cost, stages = pipeline_engines(cost)  # p schedulers of a p-stage instance
     kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
     top = min(max_batch, kv_limit)
     ctx = mean_prompt + mean_output / 2
@@ -308,7 +319,7 @@ def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: floa
             return math.inf
         if tpot_s is None or t <= tpot_s:
             best = max(best, b / ((mean_output - 1.0) * t))
-    return best
+    return best * stages
 
 
 # ---- the search ----------------------------------------------------------------------------
@@ -384,12 +395,15 @@ def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
         if cost.kv_capacity_tokens < longest:
             ctx.stats.add_pruned("rule:memory")
             continue
+        replicas = node_replicas(layout.gpus, ctx.problem.cluster.gpus_per_node,
+                                 ctx.problem.num_gpus, ctx.problem.workload.objective)
         for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
             for chunk in chunks:
                 ctx.stats.enumerated += 1
-                ub = capacity_upper_bound_rps(cost, 1, batch, chunk, ctx.mean_prompt,
+                ub = capacity_upper_bound_rps(cost, replicas, batch, chunk, ctx.mean_prompt,
                                               ctx.mean_output)
-                yield ub / layout.gpus, Candidate("colocated", layout, batch, chunk), True
+                cand = Candidate("colocated", layout, batch, chunk, replicas=replicas)
+                yield ub / cand.gpus, cand, True
 
 
 PHASE_REL_TOL = 0.05
@@ -499,13 +513,13 @@ def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
                                 cand.layout.precision, tier)
     if cand.mode == "colocated":
         if rate is not None:
-            sim = simulate_colocated(scale_stream(ctx.stream, rate), decode_cost, 1,
-                                     cand.max_batch, cand.chunk,
+            sim = simulate_colocated(scale_stream(ctx.stream, rate), decode_cost,
+                                     cand.replicas, cand.max_batch, cand.chunk,
                                      stop=ctx.slo.stop_rule(len(ctx.stream)))
             ctx.stats.solver_calls += 1
             return ctx.slo.met_by(sim)
-        res = goodput_colocated(ctx.stream, decode_cost, 1, cand.max_batch, cand.chunk, ctx.slo,
-                                rel_tol=GOODPUT_REL_TOL)
+        res = goodput_colocated(ctx.stream, decode_cost, cand.replicas, cand.max_batch,
+                                cand.chunk, ctx.slo, rel_tol=GOODPUT_REL_TOL)
     else:
         assert cand.prefill is not None
         pre = cand.prefill
@@ -649,7 +663,8 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
     mp, mo = ctx.mean_prompt, ctx.mean_output
     back = _layout_cost(ctx, cand.layout)
     if cand.mode == "colocated":
-        return capacity_upper_bound_rps(back, units, cand.max_batch, cand.chunk, mp, mo)
+        return capacity_upper_bound_rps(back, units * cand.replicas, cand.max_batch,
+                                        cand.chunk, mp, mo)
     assert cand.prefill is not None
     return capacity_upper_bound_disaggregated_rps(
         _layout_cost(ctx, cand.prefill), units * cand.prefill_count, cand.prefill_chunk, back,
@@ -673,8 +688,8 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
     requests = scale_stream(ctx.stream, rate)
     stop = ctx.slo.stop_rule(len(ctx.stream))
     if cand.mode == "colocated":
-        sim = simulate_colocated(requests, decode_cost, units, cand.max_batch, cand.chunk,
-                                 stop=stop)
+        sim = simulate_colocated(requests, decode_cost, units * cand.replicas, cand.max_batch,
+                                 cand.chunk, stop=stop)
     else:
         assert cand.prefill is not None
         pre = cand.prefill

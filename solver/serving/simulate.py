@@ -83,7 +83,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.serving.base import InstanceCost, IterationBatch
+from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -694,6 +694,8 @@ def simulate_colocated(
     batching with a `chunk_size` token budget per iteration, `None` = unchunked), requests
     routed by least outstanding tokens. See the module docstring for the policy."""
     _check_args(count, max_batch_size, chunk_size, "colocated")
+    cost, stages = pipeline_engines(cost)  # a p-stage instance runs p schedulers
+    count *= stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
     sim = _Sim(requests, cap, stop)
     front = [
@@ -722,6 +724,10 @@ def simulate_disaggregated(
     `prefill_cost.kv_transfer_time_s(prompt)`. See the module docstring for the policy."""
     _check_args(prefill_count, None, prefill_chunk, "disaggregated prefill")
     _check_args(decode_count, decode_max_batch, None, "disaggregated decode")
+    prefill_cost, prefill_stages = pipeline_engines(prefill_cost)
+    decode_cost, decode_stages = pipeline_engines(decode_cost)
+    prefill_count *= prefill_stages
+    decode_count *= decode_stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
     sim = _Sim(requests, cap, stop)
     handoff: list[tuple[float, _Seq]] = []

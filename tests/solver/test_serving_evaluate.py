@@ -16,6 +16,7 @@ import pytest
 from cost_models.serving.analytical import AnalyticalServingCostModel
 from hardware_catalog import resolve_cluster
 from solver.serving.evaluate import (
+    GOODPUT_REL_TOL,
     InstanceCosts,
     ServingProblem,
     evaluate_plan,
@@ -99,23 +100,33 @@ def evaluate(problem: ServingProblem, plan: ServingPlan) -> Any:
 
 
 # ---- replicas and units --------------------------------------------------------------------
-def test_colocated_goodput_scales_with_the_replica_count() -> None:
+def test_colocated_goodput_is_a_node_of_instances_times_the_units() -> None:
+    """A colocated unit is a node's worth of instances behind one router (4 TP1 instances on
+    a 4-GPU node): 8 instances are 2 units, each priced as 4 pooled instances; 2 instances
+    are one unit of 2."""
     problem = make_problem()
-    one, two = evaluate(problem, colocated(1)), evaluate(problem, colocated(2))
+    one, two, eight_plan = (evaluate(problem, colocated(1)), evaluate(problem, colocated(2)),
+                            colocated(8))
     assert one.metrics is not None and two.metrics is not None
     assert one.metrics.goodput_rps > 0
-    assert two.metrics.goodput_rps == pytest.approx(2 * one.metrics.goodput_rps, rel=1e-12)
-    # per GPU unchanged; GPUs doubled
-    assert two.metrics.gpus_used == 2 and one.metrics.gpus_used == 1
-    assert two.metrics.goodput_rps_per_gpu == pytest.approx(
-        one.metrics.goodput_rps_per_gpu, rel=1e-12
-    )
-    # and one replica's goodput is the bisection on one instance, independently run
     stream = request_stream(problem.workload)
     cost = COST_MODEL.instance_cost(problem.model, problem.cluster, 1, 1, 1, "bf16", "bf16")
-    direct = goodput_colocated(stream, cost, 1, 128, 2048, problem.slo)
-    assert one.metrics.goodput_rps == pytest.approx(direct.goodput_rps, rel=1e-12)
-    assert one.details["units"] == 1 and two.details["units"] == 2
+    # independently run bisections on 1, 2 and 4 pooled instances
+    direct = {n: goodput_colocated(stream, cost, n, 128, 2048, problem.slo).goodput_rps
+              for n in (1, 2, 4)}
+    assert one.metrics.goodput_rps == pytest.approx(direct[1], rel=1e-12)
+    assert two.metrics.goodput_rps == pytest.approx(direct[2], rel=1e-12)
+    assert one.details["units"] == 1 and two.details["units"] == 1
+    # pooling two instances behind one router carries at least twice one (up to the
+    # bisection's tolerance)
+    assert two.metrics.goodput_rps >= 2 * one.metrics.goodput_rps * (1 - GOODPUT_REL_TOL)
+    big = ServingProblem(problem.model, resolve_cluster(ClusterSpec.model_validate(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 4}]})),
+        problem.workload)
+    eight = evaluate(big, eight_plan)
+    assert eight.metrics is not None and eight.details["units"] == 2
+    assert eight.metrics.goodput_rps == pytest.approx(2 * direct[4], rel=1e-12)
+    assert eight.metrics.gpus_used == 8
     # with no rate, the latencies are those at the goodput: the SLO holds there
     assert two.metrics.arrival_rate_rps == pytest.approx(two.metrics.goodput_rps)
     assert two.metrics.slo_attainment >= 0.9
