@@ -171,8 +171,11 @@ def goodput_rps(
     rel_tol: float = 0.02,
     min_fraction: float = 1e-4,
     max_evaluations: int = 32,
+    known_good: float | None = None,
 ) -> GoodputResult:
-    """Bisection for the goodput of `simulate` on `unit_stream` (see the module docstring)."""
+    """Bisection for the goodput of `simulate` on `unit_stream` (see the module docstring).
+    `known_good`: a rate already seen to meet the SLO; the search then first tries the grid
+    rate just below it instead of halving down from the bound."""
     if not rel_tol > 0.0:
         raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
     evaluations = 0
@@ -194,29 +197,47 @@ def goodput_rps(
     ok, res = run(ub)
     if ok:
         return GoodputResult(ub, ub, att(res), res, evaluations, "capacity_bound")
-    hi = ub
-    rate = ub / 2.0
+    # Rates on a fixed geometric grid below the bound, r_k = ub / (1 + rel_tol)^k: the answer
+    # is the largest grid rate that meets the SLO (attainment taken as monotone in the rate),
+    # whatever path the search takes to it, so a search that starts from a known-good rate
+    # and one that does not agree exactly.
+    step = math.log1p(rel_tol)
+    k_max = math.ceil(-math.log(min_fraction) / step)
+
+    def rate_of(k: int) -> float:
+        return ub * math.exp(-k * step)
+
+    k_fail = 0
+    k_pass: int | None = None
     lo_res: SimResult | None = None
-    while evaluations < max_evaluations:
-        ok, res = run(rate)
+    if known_good is not None and 0.0 < known_good < ub:
+        k = min(k_max, max(1, math.ceil(math.log(ub / known_good) / step - 1e-9)))
+        ok, res = run(rate_of(k))
         if ok:
-            lo_res = res
-            break
-        hi = rate
-        rate /= 4.0
-        if rate < ub * min_fraction:
-            break
-    if lo_res is None:
-        return GoodputResult(0.0, ub, 0.0, None, evaluations, "unattainable")
-    lo = rate
-    while hi / lo > 1.0 + rel_tol and evaluations < max_evaluations:
-        mid = math.sqrt(lo * hi)
-        ok, res = run(mid)
-        if ok:
-            lo, lo_res = mid, res
+            k_pass, lo_res = k, res
         else:
-            hi = mid
-    return GoodputResult(lo, ub, att(lo_res), lo_res, evaluations, "slo")
+            k_fail = k
+    jump = max(1, math.ceil(math.log(2.0) / step))  # halve the rate, then quarter, ...
+    while k_pass is None and evaluations < max_evaluations:
+        k = min(k_max, k_fail + jump)
+        ok, res = run(rate_of(k))
+        if ok:
+            k_pass, lo_res = k, res
+            break
+        k_fail = k
+        jump *= 2
+        if k >= k_max:
+            break
+    if k_pass is None or lo_res is None:
+        return GoodputResult(0.0, ub, 0.0, None, evaluations, "unattainable")
+    while k_pass - k_fail > 1 and evaluations < max_evaluations:
+        mid = (k_fail + k_pass) // 2
+        ok, res = run(rate_of(mid))
+        if ok:
+            k_pass, lo_res = mid, res
+        else:
+            k_fail = mid
+    return GoodputResult(rate_of(k_pass), ub, att(lo_res), lo_res, evaluations, "slo")
 
 
 def goodput_colocated(
@@ -230,6 +251,7 @@ def goodput_colocated(
     rel_tol: float = 0.02,
     max_events: int | None = None,
     early_stop: bool = True,
+    known_good: float | None = None,
 ) -> GoodputResult:
     """Goodput of `count` colocated instances, bracketed by `capacity_upper_bound_rps`.
     `early_stop` ends failing probes as soon as their misses exceed the allowance (same
@@ -243,7 +265,7 @@ def goodput_colocated(
             reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
         )
 
-    return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol)
+    return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol, known_good=known_good)
 
 
 def goodput_disaggregated(
@@ -259,6 +281,7 @@ def goodput_disaggregated(
     rel_tol: float = 0.02,
     max_events: int | None = None,
     early_stop: bool = True,
+    known_good: float | None = None,
 ) -> GoodputResult:
     """Goodput of a disaggregated plan, bracketed by `capacity_upper_bound_disaggregated_rps`."""
     mp, mo = mean_lengths(unit_stream)
@@ -275,4 +298,4 @@ def goodput_disaggregated(
             decode_max_batch, max_events=max_events, stop=stop,
         )  # fmt: skip
 
-    return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol)
+    return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol, known_good=known_good)

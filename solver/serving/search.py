@@ -402,6 +402,10 @@ def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
                 ctx.stats.enumerated += 1
                 ub = capacity_upper_bound_rps(cost, replicas, batch, chunk, ctx.mean_prompt,
                                               ctx.mean_output)
+                # decodes must also meet the TPOT target: the decode-phase bound caps the
+                # batch a colocated instance can usefully run (prefill chunks only slow it)
+                ub = min(ub, replicas * decode_phase_bound_rps(
+                    cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s))
                 cand = Candidate("colocated", layout, batch, chunk, replicas=replicas)
                 yield ub / cand.gpus, cand, True
 
@@ -505,9 +509,10 @@ def _tier(ctx: _Context, cand: Candidate) -> str:
     return unit_kv_transfer_tier(cand.mode, cand.gpus, ctx.problem.cluster.gpus_per_node)
 
 
-def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
-                  ) -> GoodputResult | bool:
-    """The unit's goodput (bisection); with `rate`, only whether the SLO holds there."""
+def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None,
+                  known_good: float | None = None) -> GoodputResult | bool:
+    """The unit's goodput (bisection, starting below `known_good`, a rate seen to meet the
+    SLO); with `rate`, only whether the SLO holds there."""
     tier = _tier(ctx, cand)
     decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
                                 cand.layout.precision, tier)
@@ -519,7 +524,8 @@ def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
             ctx.stats.solver_calls += 1
             return ctx.slo.met_by(sim)
         res = goodput_colocated(ctx.stream, decode_cost, cand.replicas, cand.max_batch,
-                                cand.chunk, ctx.slo, rel_tol=GOODPUT_REL_TOL)
+                                cand.chunk, ctx.slo, rel_tol=GOODPUT_REL_TOL,
+                                known_good=known_good)
     else:
         assert cand.prefill is not None
         pre = cand.prefill
@@ -533,7 +539,8 @@ def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None
             return ctx.slo.met_by(sim)
         res = goodput_disaggregated(ctx.stream, prefill_cost, cand.prefill_count,
                                     cand.prefill_chunk, decode_cost, cand.decode_count,
-                                    cand.max_batch, ctx.slo, rel_tol=GOODPUT_REL_TOL)
+                                    cand.max_batch, ctx.slo, rel_tol=GOODPUT_REL_TOL,
+                                    known_good=known_good)
     ctx.stats.solver_calls += res.evaluations
     return res
 
@@ -784,12 +791,17 @@ def serving_search(
                 stats.feasible += 1
                 top.push(-latency, cand, None)
                 continue
+            if _idle_latency(ctx, cand) is None:  # misses the SLO even alone: no goodput
+                stats.add_pruned("slo_unattainable")
+                continue
+            known_good = None
             if threshold > -math.inf:
                 needed = _needed_rate(problem, cand, threshold)
                 if needed > 0 and not _unit_goodput(ctx, cand, needed):
                     stats.add_pruned("slo_threshold")
                     continue
-            res = _unit_goodput(ctx, cand)
+                known_good = needed if needed > 0 else None
+            res = _unit_goodput(ctx, cand, known_good=known_good)
             assert isinstance(res, GoodputResult)
             stats.evaluated += 1
             if res.goodput_rps <= 0:
