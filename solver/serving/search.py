@@ -19,7 +19,8 @@ Objectives:
 - `max_goodput_per_gpu` (default): the unit's goodput / its GPUs, highest first;
 - `min_gpus`: the fewest GPUs whose units carry `arrival_rate_rps` within the SLO, then the
   highest goodput per GPU;
-- `min_latency`: the lowest P90 end-to-end latency with the whole cluster (as many units as
+- `min_latency`: the lowest P90 end-to-end latency with the whole cluster, simulated per unit
+  at its share of the rate (as many units as
   fit) among plans that meet the SLO: simulated at the arrival rate when one is given; when
   none is, near idle, i.e. every request alone (`queueing.isolated_*`; the limit of the
   simulation as the rate goes to zero), reported in `details.ranked_e2e_latency_s_p90`.
@@ -679,10 +680,12 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
 
 
 def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
-    """P90 end-to-end latency of the whole-cluster plan at `rate`; None if it misses the SLO
-    there. A complete simulation whose instances never ran more than `peak` sequences at once
-    never met its max batch, so every max batch above `peak` gives the same schedule: the
-    family's other max batches reuse it (`solver_cache_hits`)."""
+    """P90 end-to-end latency of the whole-cluster plan at `rate`, simulated on one of its
+    units at its share of the rate (rate / units: a Poisson stream split over the units
+    stays Poisson; units behind one router only pool better, as in the goodput), None if it
+    misses the SLO there. A complete simulation whose instances never ran more than `peak`
+    sequences at once never met its max batch, so every max batch above `peak` gives the
+    same schedule: the family's other max batches reuse it (`solver_cache_hits`)."""
     family = ctx.latency_runs.setdefault(_family(cand), [])
     for peak, latency in family:
         if cand.max_batch > peak:
@@ -692,18 +695,18 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
     tier = _tier(ctx, cand)
     decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
                                 cand.layout.precision, tier)
-    requests = scale_stream(ctx.stream, rate)
+    requests = scale_stream(ctx.stream, rate / units)
     stop = ctx.slo.stop_rule(len(ctx.stream))
     if cand.mode == "colocated":
-        sim = simulate_colocated(requests, decode_cost, units * cand.replicas, cand.max_batch,
+        sim = simulate_colocated(requests, decode_cost, cand.replicas, cand.max_batch,
                                  cand.chunk, stop=stop)
     else:
         assert cand.prefill is not None
         pre = cand.prefill
         prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
-        sim = simulate_disaggregated(requests, prefill_cost, units * cand.prefill_count,
-                                     cand.prefill_chunk, decode_cost,
-                                     units * cand.decode_count, cand.max_batch, stop=stop)
+        sim = simulate_disaggregated(requests, prefill_cost, cand.prefill_count,
+                                     cand.prefill_chunk, decode_cost, cand.decode_count,
+                                     cand.max_batch, stop=stop)
     ctx.stats.solver_calls += 1
     if not ctx.slo.met_by(sim):
         return None
