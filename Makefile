@@ -35,7 +35,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy specs hardware_catalog cost_models solver app
+	$(BIN)/mypy specs hardware_catalog cost_models solver app meshplan_client
 
 ## Benchmarks print their figures; they are not timed tests.
 bench: $(STAMP)

@@ -1,24 +1,43 @@
-"""The `meshplan` command line: `serve` runs the API; `search` plans a model on a cluster and
-prints the ranked plans, in-process (no server needed) or against a running service (`--url`).
+"""The `meshplan` command line, a thin shell over `meshplan_client`:
+
+- `serve` runs the API; `migrate` upgrades the database;
+- `search` plans a training or serving workload (`--wait`: a progress bar, then the ranked
+  plans), `searches` lists searches, `plans SEARCH_ID` shows a search's plans,
+  `export PLAN_ID --format F` renders a plan for a launcher, `estimate` prices one plan.
+
+With `--url` (or `$MESHPLAN_URL`) the commands talk to that service. Without it they start
+the service in-process for the duration of the command: the app from `app.main.create_app`
+under uvicorn in a background thread on a free 127.0.0.1 port (uvicorn runs the lifespan:
+migrations and the search runner), over the database of `MESHPLAN_DATABASE_URL` (default
+`./var/meshplan.db`), so search and plan ids stay valid for later commands. The in-process
+runner uses threads (`MESHPLAN_SEARCH_EXECUTOR` overrides), which start at once.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from meshplan_client import MeshplanClient, MeshplanError, Plan, Search
+
 cli = typer.Typer(
     name="meshplan",
-    help="Plan how large models train on GPU clusters.",
+    help="Plan how large models train and serve on GPU clusters.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -27,12 +46,17 @@ err_console = Console(stderr=True)
 
 _CLUSTER_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9_.\- ]*)\s*:\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 ERROR_EXIT = 2
+"""Exit code of every failure (bad input, unreachable service, failed search)."""
+INFEASIBLE_EXIT = 1
+"""Exit code of `estimate` when the plan does not fit or cannot run."""
+_STARTUP_TIMEOUT_S = 60.0
 
 
 class CliError(Exception):
     """A clean, user-facing failure (printed without a traceback, exit code 2)."""
 
 
+# ---- inputs ------------------------------------------------------------------------------
 def parse_cluster(value: str) -> dict[str, Any]:
     """`ACCEL:NODESxGPUS` (e.g. `h100-sxm:8x8`) → a cluster JSON body."""
     match = _CLUSTER_RE.match(value)
@@ -43,18 +67,27 @@ def parse_cluster(value: str) -> dict[str, Any]:
     accelerator, nodes, gpus = match.group(1).strip(), int(match.group(2)), int(match.group(3))
     if nodes < 1 or gpus < 1:
         raise typer.BadParameter(f"{value!r}: nodes and GPUs per node must be at least 1")
-    return {"node_groups": [{"accelerator": accelerator, "num_nodes": nodes,
-                             "gpus_per_node": gpus}]}
+    return {
+        "node_groups": [{"accelerator": accelerator, "num_nodes": nodes, "gpus_per_node": gpus}]
+    }
+
+
+def _read_json(value: str, what: str) -> Any:
+    """JSON from a file path, or inline JSON text."""
+    path = Path(value)
+    try:
+        if path.is_file() or value.endswith(".json"):
+            return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(value)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise typer.BadParameter(f"cannot read {what} {value!r}: {exc}") from exc
 
 
 def parse_model(value: str) -> dict[str, Any]:
     """A preset name, or a JSON file: a Hugging Face config.json or an explicit spec."""
     path = Path(value)
     if value.endswith(".json") or path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise typer.BadParameter(f"cannot read model file {value!r}: {exc}") from exc
+        data = _read_json(value, "model file")
         if not isinstance(data, dict):
             raise typer.BadParameter(f"model file {value!r} must hold a JSON object")
         if "preset" in data or "hf_config" in data:
@@ -63,6 +96,186 @@ def parse_model(value: str) -> dict[str, Any]:
             return {"hf_config": data}
         return data
     return {"preset": value}
+
+
+def build_workload(
+    *,
+    serving: bool,
+    global_batch: int | None,
+    seq: int | None,
+    precision: str,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+    percentile: float | None,
+    arrival_rate: float | None,
+    objective: str | None,
+) -> tuple[dict[str, Any], str | None]:
+    """The workload body and the search-level objective from the command-line options.
+
+    Serving (`--serving`, or implied by `--prompt-tokens`/`--output-tokens`) takes the
+    objective into the workload (`max_goodput_per_gpu`, `min_gpus`, `min_latency`);
+    training passes it at the top level (`max_throughput`)."""
+    if serving or prompt_tokens is not None or output_tokens is not None:
+        if prompt_tokens is None or output_tokens is None:
+            raise typer.BadParameter("a serving workload needs --prompt-tokens and --output-tokens")
+        slo = {
+            k: v
+            for k, v in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms), ("percentile", percentile))
+            if v is not None
+        }
+        workload: dict[str, Any] = {
+            "kind": "serving",
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+            "precision": precision,
+            "slo": slo,
+        }
+        if arrival_rate is not None:
+            workload["arrival_rate_rps"] = arrival_rate
+        if objective is not None:
+            workload["objective"] = objective
+        return workload, None
+    if global_batch is None or seq is None:
+        raise typer.BadParameter(
+            "a training workload needs --global-batch and --seq "
+            "(or --serving with --prompt-tokens and --output-tokens)"
+        )
+    workload = {
+        "kind": "training",
+        "global_batch_size": global_batch,
+        "sequence_length": seq,
+        "precision": precision,
+    }
+    return workload, objective
+
+
+def _plan_body(value: str, client: MeshplanClient) -> dict[str, Any]:
+    """`--plan`: a JSON file or inline JSON (a plan, or a stored plan as the API shows it),
+    else the id of a stored plan."""
+    path = Path(value)
+    if path.is_file() or value.endswith(".json") or value.lstrip().startswith("{"):
+        data = _read_json(value, "plan")
+        if not isinstance(data, dict):
+            raise typer.BadParameter(f"plan {value!r} must hold a JSON object")
+        if "id" in data and ("parallelism" in data or "instances" in data):
+            return Plan.model_validate(data).plan_fields()
+        return data
+    return client.get_plan(value).plan_fields()
+
+
+# ---- the service: remote or in-process -----------------------------------------------------
+def _local_settings() -> Any:
+    from app.core.config import Settings
+
+    overrides: dict[str, Any] = {}
+    if "MESHPLAN_SEARCH_EXECUTOR" not in os.environ:
+        # a process pool would re-import the app in every worker at every command
+        overrides["search_executor"] = "thread"
+    return Settings(**overrides)
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: ")
+
+
+class _Capture(logging.Handler):
+    """Keeps uvicorn's error records as one line each: a logged traceback becomes its
+    final `ExceptionType: message` line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage().strip()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text = f"{exc.__class__.__name__}: {exc}"
+        elif text.startswith("Traceback"):
+            found = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
+            text = found[-1] if found else text.splitlines()[-1]
+        if not text.startswith("Application startup failed"):
+            self.messages.append(text)
+
+
+@contextmanager
+def local_service() -> Iterator[str]:
+    """Serve `create_app()` on a free loopback port in a background thread for the block;
+    yields its base URL. uvicorn runs the lifespan (migrations, runner, recovery); a
+    startup failure becomes a `CliError` naming the cause. The socket is bound before
+    uvicorn gets it, so no other process can take the port in between. Warnings of the
+    service's loggers are held back (errors still show) while the block runs."""
+    import uvicorn
+
+    from app.main import create_app
+
+    app = create_app(_local_settings())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", access_log=False, lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    capture, propagate = _Capture(), uvicorn_log.propagate
+    uvicorn_log.addHandler(capture)
+    uvicorn_log.propagate = False  # startup errors are reported once, below, without traces
+    # service warnings (e.g. "webhooks are not sent") are noise in a one-shot command
+    app_log = logging.getLogger("app")
+    app_level = app_log.level
+    if app_level == logging.NOTSET:
+        app_log.setLevel(logging.ERROR)
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        except SystemExit:  # uvicorn exits after a failed startup; the log says why
+            pass
+
+    thread = threading.Thread(target=run, name="meshplan-local", daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                cause = "; ".join(capture.messages) or "it did not start in time"
+                raise CliError(f"the in-process service failed to start: {cause}")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        uvicorn_log.removeHandler(capture)
+        uvicorn_log.propagate = propagate
+        app_log.setLevel(app_level)
+
+
+@contextmanager
+def connect(url: str | None) -> Iterator[MeshplanClient]:
+    """A client of `url`, or of an in-process service when `url` is empty."""
+    if url:
+        with MeshplanClient(url) as client:
+            yield client
+        return
+    with local_service() as local_url, MeshplanClient(local_url) as client:
+        yield client
+
+
+@contextmanager
+def _errors_exit() -> Iterator[None]:
+    """Client and CLI errors → one red message on stderr and exit code 2."""
+    try:
+        yield
+    except (MeshplanError, CliError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ERROR_EXIT) from None
+    except typer.BadParameter as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(ERROR_EXIT) from None
 
 
 def _problem_message(problem: dict[str, Any]) -> str:
@@ -77,126 +290,188 @@ def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def plans_table(plans: list[dict[str, Any]], title: str, width: int = 160) -> Table:
-    """The ranked plans as a rich table (the explanation column shrinks to fit)."""
-    headers = ("rank", "dp/tp/pp/vp/cp", "mbs", "zero", "recompute", "step s", "tokens/s",
-               "MFU", "peak GiB", "explanation")
-    rows = []
-    for plan in plans:
-        par = plan["parallelism"]
-        metrics = plan["metrics"]
-        degrees = "/".join(str(par[k]) for k in ("data", "tensor", "pipeline",
-                                                  "virtual_pipeline", "context"))
-        if par.get("expert", 1) > 1:
-            degrees += f" ep{par['expert']}"
-        rows.append((
-            str(plan["rank"]), degrees, str(plan["micro_batch_size"]), str(plan["zero_stage"]),
-            plan["recompute"], f"{metrics['step_time_s']:.4g}", f"{metrics['tokens_per_s']:,.0f}",
-            f"{metrics['mfu'] * 100:.1f}%", f"{plan['memory']['peak_gib']:.1f}",
-            # the first clause repeats step time and MFU: show what follows it
-            plan.get("explanation", "").split("; ", 1)[-1],
-        ))
+def _table(
+    headers: tuple[str, ...],
+    rows: list[tuple[str, ...]],
+    title: str,
+    width: int,
+    left: tuple[str, ...],
+) -> Table:
+    """A rich table whose last column (an explanation) shrinks to fit `width`."""
     widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(headers)]
-    # each column takes its width plus 3 (padding and border); the explanation gets the rest
+    # each column takes its width plus 3 (padding and border); the last one gets the rest
     room = max(len(headers[-1]), min(80, width - sum(w + 3 for w in widths[:-1]) - 4))
     table = Table(title=title)
     for name in headers:
-        justify = "left" if name in ("dp/tp/pp/vp/cp", "recompute", "explanation") else "right"
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row[:-1], _truncate(row[-1], room))
     return table
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]searching[/bold]"), BarColumn(),
-        TextColumn("{task.completed}/{task.total} candidates"), TimeElapsedColumn(),
-        console=err_console, transient=True,
+def _explanation(plan: dict[str, Any]) -> str:
+    # the first clause repeats the headline metrics: show what follows it
+    return str(plan.get("explanation", "")).split("; ", 1)[-1]
+
+
+def plans_table(
+    plans: list[dict[str, Any]], title: str, width: int = 160, *, show_ids: bool = False
+) -> Table:
+    """Ranked training plans as a rich table (the explanation column shrinks to fit)."""
+    headers: tuple[str, ...] = (
+        "rank",
+        "dp/tp/pp/vp/cp",
+        "mbs",
+        "zero",
+        "recompute",
+        "step s",
+        "tokens/s",
+        "MFU",
+        "peak GiB",
+        "explanation",
+    )
+    if show_ids:
+        headers = ("id", *headers)
+    rows: list[tuple[str, ...]] = []
+    for plan in plans:
+        par = plan["parallelism"]
+        metrics = plan["metrics"]
+        degrees = "/".join(
+            str(par[k]) for k in ("data", "tensor", "pipeline", "virtual_pipeline", "context")
+        )
+        if par.get("expert", 1) > 1:
+            degrees += f" ep{par['expert']}"
+        row: tuple[str, ...] = (
+            str(plan["rank"]),
+            degrees,
+            str(plan["micro_batch_size"]),
+            str(plan["zero_stage"]),
+            str(plan["recompute"]),
+            f"{metrics['step_time_s']:.4g}",
+            f"{metrics['tokens_per_s']:,.0f}",
+            f"{metrics['mfu'] * 100:.1f}%",
+            f"{(plan.get('memory') or {}).get('peak_gib', float('nan')):.1f}",
+            _explanation(plan),
+        )
+        rows.append((str(plan["id"]), *row) if show_ids else row)
+    return _table(
+        headers, rows, title, width, left=("id", "dp/tp/pp/vp/cp", "recompute", "explanation")
     )
 
 
-# ---- search modes ------------------------------------------------------------------------
-def _search_in_process(body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    from pydantic import ValidationError
+def _instance_text(instance: dict[str, Any]) -> str:
+    par = instance.get("parallelism") or {}
+    text = f"{instance.get('count', 1)}×{instance.get('role', 'both')} tp{par.get('tensor', 1)}"
+    if par.get("pipeline", 1) > 1:
+        text += f" pp{par['pipeline']}"
+    if par.get("expert", 1) > 1:
+        text += f" ep{par['expert']}"
+    text += f" b{instance.get('max_batch_size')}"
+    if instance.get("precision"):
+        text += f" {instance['precision']}"
+    return text
 
-    from app.core.config import Settings
-    from app.core.problems import problem_from_error
-    from app.schemas import SearchCreate
-    from app.services import planning
-    from specs.errors import PlannerError
 
+def serving_table(
+    plans: list[dict[str, Any]], title: str, width: int = 160, *, show_ids: bool = False
+) -> Table:
+    """Ranked serving plans as a rich table."""
+    headers: tuple[str, ...] = (
+        "rank",
+        "layout",
+        "GPUs",
+        "goodput rps",
+        "rps/GPU",
+        "TTFT p90 ms",
+        "TPOT p90 ms",
+        "tokens/s",
+        "explanation",
+    )
+    if show_ids:
+        headers = ("id", *headers)
+    rows: list[tuple[str, ...]] = []
+    for plan in plans:
+        m = plan["metrics"]
+        layout = ", ".join(_instance_text(i) for i in plan.get("instances") or [])
+        if plan.get("mode") == "disaggregated":
+            layout = "disagg " + layout
+        row: tuple[str, ...] = (
+            str(plan["rank"]),
+            layout,
+            str(m.get("gpus_used")),
+            f"{m['goodput_rps']:.4g}",
+            f"{m['goodput_rps_per_gpu']:.4g}",
+            f"{m['ttft_ms_p90']:.4g}",
+            f"{m['tpot_ms_p90']:.4g}",
+            f"{m['throughput_tokens_per_s']:,.0f}",
+            _explanation(plan),
+        )
+        rows.append((str(plan["id"]), *row) if show_ids else row)
+    return _table(headers, rows, title, width, left=("id", "layout", "explanation"))
+
+
+def _print_plans(plans: list[Plan], title: str, *, show_ids: bool) -> None:
+    bodies = [p.model_dump(mode="json") for p in plans]
+    make = serving_table if plans and plans[0].is_serving else plans_table
+    console.print(make(bodies, title, width=console.width, show_ids=show_ids))
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]searching[/bold]"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} candidates"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+def _wait(client: MeshplanClient, search: Search, poll_s: float, timeout_s: float | None) -> Search:
+    """Wait for the search with a progress bar; Ctrl-C cancels it."""
     try:
-        request = SearchCreate.model_validate(body)
-        prepared = planning.prepare_search(request, Settings())
-    except ValidationError as exc:
-        errors = planning.validation_errors(exc, "")
-        raise CliError(
-            "Invalid input:\n" + "\n".join(f"  - {e['field'].strip('.')}: {e['message']}"
-                                           for e in errors)
-        ) from exc
-    except PlannerError as exc:
-        raise CliError(_problem_message(problem_from_error(exc))) from exc
-    with _progress() as progress:
-        task = progress.add_task("search", total=None)
+        with _progress() as progress:
+            task = progress.add_task("search", total=None)
 
-        def report(evaluated: int, total: int | None) -> None:
-            progress.update(task, completed=evaluated, total=total)
+            def report(current: Search) -> None:
+                progress.update(
+                    task, completed=current.progress.evaluated, total=current.progress.total
+                )
 
+            return client.wait_for_search(
+                search.id, timeout=timeout_s, poll_interval=poll_s, on_progress=report
+            )
+    except KeyboardInterrupt:
         try:
-            outcome = planning.run_problem(prepared.problem, progress=report,
-                                           should_stop=lambda: False)
-        except PlannerError as exc:
-            raise CliError(_problem_message(problem_from_error(exc))) from exc
-    plans = [planning.plan_public(p, plan_id=str(p["rank"]), search_id="local")
-             for p in outcome.plans]
-    return plans, outcome.stats
+            client.cancel_search(search.id)
+        except MeshplanError:
+            pass
+        raise CliError(f"interrupted; search {search.id} cancelled") from None
 
 
-def _search_remote(url: str, body: dict[str, Any], poll_s: float) -> tuple[
-    list[dict[str, Any]], dict[str, Any]
-]:
-    with httpx.Client(base_url=url.rstrip("/"), timeout=30.0) as client:
-        try:
-            response = client.post("/v1/searches", json=body)
-        except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {url}: {exc}") from exc
-        if response.status_code >= 400:
-            raise CliError(_remote_error(response))
-        search = response.json()
-        location = response.headers.get("location") or f"/v1/searches/{search['id']}"
-        try:
-            with _progress() as progress:
-                task = progress.add_task("search", total=None)
-                while search["status"] in ("queued", "running"):
-                    time.sleep(poll_s)
-                    response = client.get(location)
-                    if response.status_code >= 400:
-                        raise CliError(_remote_error(response))
-                    search = response.json()
-                    done = search["progress"]
-                    progress.update(task, completed=done["evaluated"], total=done["total"])
-        except KeyboardInterrupt:
-            client.delete(location)
-            raise CliError(f"interrupted; search {search['id']} cancelled") from None
-        if search["status"] == "failed":
-            raise CliError(_problem_message(search.get("error") or {}))
-        if search["status"] == "cancelled":
-            raise CliError(f"search {search['id']} was cancelled")
-        response = client.get(f"{location}/plans", params={"limit": search.get("top_k", 100)})
-        if response.status_code >= 400:
-            raise CliError(_remote_error(response))
-        return response.json()["items"], search.get("stats") or {}
+def _number(value: float) -> str:
+    """4 significant digits; large values in full with thousands separators."""
+    if isinstance(value, int) or abs(value) >= 10_000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
 
 
-def _remote_error(response: httpx.Response) -> str:
-    try:
-        return _problem_message(response.json())
-    except (ValueError, AttributeError):
-        return f"HTTP {response.status_code}: {response.text[:500]}"
+def _dump(data: Any) -> None:
+    """JSON on stdout, no rich markup or wrapping."""
+    typer.echo(json.dumps(data, indent=2, default=str))
 
 
 # ---- commands ----------------------------------------------------------------------------
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        envvar="MESHPLAN_URL",
+        help="A running service ($MESHPLAN_URL); default: run one in-process.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
 @cli.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -227,46 +502,327 @@ def migrate() -> None:
 
 @cli.command()
 def search(
-    model: Annotated[str, typer.Option(help="Preset name, or a JSON file (HF config.json or "
-                                            "an explicit spec).")],
+    model: Annotated[
+        str, typer.Option(help="Preset name, or a JSON file (HF config.json or an explicit spec).")
+    ],
     cluster: Annotated[str, typer.Option(help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8.")],
-    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")],
-    seq: Annotated[int, typer.Option(help="Tokens per sequence.")],
+    global_batch: Annotated[
+        int | None, typer.Option(help="Training: sequences per optimizer step.")
+    ] = None,
+    seq: Annotated[int | None, typer.Option(help="Training: tokens per sequence.")] = None,
     top_k: Annotated[int, typer.Option(help="Plans to keep.")] = 10,
-    precision: Annotated[str, typer.Option(help="bf16, fp16, fp8 or fp32.")] = "bf16",
+    precision: Annotated[
+        str,
+        typer.Option(help="bf16, fp16, fp8 or fp32 (serving: bf16, fp16, fp8 or int4 weights)."),
+    ] = "bf16",
     time_limit: Annotated[float | None, typer.Option(help="Search time limit, seconds.")] = None,
-    url: Annotated[str | None, typer.Option(help="A running service; default: in-process.")] = None,
-    output_json: Annotated[bool, typer.Option("--json", help="Print the plans as JSON.")] = False,
-    poll: Annotated[float, typer.Option(help="Seconds between polls (with --url).")] = 0.5,
+    serving: Annotated[
+        bool, typer.Option("--serving", help="Plan inference serving instead of training.")
+    ] = False,
+    prompt_tokens: Annotated[int | None, typer.Option(help="Serving: prompt tokens.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Serving: output tokens.")] = None,
+    ttft_ms: Annotated[
+        float | None, typer.Option(help="Serving SLO: time to first token, ms.")
+    ] = None,
+    tpot_ms: Annotated[
+        float | None, typer.Option(help="Serving SLO: time per output token, ms.")
+    ] = None,
+    percentile: Annotated[
+        float | None, typer.Option(help="Serving SLO percentile (default 90).")
+    ] = None,
+    arrival_rate: Annotated[
+        float | None, typer.Option(help="Serving: requests per second.")
+    ] = None,
+    objective: Annotated[
+        str | None,
+        typer.Option(
+            help="max_throughput (training); max_goodput_per_gpu, min_gpus or min_latency "
+            "(serving)."
+        ),
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            help="Wait for the plans with a progress bar; "
+            "--no-wait prints the search id (needs --url)."
+        ),
+    ] = True,
+    timeout: Annotated[float | None, typer.Option(help="Longest wait, seconds.")] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="Idempotency-Key: rerunning with the same key returns the same search."),
+    ] = None,
+    callback_url: Annotated[
+        str | None, typer.Option(help="The service POSTs the finished search to this URL.")
+    ] = None,
+    url: UrlOption = None,
+    output_json: JsonOption = False,
+    poll: Annotated[float, typer.Option(help="Seconds between progress reads.")] = 0.5,
 ) -> None:
     """Search the best parallel plans and print them ranked."""
-    body: dict[str, Any] = {
-        "model": parse_model(model),
-        "cluster": parse_cluster(cluster),
-        "workload": {"kind": "training", "global_batch_size": global_batch,
-                     "sequence_length": seq, "precision": precision},
-        "top_k": top_k,
-    }
-    if time_limit is not None:
-        body["constraints"] = {"time_limit_s": time_limit}
-    try:
-        plans, stats = _search_remote(url, body, poll) if url else _search_in_process(body)
-    except CliError as exc:
-        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(ERROR_EXIT) from None
+    with _errors_exit():
+        workload, top_objective = build_workload(
+            serving=serving,
+            global_batch=global_batch,
+            seq=seq,
+            precision=precision,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            percentile=percentile,
+            arrival_rate=arrival_rate,
+            objective=objective,
+        )
+        constraints = {"time_limit_s": time_limit} if time_limit is not None else None
+        body_model, body_cluster = parse_model(model), parse_cluster(cluster)
+        if not wait and not url:
+            raise CliError(
+                "--no-wait needs --url: the in-process service stops when the command ends"
+            )
+        with connect(url) as client:
+            found = client.create_search(
+                body_model,
+                body_cluster,
+                workload,
+                constraints=constraints,
+                objective=top_objective,
+                top_k=top_k,
+                idempotency_key=idempotency_key,
+                callback_url=callback_url,
+            )
+            if not wait:
+                if output_json:
+                    _dump(found.model_dump(mode="json"))
+                else:  # the id alone on stdout, for ID=$(meshplan search ... --no-wait)
+                    typer.echo(found.id)
+                    err_console.print(f"search {found.status}", highlight=False)
+                return
+            if not found.finished:
+                found = _wait(client, found, poll, timeout)
+            if found.status == "failed":
+                raise CliError(
+                    _problem_message(found.error.model_dump(mode="json") if found.error else {})
+                )
+            if found.status == "cancelled":
+                raise CliError(f"search {found.id} was cancelled")
+            plans = client.list_plans(found.id, limit=top_k)
     if output_json:
-        console.print_json(json.dumps({"plans": plans, "stats": stats}))
+        _dump(
+            {
+                "search": found.model_dump(mode="json"),
+                "plans": [p.model_dump(mode="json") for p in plans],
+                "stats": found.stats,
+            }
+        )
         return
     if not plans:
         err_console.print("[yellow]no plan found[/yellow]")
         raise typer.Exit(ERROR_EXIT)
-    title = f"{model} on {cluster}: {global_batch} × {seq} tokens per step"
-    console.print(plans_table(plans, title, width=console.width))
+    if workload["kind"] == "serving":
+        title = f"{model} on {cluster}: serving {prompt_tokens} → {output_tokens} tokens"
+    else:
+        title = f"{model} on {cluster}: {global_batch} × {seq} tokens per step"
+    _print_plans(plans, title, show_ids=False)
+    stats = found.stats
     wall = stats.get("wall_time_s")
     summary = f"{stats.get('enumerated', '?')} candidates, {stats.get('evaluated', '?')} evaluated"
     if isinstance(wall, int | float):
         summary += f", {wall:.2f} s"
     console.print(summary, style="dim")
+    console.print(
+        f"search {found.id}; best plan {plans[0].id}", style="dim", highlight=False, soft_wrap=True
+    )
+
+
+@cli.command()
+def searches(
+    status: Annotated[
+        str | None,
+        typer.Option(help="Only this status (queued, running, succeeded, failed, cancelled)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many.")] = 20,
+    url: UrlOption = None,
+    output_json: JsonOption = False,
+) -> None:
+    """List searches, newest first."""
+    with _errors_exit(), connect(url) as client:
+        found = list(
+            client.list_searches(status=status, page_size=min(limit, 100), max_items=limit)
+        )
+    if output_json:
+        _dump([s.model_dump(mode="json") for s in found])
+        return
+    table = Table(title="searches")
+    for name in ("id", "status", "model", "GPUs", "workload", "plans", "created", "wall s"):
+        table.add_column(
+            name, no_wrap=True, justify="right" if name in ("GPUs", "plans", "wall s") else "left"
+        )
+    for s in found:
+        wall = s.stats.get("wall_time_s")
+        table.add_row(
+            s.id,
+            s.status,
+            s.model_name or "",
+            str(s.num_gpus or ""),
+            str(s.workload.get("kind", "")),
+            "" if s.num_plans is None else str(s.num_plans),
+            s.created_at.strftime("%Y-%m-%d %H:%M:%S") if s.created_at else "",
+            f"{wall:.2f}" if isinstance(wall, int | float) else "",
+        )
+    console.print(table)
+
+
+@cli.command()
+def plans(
+    search_id: Annotated[str, typer.Argument(help="The search whose plans to show.")],
+    limit: Annotated[int | None, typer.Option(help="Show the best N only.")] = None,
+    url: UrlOption = None,
+    output_json: JsonOption = False,
+) -> None:
+    """Show a search's plans, best first, with their ids."""
+    with _errors_exit(), connect(url) as client:
+        found = client.get_search(search_id)
+        items = client.list_plans(search_id, limit=limit)
+    if output_json:
+        _dump([p.model_dump(mode="json") for p in items])
+        return
+    if not items:
+        err_console.print(
+            f"[yellow]search {search_id} has no plans ({found.status})[/yellow]", highlight=False
+        )
+        raise typer.Exit(ERROR_EXIT)
+    _print_plans(
+        items,
+        f"plans of search {search_id} ({found.model_name}, {found.num_gpus} GPUs)",
+        show_ids=True,
+    )
+
+
+@cli.command()
+def export(
+    plan_id: Annotated[str, typer.Argument(help="The plan to export.")],
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="megatron, torchtitan, deepspeed, vllm, sglang, slurm or kubernetes.",
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Write the file here ('-' or absent: stdout)."),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param", "-p", help="KEY=VALUE query parameters of the export (repeatable)."
+        ),
+    ] = None,
+    url: UrlOption = None,
+    output_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the whole export (format, filename, content, args, env)."
+        ),
+    ] = False,
+) -> None:
+    """Render a plan for a launcher (Megatron, torchtitan, DeepSpeed, vLLM, SGLang, Slurm,
+    Kubernetes)."""
+    params: dict[str, str] = {}
+    for item in param or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err_console.print(
+                f"[red]error:[/red] --param {item!r} is not KEY=VALUE", highlight=False
+            )
+            raise typer.Exit(ERROR_EXIT)
+        params[key] = value
+    with _errors_exit(), connect(url) as client:
+        rendered = client.export_plan(plan_id, format, **params)
+    if output_json:
+        _dump(rendered.model_dump(mode="json"))
+    elif out is None or str(out) == "-":
+        typer.echo(rendered.content, nl=not rendered.content.endswith("\n"))
+    else:
+        written = rendered.write(out)
+        err_console.print(f"wrote {written} ({rendered.format})", highlight=False)
+
+
+@cli.command()
+def estimate(
+    model: Annotated[str, typer.Option(help="Preset name, or a JSON file.")],
+    cluster: Annotated[str, typer.Option(help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8.")],
+    plan: Annotated[
+        str, typer.Option(help="A plan: JSON file, inline JSON, or a stored plan's id.")
+    ],
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="The workload as a JSON file or inline JSON (instead of the options below)."
+        ),
+    ] = None,
+    global_batch: Annotated[int | None, typer.Option(help="Training: sequences per step.")] = None,
+    seq: Annotated[int | None, typer.Option(help="Training: tokens per sequence.")] = None,
+    precision: Annotated[str, typer.Option(help="Workload precision.")] = "bf16",
+    serving: Annotated[bool, typer.Option("--serving", help="A serving workload.")] = False,
+    prompt_tokens: Annotated[int | None, typer.Option(help="Serving: prompt tokens.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(help="Serving: output tokens.")] = None,
+    ttft_ms: Annotated[float | None, typer.Option(help="Serving SLO: TTFT, ms.")] = None,
+    tpot_ms: Annotated[float | None, typer.Option(help="Serving SLO: TPOT, ms.")] = None,
+    arrival_rate: Annotated[float | None, typer.Option(help="Serving: requests/s.")] = None,
+    url: UrlOption = None,
+    output_json: JsonOption = False,
+) -> None:
+    """Price one plan: step time, throughput and memory (serving: latency and goodput).
+    Exit code 1 when the plan is infeasible."""
+    with _errors_exit():
+        if workload is not None:
+            body_workload = _read_json(workload, "workload")
+            if not isinstance(body_workload, dict):
+                raise typer.BadParameter("the workload must be a JSON object")
+        else:
+            body_workload, _ = build_workload(
+                serving=serving,
+                global_batch=global_batch,
+                seq=seq,
+                precision=precision,
+                prompt_tokens=prompt_tokens,
+                output_tokens=output_tokens,
+                ttft_ms=ttft_ms,
+                tpot_ms=tpot_ms,
+                percentile=None,
+                arrival_rate=arrival_rate,
+                objective=None,
+            )
+        body_model, body_cluster = parse_model(model), parse_cluster(cluster)
+        with connect(url) as client:
+            body_plan = _plan_body(plan, client)
+            result = client.estimate(body_model, body_cluster, body_workload, body_plan)
+    if output_json:
+        _dump(result.model_dump(mode="json"))
+    else:
+        table = Table(
+            title=f"{model} on {cluster}: {'feasible' if result.feasible else 'INFEASIBLE'}"
+        )
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        metrics = result.metrics.model_dump(exclude_none=True) if result.metrics else {}
+        for name, value in metrics.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            table.add_row(name, _number(value))
+        peak = (result.memory or {}).get("peak_gib")
+        if isinstance(peak, int | float) and "peak_memory_gib" not in metrics:
+            table.add_row("peak_gib", _number(peak))
+        console.print(table)
+        for violation in result.violations:
+            err_console.print(
+                f"[yellow]{violation.kind}[/yellow]: {violation.detail}", highlight=False
+            )
+    if not result.feasible:
+        raise typer.Exit(INFEASIBLE_EXIT)
 
 
 def main() -> None:
