@@ -1,0 +1,371 @@
+"""Kubernetes export: YAML manifests that launch the plan.
+
+Training plans: a Kubeflow training-operator `PyTorchJob` (kubeflow.org/v1; one Master and
+N − 1 Worker pods, each with the node's GPUs as `nvidia.com/gpu` limits; the operator sets
+MASTER_ADDR, MASTER_PORT and RANK in every pod) or, with `?kind=jobset`, a JobSet
+(jobset.x-k8s.io/v1alpha2; one indexed Job of N pods, the node rank from the
+`batch.kubernetes.io/job-completion-index` annotation, the rendezvous host the first pod's
+stable DNS name `<jobset>-<job>-0-0.<jobset>`). The framework is Megatron-LM by default, or
+torchtitan / DeepSpeed with `?framework=` (their config file in a ConfigMap).
+
+Serving plans: an instance wider than a node becomes a LeaderWorkerSet
+(leaderworkerset.x-k8s.io/v1; `size` = nodes per instance, `replicas` = instance count; vLLM
+runs its workers in a Ray cluster the leader heads, SGLang passes `LWS_WORKER_INDEX` as node
+rank and `LWS_LEADER_ADDRESS` as the init address); a single-node instance becomes a
+Deployment with a Service. Disaggregated plans have one workload per role. vLLM by default,
+`?framework=sglang`. `?image=` overrides the container image. Every document is plain YAML
+(`yaml.safe_load_all` reads it back).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import yaml
+
+from app.exports import deepspeed, megatron, sglang, torchtitan, vllm
+from app.exports.base import (
+    ExportContext,
+    ExportResult,
+    UnexpressiblePlan,
+    gpu_resource_name,
+    model_reference,
+    node_layout,
+    require,
+)
+from app.exports.serving_common import ROLE_ORDER, instance_shape
+
+FORMAT = "kubernetes"
+TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+SERVING_FRAMEWORKS = ("vllm", "sglang")
+DEFAULT_IMAGES = {
+    "megatron": "nvcr.io/nvidia/pytorch:25.06-py3",
+    "torchtitan": "pytorch/pytorch:latest",
+    "deepspeed": "pytorch/pytorch:latest",
+    "vllm": "vllm/vllm-openai:latest",
+    "sglang": "lmsysorg/sglang:latest",
+}
+MASTER_PORT = 29500
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML with multi-line strings (config files, scripts) as literal blocks and no
+    anchors or aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (every node, no aliases)
+        return True
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(docs: list[dict[str, Any]]) -> str:
+    """Documents as one YAML stream (`---` between them); `yaml.safe_load_all` reads it."""
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+
+
+def _name(ctx: ExportContext, suffix: str = "") -> str:
+    base = "meshplan-" + (ctx.plan_id or "plan")[:8].lower()
+    return base + (f"-{suffix}" if suffix else "")
+
+
+def _env_list(env: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def _shm() -> tuple[dict[str, Any], dict[str, Any]]:
+    """A memory-backed /dev/shm (NCCL and dataloaders need more than the 64 MiB default)."""
+    return (
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    )
+
+
+def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
+    plan, _ = ctx.training_plan(FORMAT)
+    world = plan.parallelism.world_size
+    layout = node_layout(FORMAT, ctx.cluster, world)
+    name = _name(ctx)
+    config_map: dict[str, Any] | None = None
+    if framework == "megatron":
+        inner = megatron.export(ctx)
+        program = [megatron.ENTRYPOINT, *inner.args]
+    elif framework == "torchtitan":
+        inner = torchtitan.export(ctx)
+        program = ["-m", "torchtitan.train", "--job.config_file", f"/config/{inner.filename}"]
+    else:
+        inner = deepspeed.export(ctx)
+        program = [
+            inner.env.get("TRAIN_SCRIPT", "train.py"),
+            "--deepspeed",
+            "--deepspeed_config",
+            f"/config/{inner.filename}",
+        ]
+    if framework != "megatron":
+        config_map = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-config"},
+            "data": {inner.filename: inner.content},
+        }
+    if kind == "pytorchjob":
+        master, rank = "$(MASTER_ADDR)", "$(RANK)"
+        port = "$(MASTER_PORT)"
+    else:
+        master, rank, port = f"{name}-workers-0-0.{name}", "$(NODE_RANK)", str(MASTER_PORT)
+    command = [
+        "torchrun",
+        "--nnodes",
+        str(layout.num_nodes),
+        "--nproc-per-node",
+        str(layout.gpus_per_node),
+        "--node-rank",
+        rank,
+        "--master-addr",
+        master,
+        "--master-port",
+        port,
+        *program,
+    ]
+    gpu = gpu_resource_name(layout.vendor)
+    shm_volume, shm_mount = _shm()
+    mounts = [shm_mount]
+    volumes = [shm_volume]
+    if config_map is not None:
+        volumes.append({"name": "config", "configMap": {"name": f"{name}-config"}})
+        mounts.append({"name": "config", "mountPath": "/config"})
+    env = dict(inner.env)
+    container: dict[str, Any] = {
+        "name": "pytorch",
+        "image": ctx.options.get("image", DEFAULT_IMAGES[framework]),
+        "command": command,
+        "resources": {"limits": {gpu: layout.gpus_per_node}},
+        "volumeMounts": mounts,
+    }
+    if env:
+        container["env"] = _env_list(env)
+    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if kind == "pytorchjob":
+        replica = {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": pod_spec}}
+        specs: dict[str, Any] = {"Master": replica}
+        if layout.num_nodes > 1:
+            specs["Worker"] = {**replica, "replicas": layout.num_nodes - 1}
+        job: dict[str, Any] = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": name},
+            "spec": {"nprocPerNode": str(layout.gpus_per_node), "pytorchReplicaSpecs": specs},
+        }
+    else:
+        container["env"] = [
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {
+                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                    }
+                },
+            },
+            *container.get("env", []),
+        ]
+        pod_spec["restartPolicy"] = "Never"
+        job = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": {"maxRestarts": 3},
+                "network": {"enableDNSHostnames": True},
+                "replicatedJobs": [
+                    {
+                        "name": "workers",
+                        "replicas": 1,
+                        "template": {
+                            "spec": {
+                                "parallelism": layout.num_nodes,
+                                "completions": layout.num_nodes,
+                                "completionMode": "Indexed",
+                                "backoffLimit": 0,
+                                "template": {"spec": pod_spec},
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    docs = [d for d in (config_map, job) if d is not None]
+    return ExportResult(
+        format=FORMAT,
+        filename=f"{name}.yaml",
+        content=dump_yaml(docs),
+        args=command,
+        env=env,
+        notes=[f"framework: {framework}", f"kind: {kind}", *inner.notes],
+    )
+
+
+def _serving(ctx: ExportContext, framework: str) -> ExportResult:
+    plan, workload = ctx.serving_plan(FORMAT)
+    env: dict[str, str] = {}
+    model_ref = model_reference(ctx.model, env)
+    gpn = ctx.cluster.gpus_per_node
+    gpu = gpu_resource_name(ctx.cluster.accelerator.vendor)
+    image = ctx.options.get("image", DEFAULT_IMAGES[framework])
+    docs: list[dict[str, Any]] = []
+    role_args: dict[str, list[str]] = {}
+    shm_volume, shm_mount = _shm()
+    instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
+    for inst in instances:
+        shape = instance_shape(FORMAT, ctx.cluster, inst)
+        name = _name(ctx, inst.role)
+        port = 8000 if framework == "vllm" else 30000
+        if framework == "vllm":
+            args = [
+                "vllm",
+                "serve",
+                *vllm.instance_args(model_ref, inst, workload, node_gpus=gpn, port=port),
+            ]
+            vllm.check_args(args[2:], ctx.model)
+        else:
+            args = [
+                *sglang.LAUNCH,
+                *sglang.instance_args(model_ref, inst, workload, cluster=ctx.cluster, port=port),
+            ]
+            sglang.check_args(args[3:], ctx.model)
+            args = [
+                a.replace("${NODE_RANK}", "$(NODE_RANK)").replace(
+                    "${LEADER_ADDR}", "$(LWS_LEADER_ADDRESS)"
+                )
+                for a in args
+            ]
+        role_args[inst.role] = args
+        container: dict[str, Any] = {
+            "name": framework,
+            "image": image,
+            "resources": {"limits": {gpu: shape.gpus_per_node}},
+            "ports": [{"containerPort": port}],
+            "volumeMounts": [shm_mount],
+        }
+        if env:
+            container["env"] = _env_list(env)
+        labels = {"app": name}
+        if shape.nodes == 1:
+            container["command"] = args
+            docs.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "replicas": inst.count,
+                        "selector": {"matchLabels": labels},
+                        "template": {
+                            "metadata": {"labels": labels},
+                            "spec": {"containers": [container], "volumes": [shm_volume]},
+                        },
+                    },
+                }
+            )
+        else:
+            leader = dict(container)
+            worker = dict(container)
+            if framework == "vllm":
+                serve = " ".join(shlex.quote(a) for a in args)
+                leader["command"] = ["sh", "-c", f"ray start --head --port=6379 && {serve}"]
+                worker["command"] = [
+                    "sh",
+                    "-c",
+                    "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block",
+                ]
+                worker.pop("ports")
+            else:
+                rank_env = [
+                    {
+                        "name": "NODE_RANK",
+                        "valueFrom": {
+                            "fieldRef": {
+                                "fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+                            }
+                        },
+                    }
+                ]
+                leader["env"] = rank_env + container.get("env", [])
+                worker["env"] = rank_env + container.get("env", [])
+                leader["command"] = args
+                worker["command"] = args
+                worker.pop("ports")
+            docs.append(
+                {
+                    "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                    "kind": "LeaderWorkerSet",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "replicas": inst.count,
+                        "leaderWorkerTemplate": {
+                            "size": shape.nodes,
+                            "restartPolicy": "RecreateGroupOnPodRestart",
+                            "leaderTemplate": {
+                                "metadata": {"labels": {"role": "leader"}},
+                                "spec": {"containers": [leader], "volumes": [shm_volume]},
+                            },
+                            "workerTemplate": {
+                                "spec": {"containers": [worker], "volumes": [shm_volume]}
+                            },
+                        },
+                    },
+                }
+            )
+            labels = {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": labels, "ports": [{"port": port, "targetPort": port}]},
+            }
+        )
+    first = instances[0].role
+    return ExportResult(
+        format=FORMAT,
+        filename=f"{_name(ctx)}.yaml",
+        content=dump_yaml(docs),
+        args=role_args[first],
+        env=env,
+        roles=role_args if plan.mode == "disaggregated" else None,
+        notes=[f"framework: {framework}"],
+    )
+
+
+def export(ctx: ExportContext) -> ExportResult:
+    if ctx.is_training:
+        framework = ctx.options.get("framework", "megatron")
+        kind = ctx.options.get("kind", "pytorchjob").lower()
+        if framework not in TRAINING_FRAMEWORKS:
+            raise UnexpressiblePlan(
+                FORMAT,
+                "kubernetes.framework",
+                f"framework must be one of {', '.join(TRAINING_FRAMEWORKS)} "
+                f"for a training plan (got {framework!r})",
+            )
+        require(
+            kind in ("pytorchjob", "jobset"),
+            FORMAT,
+            "kubernetes.kind",
+            f"kind must be pytorchjob or jobset for a training plan (got {kind!r})",
+        )
+        return _training(ctx, framework, kind)
+    framework = ctx.options.get("framework", "vllm")
+    if framework not in SERVING_FRAMEWORKS:
+        raise UnexpressiblePlan(
+            FORMAT,
+            "kubernetes.framework",
+            f"framework must be one of {', '.join(SERVING_FRAMEWORKS)} for "
+            f"a serving plan (got {framework!r})",
+        )
+    return _serving(ctx, framework)

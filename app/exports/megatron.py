@@ -1,0 +1,847 @@
+"""Megatron-LM (Megatron-Core) export: the `pretrain_gpt.py` argument list of a training plan
+and the environment its launcher sets.
+
+Flag names and the rules checked follow NVIDIA/Megatron-LM `megatron/training/arguments.py`
+(`validate_args` and the `_add_*_args` parsers), `megatron/core/transformer/
+transformer_config.py` (`__post_init__`: heads and query groups by tensor size, uneven and
+layout pipeline splits, recompute flags), `megatron/core/model_parallel_config.py` ("When
+using expert parallelism and tensor parallelism for training, sequence parallelism must be
+used": an error in earlier Megatron-Core releases, a warning in current ones; refused here;
+the interleaved micro-batch group defaults to the pipeline size), `megatron/core/parallel_state.py`
+(expert-tensor-pipeline grid divides the world) and `megatron/core/pipeline_parallel/
+schedules.py` (interleaved micro-batch groups).
+
+Plan → flags:
+- parallel sizes: `--tensor-/--pipeline-model-parallel-size`, `--context-parallel-size`,
+  `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`;
+- pipeline split (chunk c of `stage_layers` runs on pipeline rank c mod pp, virtual stage
+  c div pp): an even split needs no flag (`--num-layers-per-virtual-pipeline-stage` when
+  interleaved); a split whose ranks differ only at the first and last rank uses
+  `--decoder-first/last-pipeline-num-layers` (with `--num-virtual-stages-per-pipeline-rank`
+  when interleaved); any other split is written as `--pipeline-model-parallel-layout`
+  ("E" embedding, "t" a transformer layer, "L" loss, stages split by "|", in the same chunk
+  order);
+- ZeRO: 0 → plain DDP; 1 → `--use-distributed-optimizer`; 3 → `--use-torch-fsdp2`;
+  2 → `--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward` (Megatron's help: "Set to
+  enable FSDP ZeRO-2"); FSDP2 refuses pipeline and expert parallelism (validate_args);
+- recompute: selective → `--recompute-granularity selective`; full →
+  `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from app.exports.base import (
+    ExportContext,
+    ExportResult,
+    hf_model_id,
+    int_flag,
+    node_layout,
+    parse_flags,
+    require,
+    shell_command,
+)
+from specs.model import ModelSpec
+from specs.plan import TrainingPlan
+from specs.workload import TrainingWorkload
+
+FORMAT = "megatron"
+ENTRYPOINT = "pretrain_gpt.py"
+
+SWITCHES = frozenset(
+    {
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--use-torch-fsdp2",
+        "--torch-fsdp2-no-reshard-after-forward",
+        "--no-gradient-accumulation-fusion",
+        "--group-query-attention",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--bf16",
+        "--fp16",
+        "--moe-grouped-gemm",
+        "--disable-bias-linear",
+        "--add-qkv-bias",
+        "--qk-layernorm",
+        "--multi-latent-attention",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--mock-data",
+        "--moe-router-enable-expert-bias",
+    }
+)
+"""Megatron's `store_true` flags this exporter writes (they take no value)."""
+
+
+# ---- pipeline split ----------------------------------------------------------------------
+def layout_string(stage_layers: Sequence[int]) -> str:
+    """`--pipeline-model-parallel-layout` of a split: "E" (embedding) before the first
+    stage's layers, "L" (loss) after the last stage's, `t*n` for n transformer layers, "|"
+    between stages (Megatron's `PipelineParallelLayerLayout.parse_str_to_list` grammar;
+    stage i is virtual stage i div pp of pipeline rank i mod pp)."""
+    parts = []
+    last = len(stage_layers) - 1
+    for i, n in enumerate(stage_layers):
+        text = f"t*{n}" if n > 1 else "t"
+        if i == 0:
+            text = "E" + text
+        if i == last:
+            text = text + "L"
+        parts.append(text)
+    return "|".join(parts)
+
+
+def parse_layout(layout: str) -> list[list[str]]:
+    """Megatron's layout grammar back to stages of layer symbols: commas are cosmetic,
+    `(x)*n` and `x*n` repeat, `|` separates stages."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [list(stage) for stage in text.split("|")]
+
+
+def _pipeline_flags(plan: TrainingPlan, num_layers: int) -> list[str]:
+    p = plan.parallelism
+    pp, vpp = p.pipeline, p.virtual_pipeline
+    require(
+        vpp == 1 or pp > 1,
+        FORMAT,
+        "megatron.interleaving-needs-pipeline",
+        "an interleaved schedule (virtual_pipeline > 1) needs pipeline-model-parallel size > 1",
+    )
+    if pp == 1:
+        return []
+    layers = list(plan.stage_layers) if plan.stage_layers else None
+    if layers is None:  # the service's own split: Megatron's even split
+        require(
+            num_layers % (pp * vpp) == 0,
+            FORMAT,
+            "megatron.layers-divisible-by-stages",
+            f"{num_layers} layers do not split evenly over {pp} × {vpp} stages",
+        )
+        layers = [num_layers // (pp * vpp)] * (pp * vpp)
+    require(
+        sum(layers) == num_layers,
+        FORMAT,
+        "megatron.stage-layers-sum",
+        f"stage_layers add up to {sum(layers)}, the model has {num_layers} layers",
+    )
+    if len(set(layers)) == 1:
+        if vpp == 1:
+            return []
+        return ["--num-layers-per-virtual-pipeline-stage", str(layers[0])]
+    # first/last form: every rank's chunks equal, middle ranks equal, only ends differ
+    per_rank = [[layers[v * pp + r] for v in range(vpp)] for r in range(pp)]
+    uniform_chunks = all(len(set(chunks)) == 1 for chunks in per_rank)
+    middle = {per_rank[r][0] for r in range(1, pp - 1)}
+    if uniform_chunks and len(middle) <= 1:
+        flags = [
+            "--decoder-first-pipeline-num-layers",
+            str(sum(per_rank[0])),
+            "--decoder-last-pipeline-num-layers",
+            str(sum(per_rank[-1])),
+        ]
+        if vpp > 1:
+            flags += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
+        return flags
+    return ["--pipeline-model-parallel-layout", layout_string(layers)]
+
+
+def moe_layer_pattern(model: ModelSpec) -> str:
+    """`--moe-layer-freq` as Megatron's list expression (1 = MoE layer, 0 = dense), run-length
+    compressed, e.g. `[0]*3+[1]*58`."""
+    bits = [1 if model.is_moe_layer(i) else 0 for i in range(model.num_layers)]
+    runs: list[tuple[int, int]] = []
+    for b in bits:
+        if runs and runs[-1][0] == b:
+            runs[-1] = (b, runs[-1][1] + 1)
+        else:
+            runs.append((b, 1))
+    return "+".join(f"[{b}]*{n}" for b, n in runs)
+
+
+def expand_layer_pattern(text: str) -> list[int]:
+    """Evaluate a `--moe-layer-freq` list expression made of `[b]*n` terms joined by `+`
+    (the only form this exporter writes) without `eval`."""
+    out: list[int] = []
+    for term in text.split("+"):
+        m = re.fullmatch(r"\[(\d)\]\*(\d+)", term.strip())
+        if m is None:
+            raise ValueError(f"unsupported --moe-layer-freq term {term!r}")
+        out += [int(m.group(1))] * int(m.group(2))
+    return out
+
+
+# ---- building ----------------------------------------------------------------------------
+def build_args(
+    model: ModelSpec, plan: TrainingPlan, workload: TrainingWorkload
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """`pretrain_gpt.py` arguments, environment and notes for a training plan."""
+    p = plan.parallelism
+    notes: list[str] = []
+    seq = workload.sequence_length
+    args: list[str] = [
+        "--tensor-model-parallel-size",
+        str(p.tensor),
+        "--pipeline-model-parallel-size",
+        str(p.pipeline),
+        "--context-parallel-size",
+        str(p.context),
+    ]
+    if model.moe is not None:
+        args += [
+            "--expert-model-parallel-size",
+            str(p.expert),
+            "--expert-tensor-parallel-size",
+            str(p.expert_tensor),
+        ]
+    else:
+        require(
+            p.expert == 1,
+            FORMAT,
+            "megatron.expert-parallel-needs-moe",
+            "expert parallelism needs an MoE model (num_experts must be set)",
+        )
+    if p.sequence_parallel:
+        args.append("--sequence-parallel")
+    args += _pipeline_flags(plan, model.num_layers)
+    # optimizer sharding
+    fsdp = plan.zero_stage >= 2
+    if plan.zero_stage == 1:
+        args.append("--use-distributed-optimizer")
+    elif fsdp:
+        args += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+        if plan.zero_stage == 2:
+            args.append("--torch-fsdp2-no-reshard-after-forward")
+        notes.append(
+            f"ZeRO-{plan.zero_stage} maps to PyTorch FSDP2 (--use-torch-fsdp2"
+            + (", no reshard after forward = ZeRO-2" if plan.zero_stage == 2 else "")
+            + ")"
+        )
+    if p.data > 1 and not fsdp:
+        args.append("--overlap-grad-reduce")
+        if plan.zero_stage == 1:
+            args.append("--overlap-param-gather")
+    # recompute
+    if plan.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif plan.recompute == "full":
+        args += [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1",
+        ]
+    # batch and sequence
+    args += [
+        "--micro-batch-size",
+        str(plan.micro_batch_size),
+        "--global-batch-size",
+        str(workload.global_batch_size),
+        "--seq-length",
+        str(seq),
+        "--max-position-embeddings",
+        str(max(seq, model.max_position_embeddings or 0)),
+    ]
+    args += _architecture_args(model, plan)
+    args += _moe_args(model, workload, notes)
+    args += _precision_args(workload)
+    args += _tokenizer_and_run_args(model, notes)
+    env: dict[str, str] = {}
+    if not fsdp:
+        # validate_args: TP or CP before Blackwell needs exactly one hardware queue so that
+        # communication kernels are issued before the GEMMs they overlap with.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return args, env, notes
+
+
+def _architecture_args(model: ModelSpec, plan: TrainingPlan) -> list[str]:
+    args = [
+        "--num-layers",
+        str(model.num_layers),
+        "--hidden-size",
+        str(model.hidden_size),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden_size),
+        "--num-attention-heads",
+        str(model.num_attention_heads),
+    ]
+    if (
+        model.head_dim is not None
+        and model.head_dim * model.num_attention_heads != model.hidden_size
+    ):
+        args += ["--kv-channels", str(model.head_dim)]
+    if model.mla is not None:
+        m = model.mla
+        args += [
+            "--multi-latent-attention",
+            "--kv-lora-rank",
+            str(m.kv_lora_rank),
+            "--qk-head-dim",
+            str(m.qk_nope_head_dim),
+            "--qk-pos-emb-head-dim",
+            str(m.qk_rope_head_dim),
+            "--v-head-dim",
+            str(m.v_head_dim),
+        ]
+        if m.q_lora_rank:
+            args += ["--q-lora-rank", str(m.q_lora_rank)]
+    elif model.kv_heads != model.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    if model.gated_mlp:
+        args.append("--swiglu")
+    args += ["--normalization", "RMSNorm" if model.norm == "rmsnorm" else "LayerNorm"]
+    args += [
+        "--position-embedding-type",
+        "rope" if model.position_embedding == "rope" else "learned_absolute",
+    ]
+    if not model.tie_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.mlp_bias:
+        args.append("--disable-bias-linear")
+    if model.attention_bias and not model.mlp_bias:
+        args.append("--add-qkv-bias")
+    if model.qk_norm:
+        args.append("--qk-layernorm")
+    if not model.dropout:
+        args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    args += ["--attention-backend", "flash" if plan.flash_attention else "unfused"]
+    return args
+
+
+def _moe_args(model: ModelSpec, workload: TrainingWorkload, notes: list[str]) -> list[str]:
+    moe = model.moe
+    if moe is None:
+        return []
+    args = [
+        "--num-experts",
+        str(moe.num_experts),
+        "--moe-router-topk",
+        str(moe.top_k),
+        "--moe-ffn-hidden-size",
+        str(moe.expert_ffn_hidden_size),
+        "--moe-token-dispatcher-type",
+        "alltoall",
+        "--moe-router-load-balancing-type",
+        "aux_loss",
+        "--moe-aux-loss-coeff",
+        "1e-2",
+    ]
+    if moe.num_shared_experts:
+        args += [
+            "--moe-shared-expert-intermediate-size",
+            str(moe.num_shared_experts * moe.shared_ffn),
+        ]
+    if moe.num_dense_layers or moe.layer_frequency > 1:
+        args += ["--moe-layer-freq", moe_layer_pattern(model)]
+    if moe.router_bias:
+        args += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
+    if workload.precision in ("bf16", "fp8"):
+        args.append("--moe-grouped-gemm")
+    routing = workload.moe_routing
+    if routing is not None and routing.capacity_factor is not None:
+        args += [
+            "--moe-expert-capacity-factor",
+            f"{routing.capacity_factor:g}",
+            "--moe-token-drop-policy",
+            "probs",
+        ]
+    else:
+        notes.append("MoE routing is dropless (no --moe-expert-capacity-factor)")
+    return args
+
+
+def _precision_args(workload: TrainingWorkload) -> list[str]:
+    if workload.precision == "bf16":
+        return ["--bf16"]
+    if workload.precision == "fp16":
+        return ["--fp16"]
+    if workload.precision == "fp8":
+        return ["--bf16", "--fp8-format", "hybrid"]
+    return []
+
+
+def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
+    hf_id = hf_model_id(model)
+    if hf_id is not None:
+        tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_id]
+    else:
+        tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size)]
+        notes.append(
+            "no public tokenizer for this model: NullTokenizer with the model's "
+            "vocabulary size; replace with your tokenizer"
+        )
+    notes.append(
+        "--mock-data trains on synthetic tokens; replace it with --data-path PREFIX "
+        "--split 99,1,0 for real data"
+    )
+    return tok + [
+        "--make-vocab-size-divisible-by",
+        "128",
+        "--mock-data",
+        "--train-iters",
+        "100",
+        "--lr",
+        "3.0e-4",
+        "--min-lr",
+        "3.0e-5",
+        "--lr-decay-style",
+        "cosine",
+        "--lr-warmup-iters",
+        "10",
+        "--weight-decay",
+        "0.1",
+        "--clip-grad",
+        "1.0",
+        "--log-interval",
+        "1",
+        "--eval-iters",
+        "0",
+    ]
+
+
+# ---- checking ----------------------------------------------------------------------------
+def check_args(args: Sequence[str], *, world_size: int, env: Mapping[str, str]) -> None:
+    """Megatron's own consistency rules on an argument list (raises `UnexpressiblePlan`
+    naming the rule). Every rule quotes the Megatron source that enforces it."""
+    f = parse_flags(args, SWITCHES)
+    tp = int_flag(f, "--tensor-model-parallel-size", 1)
+    pp = int_flag(f, "--pipeline-model-parallel-size", 1)
+    cp = int_flag(f, "--context-parallel-size", 1)
+    ep = int_flag(f, "--expert-model-parallel-size", 1)
+    etp = int_flag(f, "--expert-tensor-parallel-size", tp)
+    num_layers = int_flag(f, "--num-layers", 0)
+    heads = int_flag(f, "--num-attention-heads", 0)
+    groups = int_flag(f, "--num-query-groups", 1) if f.get("--group-query-attention") else heads
+    seq = int_flag(f, "--seq-length", 0)
+    mbs = int_flag(f, "--micro-batch-size", 0)
+    gbs = int_flag(f, "--global-batch-size", 0)
+    num_experts = int_flag(f, "--num-experts", 0)
+    sp = bool(f.get("--sequence-parallel"))
+    fsdp = bool(f.get("--use-torch-fsdp2"))
+
+    # validate_args: "world size is not divisible by total_model_size"
+    model_size = tp * pp * cp
+    require(
+        world_size % model_size == 0,
+        FORMAT,
+        "megatron.world-size",
+        f"world size {world_size} is not divisible by tp × pp × cp = {model_size}",
+    )
+    dp = world_size // model_size
+    # TransformerConfig.__post_init__
+    require(
+        heads > 0 and heads % tp == 0,
+        FORMAT,
+        "megatron.heads-divisible-by-tp",
+        f"num_attention_heads ({heads}) must be a multiple of tensor_model_parallel_size ({tp})",
+    )
+    if "--multi-latent-attention" not in f:
+        require(
+            groups % tp == 0,
+            FORMAT,
+            "megatron.query-groups-divisible-by-tp",
+            f"num_query_groups ({groups}) must be a multiple of tensor_model_parallel_size ({tp})",
+        )
+    # validate_args: seq-length multiple of 2 × cp
+    if cp > 1:
+        require(
+            seq % (2 * cp) == 0,
+            FORMAT,
+            "megatron.seq-length-divisible-by-2cp",
+            f"seq-length ({seq}) should be a multiple of 2 × context-parallel-size ({2 * cp})",
+        )
+    require(
+        int_flag(f, "--max-position-embeddings", 0) >= seq,
+        FORMAT,
+        "megatron.max-position-embeddings",
+        "max_position_embeddings must be >= seq_length",
+    )
+    # microbatch calculator: global batch = micro × dp × number of micro-batches
+    require(
+        mbs > 0 and gbs % (mbs * dp) == 0,
+        FORMAT,
+        "megatron.global-batch-divisible",
+        f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) times "
+        f"data parallel size ({dp})",
+    )
+    # experts
+    if ep > 1:
+        require(
+            num_experts > 0,
+            FORMAT,
+            "megatron.expert-parallel-needs-moe",
+            "num_experts must be set to use expert model parallelism",
+        )
+        require(
+            num_experts % ep == 0,
+            FORMAT,
+            "megatron.experts-divisible-by-ep",
+            f"number of experts ({num_experts}) should be a multiple of expert model "
+            f"parallel size ({ep})",
+        )
+        require(
+            "--fp16" not in f,
+            FORMAT,
+            "megatron.expert-parallel-fp16",
+            "expert parallelism is not supported with fp16 training",
+        )
+        # ModelParallelConfig.__post_init__
+        require(
+            tp == 1 or sp,
+            FORMAT,
+            "megatron.expert-and-tensor-parallel-need-sp",
+            "when using expert parallelism and tensor parallelism, sequence parallelism "
+            "must be used",
+        )
+    # parallel_state.initialize_model_parallel: the expert grid etp × ep × pp tiles the world
+    require(
+        world_size % (etp * ep * pp) == 0,
+        FORMAT,
+        "megatron.expert-grid",
+        f"world size {world_size} is not divisible by expert_tensor × expert × pipeline "
+        f"= {etp} × {ep} × {pp}",
+    )
+    # sequence parallelism needs tensor parallelism (validate_args turns it off at tp = 1)
+    require(
+        not sp or tp > 1,
+        FORMAT,
+        "megatron.sequence-parallel-needs-tp",
+        "sequence parallelism needs tensor-model-parallel-size > 1 (Megatron drops it)",
+    )
+    require(
+        not (f.get("--bf16") and f.get("--fp16")),
+        FORMAT,
+        "megatron.bf16-or-fp16",
+        "--bf16 and --fp16 are exclusive",
+    )
+    if f.get("--moe-grouped-gemm"):
+        require(
+            bool(f.get("--bf16")),
+            FORMAT,
+            "megatron.grouped-gemm-needs-bf16",
+            "GroupedGEMM for MoE only supports bf16",
+        )
+    if "--moe-layer-freq" in f:
+        pattern = expand_layer_pattern(str(f["--moe-layer-freq"]))
+        require(
+            len(pattern) == num_layers,
+            FORMAT,
+            "megatron.moe-layer-freq-length",
+            f"--moe-layer-freq has {len(pattern)} entries for {num_layers} layers",
+        )
+    _check_pipeline(f, num_layers=num_layers, pp=pp, gbs=gbs, mbs=mbs, dp=dp)
+    _check_recompute(f)
+    # FSDP2 (validate_args, `if args.use_torch_fsdp2`)
+    if fsdp:
+        require(
+            pp == 1,
+            FORMAT,
+            "megatron.fsdp2-no-pipeline",
+            "--use-torch-fsdp2 is not supported with pipeline parallelism (ZeRO-2/3 plans "
+            "with pipeline stages cannot be launched with Megatron)",
+        )
+        require(
+            ep == 1,
+            FORMAT,
+            "megatron.fsdp2-no-expert-parallel",
+            "--use-torch-fsdp2 is not supported with expert parallelism",
+        )
+        require(
+            "--use-distributed-optimizer" not in f,
+            FORMAT,
+            "megatron.fsdp2-no-distributed-optimizer",
+            "--use-torch-fsdp2 is not supported with MCore's distributed optimizer",
+        )
+        require(
+            bool(f.get("--untie-embeddings-and-output-weights")),
+            FORMAT,
+            "megatron.fsdp2-untied-embeddings",
+            "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights",
+        )
+        require(
+            "--fp16" not in f,
+            FORMAT,
+            "megatron.fsdp2-no-fp16",
+            "--use-torch-fsdp2 not supported with fp16",
+        )
+        require(
+            bool(f.get("--no-gradient-accumulation-fusion")),
+            FORMAT,
+            "megatron.fsdp2-no-grad-accumulation-fusion",
+            "--use-torch-fsdp2 is not supported with gradient accumulation fusion",
+        )
+        require(
+            env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
+            FORMAT,
+            "megatron.fsdp2-device-connections",
+            "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS larger than one",
+        )
+    elif tp > 1 or cp > 1:
+        require(
+            env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
+            FORMAT,
+            "megatron.cuda-device-max-connections",
+            "tensor or context parallelism requires CUDA_DEVICE_MAX_CONNECTIONS=1",
+        )
+    if f.get("--overlap-param-gather"):
+        require(
+            bool(f.get("--use-distributed-optimizer")),
+            FORMAT,
+            "megatron.overlap-param-gather",
+            "--overlap-param-gather only supported with distributed optimizer",
+        )
+        require(
+            bool(f.get("--overlap-grad-reduce")),
+            FORMAT,
+            "megatron.overlap-param-gather",
+            "must use --overlap-param-gather with --overlap-grad-reduce",
+        )
+
+
+def _check_pipeline(
+    f: Mapping[str, str | bool], *, num_layers: int, pp: int, gbs: int, mbs: int, dp: int
+) -> None:
+    per_vstage = f.get("--num-layers-per-virtual-pipeline-stage")
+    vstages = f.get("--num-virtual-stages-per-pipeline-rank")
+    layout = f.get("--pipeline-model-parallel-layout")
+    first = f.get("--decoder-first-pipeline-num-layers")
+    last = f.get("--decoder-last-pipeline-num-layers")
+    given = [x for x in (per_vstage, vstages, layout) if x is not None]
+    require(
+        len(given) <= 1,
+        FORMAT,
+        "megatron.virtual-pipeline-options-exclusive",
+        "no more than one of --num-layers-per-virtual-pipeline-stage, "
+        "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout",
+    )
+    vpp = 1
+    if layout is not None:
+        require(
+            first is None and last is None,
+            FORMAT,
+            "megatron.layout-exclusive",
+            "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments",
+        )
+        stages = parse_layout(str(layout))
+        require(
+            len(stages) % pp == 0,
+            FORMAT,
+            "megatron.layout-stages",
+            f"the layout has {len(stages)} stages, not a multiple of "
+            f"pipeline_model_parallel_size ({pp})",
+        )
+        vpp = len(stages) // pp
+        flat = [s for stage in stages for s in stage]
+        ok_symbols = set(flat) <= {"E", "t", "L"}
+        require(
+            ok_symbols
+            and flat[:1] == ["E"]
+            and flat[-1:] == ["L"]
+            and flat.count("E") == 1
+            and flat.count("L") == 1,
+            FORMAT,
+            "megatron.layout-embedding-and-loss",
+            "the layout must start with the embedding and end with the loss, once each",
+        )
+        # the flattened layout runs in layer order: chunk order vp-major, as Megatron flattens
+        require(
+            flat.count("t") == num_layers,
+            FORMAT,
+            "megatron.layout-layer-count",
+            f"the layout holds {flat.count('t')} decoder layers, the model has {num_layers}",
+        )
+    elif per_vstage is not None:
+        n = int(str(per_vstage))
+        require(
+            first is None and last is None,
+            FORMAT,
+            "megatron.uneven-pipeline-needs-virtual-stages",
+            "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+            "parallel degree when enable uneven pipeline parallelism",
+        )
+        require(
+            num_layers % pp == 0,
+            FORMAT,
+            "megatron.layers-divisible-by-pipeline",
+            "number of layers of the model must be divisible by pipeline model parallel size",
+        )
+        require(
+            (num_layers // pp) % n == 0,
+            FORMAT,
+            "megatron.layers-divisible-by-vstage",
+            "number of layers per pipeline stage must be divisible by number of layers per "
+            "virtual pipeline stage",
+        )
+        vpp = (num_layers // pp) // n
+    elif vstages is not None:
+        vpp = int(str(vstages))
+    if layout is None and (first is not None or last is not None):
+        remaining, middle_ranks = num_layers, pp
+        for name, value in (("first", first), ("last", last)):
+            if value is None:
+                continue
+            n = int(str(value))
+            require(
+                n > 0,
+                FORMAT,
+                "megatron.uneven-pipeline",
+                f"num_layers_in_{name}_pipeline_stage must be larger than 0",
+            )
+            require(
+                n % vpp == 0,
+                FORMAT,
+                "megatron.uneven-pipeline-by-vpp",
+                f"number of layers at {name} stage: {n} must be divisible by virtual "
+                f"pipeline parallel degree {vpp}",
+            )
+            remaining -= n
+            middle_ranks -= 1
+        require(
+            remaining >= 0,
+            FORMAT,
+            "megatron.uneven-pipeline",
+            "first and last stages hold more layers than the model has",
+        )
+        if middle_ranks > 0:
+            require(
+                remaining % middle_ranks == 0,
+                FORMAT,
+                "megatron.uneven-pipeline-middle",
+                f"number of layers at middle stage: {remaining} must be divisible by the "
+                f"middle pipeline model parallel size {middle_ranks}",
+            )
+            require(
+                (remaining // middle_ranks) % vpp == 0,
+                FORMAT,
+                "megatron.uneven-pipeline-by-vpp",
+                "number of layers on each middle pipeline rank must be divisible by the "
+                "virtual pipeline parallel degree",
+            )
+        else:
+            require(
+                remaining == 0,
+                FORMAT,
+                "megatron.uneven-pipeline",
+                "with no middle stages the first and last stages must hold every layer",
+            )
+    elif layout is None and per_vstage is None and pp > 1:
+        require(
+            num_layers % (pp * vpp) == 0,
+            FORMAT,
+            "megatron.layers-divisible-by-pipeline",
+            "number of layers should be divisible by the pipeline-model-parallel size",
+        )
+    if vpp > 1:
+        # validate_args: interleaving needs pp > 1 (p2p overlap is on by default)
+        require(
+            pp > 1,
+            FORMAT,
+            "megatron.interleaving-needs-pipeline",
+            "when interleaved schedule is used, pipeline-model-parallel size should be "
+            "greater than 1",
+        )
+        # schedules.forward_backward_pipelining_with_interleaving, with Megatron's default
+        # microbatch group size per virtual stage (= pp)
+        m = gbs // (mbs * dp) if mbs * dp else 0
+        require(
+            m >= pp and m % pp == 0,
+            FORMAT,
+            "megatron.interleaved-microbatches",
+            f"the interleaved schedule runs micro-batches in groups of pp = {pp}: the "
+            f"{m} micro-batches per step must be a multiple of {pp}",
+        )
+
+
+def _check_recompute(f: Mapping[str, str | bool]) -> None:
+    granularity = f.get("--recompute-granularity")
+    method = f.get("--recompute-method")
+    num = f.get("--recompute-num-layers")
+    if granularity is None:
+        require(
+            method is None and num is None,
+            FORMAT,
+            "megatron.recompute-flags",
+            "--recompute-method and --recompute-num-layers need --recompute-granularity",
+        )
+        return
+    require(
+        granularity in ("full", "selective"),
+        FORMAT,
+        "megatron.recompute-flags",
+        "recompute granularity must be full or selective",
+    )
+    if granularity == "selective":
+        require(
+            method is None,
+            FORMAT,
+            "megatron.recompute-flags",
+            "recompute method is not yet supported for selective recomputing granularity",
+        )
+        require(
+            num is None,
+            FORMAT,
+            "megatron.recompute-flags",
+            "when using recompute_granularity selective recompute_num_layers must be None",
+        )
+    else:
+        require(
+            method in ("uniform", "block"),
+            FORMAT,
+            "megatron.recompute-flags",
+            "using recompute_granularity full so recompute_method must be block or uniform",
+        )
+        require(
+            num is not None and int(str(num)) >= 1,
+            FORMAT,
+            "megatron.recompute-flags",
+            "when using recompute_granularity full recompute_num_layers must be set",
+        )
+
+
+# ---- the export --------------------------------------------------------------------------
+def export(ctx: ExportContext) -> ExportResult:
+    plan, workload = ctx.training_plan(FORMAT)
+    world = plan.parallelism.world_size
+    layout = node_layout(FORMAT, ctx.cluster, world)
+    args, env, notes = build_args(ctx.model, plan, workload)
+    check_args(args, world_size=world, env=env)
+    launcher = [
+        "torchrun",
+        "--nnodes",
+        str(layout.num_nodes),
+        "--nproc-per-node",
+        str(layout.gpus_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "${MASTER_ADDR}:${MASTER_PORT}",
+        "--rdzv-id",
+        "${JOB_ID}",
+        ENTRYPOINT,
+    ]
+    exports = "\n".join(f"export {k}={v}" for k, v in env.items())
+    content = (
+        "#!/usr/bin/env bash\n"
+        f"# Megatron-LM launch of meshplan plan {ctx.plan_id or ''} ({world} GPUs: "
+        f"{layout.num_nodes} node(s) × {layout.gpus_per_node}).\n"
+        "# Run from the Megatron-LM checkout on every node (or through the slurm export).\n"
+        "set -euo pipefail\n"
+        f"{exports}\n"
+        ': "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${JOB_ID:=meshplan}"\n\n'
+        + shell_command([*launcher, *args])
+        + "\n"
+    )
+    return ExportResult(
+        format=FORMAT,
+        filename="launch_megatron.sh",
+        content=content,
+        args=args,
+        env=env,
+        notes=[f"args are the arguments of {ENTRYPOINT} (Megatron-LM)", *notes],
+    )

@@ -1,0 +1,97 @@
+"""The export registry shared by the HTTP route and the CLI:
+`export_plan(plan_record, search_problem, format, options) -> ExportResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.exports import deepspeed, kubernetes, megatron, sglang, slurm, torchtitan, vllm
+from app.exports.base import ExportContext, ExportResult, UnknownFormat
+from hardware_catalog.schema import ResolvedCluster
+from specs.errors import PlannerError
+from specs.model import ModelSpec
+from specs.plan import TrainingPlan
+from specs.serving import ServingPlan, ServingWorkload
+from specs.workload import TrainingWorkload
+
+Exporter = Callable[[ExportContext], ExportResult]
+
+EXPORTERS: dict[str, Exporter] = {
+    "megatron": megatron.export,
+    "torchtitan": torchtitan.export,
+    "deepspeed": deepspeed.export,
+    "vllm": vllm.export,
+    "sglang": sglang.export,
+    "slurm": slurm.export,
+    "kubernetes": kubernetes.export,
+}
+FORMATS: tuple[str, ...] = tuple(EXPORTERS)
+"""Every export format, in the order API.md lists them."""
+
+
+class StoredPlanUnreadable(PlannerError):
+    """A stored plan or problem that no longer validates (a 500: the database is wrong)."""
+
+    problem_type = "stored-plan-unreadable"
+    title = "Stored plan unreadable"
+    status = 500
+
+
+def build_context(
+    plan_record: Mapping[str, Any],
+    problem: Mapping[str, Any],
+    options: Mapping[str, str] | None = None,
+) -> ExportContext:
+    """Validate a stored plan row (`{"id"?, "plan": {...}}` or the plan dict itself) and its
+    search's resolved problem into an `ExportContext`."""
+    plan = plan_record.get("plan", plan_record)
+    try:
+        model = ModelSpec.model_validate(problem["model"])
+        cluster = ResolvedCluster.model_validate(problem["cluster"])
+        workload = problem["workload"]
+        if isinstance(plan, Mapping) and "instances" in plan:
+            serving = ServingPlan.model_validate(plan)
+            return ExportContext(
+                model=model,
+                cluster=cluster,
+                training=None,
+                serving=serving,
+                training_workload=None,
+                serving_workload=ServingWorkload.model_validate(workload),
+                options=dict(options or {}),
+                plan_id=plan_record.get("id"),
+            )
+        training = TrainingPlan.model_validate(plan)
+        return ExportContext(
+            model=model,
+            cluster=cluster,
+            training=training,
+            serving=None,
+            training_workload=TrainingWorkload.model_validate(workload),
+            serving_workload=None,
+            options=dict(options or {}),
+            plan_id=plan_record.get("id"),
+        )
+    except (KeyError, ValidationError) as exc:
+        raise StoredPlanUnreadable(
+            f"the stored plan or its search problem does not validate: {exc}"
+        ) from exc
+
+
+def export_plan(
+    plan_record: Mapping[str, Any],
+    problem: Mapping[str, Any],
+    fmt: str,
+    options: Mapping[str, str] | None = None,
+) -> ExportResult:
+    """Render a stored plan for `fmt` (one of `FORMATS`). Raises `UnknownFormat` (422,
+    lists the formats) or `UnexpressiblePlan` (422, names the rule)."""
+    exporter = EXPORTERS.get(fmt.lower())
+    if exporter is None:
+        raise UnknownFormat(
+            f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}", formats=list(FORMATS)
+        )
+    return exporter(build_context(plan_record, problem, options))

@@ -1,0 +1,265 @@
+"""Slurm export: an sbatch script that launches the plan.
+
+Training plans: one task per node (`--ntasks-per-node=1`, `--gpus-per-node`), the rendezvous
+host is the first node of the allocation (`scontrol show hostnames`), and
+`srun torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint
+$MASTER_ADDR:$MASTER_PORT` starts the framework command on every node: Megatron-LM by
+default, torchtitan or DeepSpeed with `?framework=` (their config files are written by the
+script). The framework's own export runs first, so its rule checks apply.
+
+Serving plans: every replica of every instance is its own job step (vLLM by default,
+`?framework=sglang`): single-node instances are packed onto nodes with `--gpus-per-task`
+and `--exact`, multi-node instances get whole nodes (vLLM through a Ray cluster started in
+the step, SGLang with `--nnodes/--node-rank/--dist-init-addr`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.exports import deepspeed, megatron, sglang, torchtitan, vllm
+from app.exports.base import (
+    ExportContext,
+    ExportResult,
+    UnexpressiblePlan,
+    model_reference,
+    node_layout,
+    require,
+    shell_command,
+)
+from app.exports.serving_common import ROLE_ORDER, instance_shape
+
+FORMAT = "slurm"
+TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+SERVING_FRAMEWORKS = ("vllm", "sglang")
+HEREDOC = "MESHPLAN_EOF"
+
+
+def _header(ctx: ExportContext, nodes: int, gpus_per_node: int, what: str) -> list[str]:
+    cpus = ctx.options.get("cpus_per_task", str(8 * gpus_per_node))
+    require(
+        cpus.isdigit() and int(cpus) > 0,
+        FORMAT,
+        "slurm.cpus-per-task",
+        f"cpus_per_task must be a positive integer (got {cpus!r})",
+    )
+    name = "meshplan-" + (ctx.plan_id or "plan")[:8]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus_per_node}",
+        f"#SBATCH --cpus-per-task={cpus}",
+        "#SBATCH --exclusive",
+        "#SBATCH --output=%x-%j.out",
+    ]
+    if "time" in ctx.options:
+        lines.append(f"#SBATCH --time={ctx.options['time']}")
+    lines += [
+        f"# meshplan plan {ctx.plan_id or ''}: {what}",
+        "set -euo pipefail",
+        "",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
+        "export MASTER_PORT=${MASTER_PORT:-29500}",
+    ]
+    return lines
+
+
+def _heredoc(path: str, text: str) -> list[str]:
+    require(HEREDOC not in text, FORMAT, "slurm.heredoc", "config text holds the heredoc end")
+    return [f"cat > {path} <<'{HEREDOC}'", text.rstrip("\n"), HEREDOC]
+
+
+def _training(ctx: ExportContext, framework: str) -> ExportResult:
+    plan, _ = ctx.training_plan(FORMAT)
+    world = plan.parallelism.world_size
+    layout = node_layout(FORMAT, ctx.cluster, world)
+    torchrun = [
+        "torchrun",
+        "--nnodes",
+        str(layout.num_nodes),
+        "--nproc-per-node",
+        str(layout.gpus_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "${MASTER_ADDR}:${MASTER_PORT}",
+        "--rdzv-id",
+        "${SLURM_JOB_ID}",
+    ]
+    lines = _header(
+        ctx, layout.num_nodes, layout.gpus_per_node, f"{framework} training on {world} GPUs"
+    )
+    if framework == "megatron":
+        inner = megatron.export(ctx)
+        command = [*torchrun, megatron.ENTRYPOINT, *inner.args]
+    elif framework == "torchtitan":
+        inner = torchtitan.export(ctx)
+        lines += _heredoc(inner.filename, inner.content)
+        command = [*torchrun, "-m", "torchtitan.train", "--job.config_file", inner.filename]
+    else:
+        inner = deepspeed.export(ctx)
+        lines += _heredoc(inner.filename, inner.content)
+        command = [
+            *torchrun,
+            "${TRAIN_SCRIPT}",
+            "--deepspeed",
+            "--deepspeed_config",
+            inner.filename,
+        ]
+    env = dict(inner.env)
+    lines += [f"export {k}=${{{k}:-{v}}}" for k, v in env.items()]
+    srun = ["srun", "--nodes", str(layout.num_nodes), "--ntasks-per-node", "1"]
+    lines += ["", shell_command([*srun, *command])]
+    return ExportResult(
+        format=FORMAT,
+        filename="meshplan.sbatch",
+        content="\n".join(lines) + "\n",
+        args=[*srun, *command],
+        env={**env, "MASTER_PORT": "29500"},
+        notes=[f"framework: {framework}", *inner.notes],
+    )
+
+
+@dataclass
+class _Step:
+    role: str
+    replica: int
+    nodes: list[int]
+    gpus: int
+    port: int
+
+
+def _place(ctx: ExportContext) -> tuple[list[_Step], int]:
+    """Replicas → node indices: multi-node instances take whole nodes, smaller ones are
+    packed first-fit onto nodes with free GPUs."""
+    plan, _ = ctx.serving_plan(FORMAT)
+    gpn = ctx.cluster.gpus_per_node
+    free: list[int] = []
+    steps: list[_Step] = []
+    instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
+    for n, inst in enumerate(instances):
+        shape = instance_shape(FORMAT, ctx.cluster, inst)
+        for r in range(inst.count):
+            port = 8000 + 100 * n + r
+            if shape.nodes > 1:
+                first = len(free)
+                free += [0] * shape.nodes
+                steps.append(
+                    _Step(
+                        inst.role,
+                        r,
+                        list(range(first, first + shape.nodes)),
+                        shape.gpus_per_node,
+                        port,
+                    )
+                )
+                continue
+            for idx, room in enumerate(free):
+                if room >= shape.gpus:
+                    free[idx] -= shape.gpus
+                    steps.append(_Step(inst.role, r, [idx], shape.gpus, port))
+                    break
+            else:
+                free.append(gpn - shape.gpus)
+                steps.append(_Step(inst.role, r, [len(free) - 1], shape.gpus, port))
+    require(
+        len(free) <= ctx.cluster.num_nodes,
+        FORMAT,
+        "world-size",
+        f"the plan's instances need {len(free)} nodes; the cluster has {ctx.cluster.num_nodes}",
+    )
+    return steps, len(free)
+
+
+def _serving(ctx: ExportContext, framework: str) -> ExportResult:
+    plan, workload = ctx.serving_plan(FORMAT)
+    steps, num_nodes = _place(ctx)
+    gpn = ctx.cluster.gpus_per_node
+    env: dict[str, str] = {}
+    model_ref = model_reference(ctx.model, env)
+    lines = _header(ctx, num_nodes, gpn, f"{framework} serving ({plan.mode})")
+    lines += ['mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")']
+    role_args: dict[str, list[str]] = {}
+    for inst in sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role)):
+        shape = instance_shape(FORMAT, ctx.cluster, inst)
+        if framework == "vllm":
+            args = [
+                "vllm",
+                "serve",
+                *vllm.instance_args(model_ref, inst, workload, node_gpus=gpn, port=0),
+            ]
+            vllm.check_args(args[2:], ctx.model)
+        else:
+            args = [
+                *sglang.LAUNCH,
+                *sglang.instance_args(model_ref, inst, workload, cluster=ctx.cluster, port=0),
+            ]
+            sglang.check_args(args[3:], ctx.model)
+        port_at = len(args) - 1 - args[::-1].index("--port")
+        args[port_at + 1] = "${PORT}"
+        role_args[inst.role] = args
+        script = ["#!/usr/bin/env bash", "set -euo pipefail"]
+        if shape.nodes > 1 and framework == "vllm":
+            script += [
+                'LEADER=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)',
+                'if [ "$SLURM_PROCID" -ne 0 ]; then',
+                '  exec ray start --address="$LEADER:6379" --block',
+                "fi",
+                "ray start --head --port=6379",
+                "sleep 20  # let the other nodes join the Ray cluster",
+            ]
+        elif shape.nodes > 1:
+            script += [
+                "export NODE_RANK=$SLURM_PROCID",
+                'LEADER_ADDR=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)',
+                "export LEADER_ADDR",
+            ]
+        script.append("exec " + shell_command(args))
+        lines += ["", *_heredoc(f"serve_{inst.role}.sh", "\n".join(script))]
+    lines.append("")
+    for step in steps:
+        nodelist = ",".join(f"${{NODES[{i}]}}" for i in step.nodes)
+        k = len(step.nodes)
+        srun = (
+            f'srun --nodes={k} --ntasks={k} --ntasks-per-node=1 --nodelist="{nodelist}" '
+            f"--gpus-per-task={step.gpus} --exact --export=ALL,PORT={step.port} "
+            f"bash serve_{step.role}.sh &"
+        )
+        lines.append(f"# {step.role} replica {step.replica} on port {step.port}")
+        lines.append(srun)
+    lines.append("wait")
+    first_role = next(iter(role_args))
+    return ExportResult(
+        format=FORMAT,
+        filename="meshplan.sbatch",
+        content="\n".join(lines) + "\n",
+        args=role_args[first_role],
+        env={**env, "MASTER_PORT": "29500"},
+        roles=role_args if plan.mode == "disaggregated" else None,
+        notes=[f"framework: {framework}", f"{len(steps)} engine replica(s) on {num_nodes} node(s)"],
+    )
+
+
+def export(ctx: ExportContext) -> ExportResult:
+    if ctx.is_training:
+        framework = ctx.options.get("framework", "megatron")
+        if framework not in TRAINING_FRAMEWORKS:
+            raise UnexpressiblePlan(
+                FORMAT,
+                "slurm.framework",
+                f"framework must be one of {', '.join(TRAINING_FRAMEWORKS)} "
+                f"for a training plan (got {framework!r})",
+            )
+        return _training(ctx, framework)
+    framework = ctx.options.get("framework", "vllm")
+    if framework not in SERVING_FRAMEWORKS:
+        raise UnexpressiblePlan(
+            FORMAT,
+            "slurm.framework",
+            f"framework must be one of {', '.join(SERVING_FRAMEWORKS)} for "
+            f"a serving plan (got {framework!r})",
+        )
+    return _serving(ctx, framework)

@@ -1,0 +1,215 @@
+"""vLLM export: the `vllm serve` command line of each engine instance of a serving plan.
+
+Flags follow vllm-project/vllm `vllm/engine/arg_utils.py`; the rules checked are vLLM's
+`ModelConfig.verify_with_parallel_config` ("Total number of attention heads must be divisible
+by tensor parallel size"), the KV-head split of `QKVParallelLinear` (KV heads divide the
+tensor size or the reverse), `SchedulerConfig` (max_num_batched_tokens at least max_num_seqs,
+and at least max_model_len without chunked prefill) and expert parallelism needing an MoE
+model.
+
+Plan → flags: `--tensor-parallel-size` and `--pipeline-parallel-size` per instance; an
+instance with `expert` > 1 runs `expert` attention data-parallel replicas with the experts
+spread over all tensor × expert GPUs (`--data-parallel-size E --enable-expert-parallel`,
+vLLM's EP = TP × DP); `max_batch_size` → `--max-num-seqs`; `chunk_size` →
+`--enable-chunked-prefill --max-num-batched-tokens`; fp8 weights → `--quantization fp8`;
+an fp8 KV cache → `--kv-cache-dtype fp8`. Disaggregated plans run a prefill instance as KV
+producer and a decode instance as KV consumer (`--kv-transfer-config`, P2pNcclConnector).
+An instance wider than a node uses the Ray executor (`--distributed-executor-backend ray`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from app.exports.base import (
+    ExportContext,
+    ExportResult,
+    int_flag,
+    model_reference,
+    parse_flags,
+    require,
+    shell_command,
+)
+from app.exports.serving_common import (
+    ROLE_ORDER,
+    check_kv_heads,
+    instance_shape,
+    kv_format,
+    max_model_len,
+    weight_format,
+)
+from specs.model import ModelSpec
+from specs.serving import ServingInstance, ServingWorkload
+
+FORMAT = "vllm"
+SWITCHES = frozenset(
+    {
+        "--enable-expert-parallel",
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--trust-remote-code",
+    }
+)
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+
+
+def instance_args(
+    model_ref: str, inst: ServingInstance, workload: ServingWorkload, *, node_gpus: int, port: int
+) -> list[str]:
+    """`vllm serve` arguments (after `vllm serve`) of one instance."""
+    par = inst.parallelism
+    weights = weight_format(inst, workload)
+    ctx_len = max_model_len(workload)
+    args = [
+        model_ref,
+        "--tensor-parallel-size",
+        str(par.tensor),
+        "--pipeline-parallel-size",
+        str(par.pipeline),
+    ]
+    if par.expert > 1:
+        args += ["--data-parallel-size", str(par.expert), "--enable-expert-parallel"]
+    args += ["--max-num-seqs", str(inst.max_batch_size), "--max-model-len", str(ctx_len)]
+    if inst.chunk_size is not None:
+        args += [
+            "--enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(max(inst.chunk_size, inst.max_batch_size)),
+        ]
+    else:
+        args += [
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(max(ctx_len, inst.max_batch_size)),
+        ]
+    args += ["--dtype", "float16" if weights == "fp16" else "bfloat16"]
+    if weights == "fp8":
+        args += ["--quantization", "fp8"]
+    if kv_format(inst, workload) == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    args += ["--gpu-memory-utilization", "0.9"]
+    if par.num_gpus > node_gpus:
+        args += ["--distributed-executor-backend", "ray"]
+    if inst.role in KV_ROLES:
+        transfer = {
+            "kv_connector": "P2pNcclConnector",
+            "kv_role": KV_ROLES[inst.role],
+            "kv_port": str(14579 if inst.role == "prefill" else 14580),
+        }
+        args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+    args += ["--host", "0.0.0.0", "--port", str(port)]
+    return args
+
+
+def check_args(args: Sequence[str], model: ModelSpec) -> None:
+    """vLLM's rules on one instance's arguments (raises `UnexpressiblePlan`)."""
+    f = parse_flags(args, SWITCHES)
+    tp = int_flag(f, "--tensor-parallel-size", 1)
+    dp = int_flag(f, "--data-parallel-size", 1)
+    heads = model.num_attention_heads
+    require(
+        heads % tp == 0,
+        FORMAT,
+        "vllm.heads-divisible-by-tp",
+        f"total number of attention heads ({heads}) must be divisible by tensor parallel "
+        f"size ({tp})",
+    )
+    if model.mla is None:
+        check_kv_heads(FORMAT, "vllm.kv-heads-by-tp", model.kv_heads, tp)
+    if f.get("--enable-expert-parallel"):
+        require(
+            model.moe is not None,
+            FORMAT,
+            "vllm.expert-parallel-needs-moe",
+            "--enable-expert-parallel needs an MoE model",
+        )
+    if dp > 1:
+        require(
+            model.moe is not None,
+            FORMAT,
+            "vllm.data-parallel-attention-needs-moe",
+            "an instance-internal data-parallel group only pays off for MoE models "
+            "(dense replicas are separate instances)",
+        )
+    seqs = int_flag(f, "--max-num-seqs", 1)
+    tokens = int_flag(f, "--max-num-batched-tokens", 0)
+    ctx_len = int_flag(f, "--max-model-len", 0)
+    require(
+        tokens >= seqs,
+        FORMAT,
+        "vllm.batched-tokens-vs-seqs",
+        f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs})",
+    )
+    if not f.get("--enable-chunked-prefill"):
+        require(
+            tokens >= ctx_len,
+            FORMAT,
+            "vllm.batched-tokens-vs-model-len",
+            f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({ctx_len}) "
+            "without chunked prefill",
+        )
+    kv = f.get("--kv-cache-dtype", "auto")
+    require(
+        kv in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"),
+        FORMAT,
+        "vllm.kv-cache-dtype",
+        f"unknown --kv-cache-dtype {kv}",
+    )
+    if "--kv-transfer-config" in f:
+        transfer = json.loads(str(f["--kv-transfer-config"]))
+        require(
+            transfer.get("kv_role") in ("kv_producer", "kv_consumer", "kv_both"),
+            FORMAT,
+            "vllm.kv-role",
+            "kv_role must be kv_producer, kv_consumer or kv_both",
+        )
+
+
+def export(ctx: ExportContext) -> ExportResult:
+    plan, workload = ctx.serving_plan(FORMAT)
+    env: dict[str, str] = {}
+    model_ref = model_reference(ctx.model, env)
+    roles: dict[str, list[str]] = {}
+    blocks: list[str] = []
+    instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
+    for n, inst in enumerate(instances):
+        shape = instance_shape(FORMAT, ctx.cluster, inst)
+        args = instance_args(
+            model_ref, inst, workload, node_gpus=ctx.cluster.gpus_per_node, port=8000 + 100 * n
+        )
+        check_args(args, ctx.model)
+        roles[inst.role] = ["vllm", "serve", *args]
+        blocks.append(
+            f"# {inst.role} instance: {inst.count} replica(s) of {shape.gpus} GPU(s)"
+            + (
+                f" over {shape.nodes} nodes (start a Ray cluster on them first)"
+                if shape.nodes > 1
+                else ""
+            )
+            + "\n"
+            + shell_command(["vllm", "serve", *args])
+            + (" &" if len(instances) > 1 else "")
+            + "\n"
+        )
+    first = roles[instances[0].role]
+    content = (
+        "#!/usr/bin/env bash\n"
+        f"# vLLM serving of meshplan plan {ctx.plan_id or ''} ({plan.mode}).\n"
+        "set -euo pipefail\n\n" + "\n".join(blocks) + ("wait\n" if len(instances) > 1 else "")
+    )
+    notes = ["args are one instance's command; run `count` replicas of each role"]
+    if plan.mode == "disaggregated":
+        notes.append(
+            "prefill (kv_producer) and decode (kv_consumer) instances need a proxy "
+            "that routes each request to both (vLLM's disaggregated proxy example)"
+        )
+    return ExportResult(
+        format=FORMAT,
+        filename="serve_vllm.sh",
+        content=content,
+        args=first,
+        env=env,
+        roles=roles if plan.mode == "disaggregated" else None,
+        notes=notes,
+    )
