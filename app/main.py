@@ -13,11 +13,13 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from app import __version__
+from app.api.etag import ETagMiddleware
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
 from app.api.routes import (
     calibration,
     catalog,
     estimate,
+    exports,
     health,
     measurements,
     placements,
@@ -29,6 +31,7 @@ from app.db import migrate
 from app.db.session import make_engine
 from app.services import planning
 from app.services.runner import SearchRunner
+from app.services.webhooks import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +55,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.plugins = planning.load_plugins(settings.plugin_allowlist)
             runner = SearchRunner(settings, engine)
             runner.start()
+            webhooks = WebhookDispatcher(settings, engine, searches.webhook_search_view)
+            runner.add_listener(webhooks.notify)
             app.state.engine = engine
             app.state.runner = runner
+            app.state.webhooks = webhooks
             runner.recover()
+            webhooks.start()  # resumes deliveries left pending by a previous process
             try:
                 yield
             finally:
                 runner.shutdown()
+                webhooks.stop()
         finally:
             engine.dispose()
 
@@ -70,9 +78,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     install_problem_handlers(app)
+    app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
-    for module in (health, catalog, estimate, searches, plans, measurements, calibration, placements):
+    for module in (health, catalog, estimate, searches, plans, exports, measurements, calibration,
+                   placements):
         _docstring_summaries(module.router)
         app.include_router(module.router)
     return app

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -137,6 +138,31 @@ class EstimateRequest(_Body):
     )
 
 
+CALLBACK_URL_MAX_LENGTH = 2048
+
+
+def _callback_url(value: str | None) -> str | None:
+    """An absolute http(s) URL with a host, no credentials, no spaces or control characters."""
+    if value is None:
+        return None
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must not contain spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # raises on a malformed port
+    except ValueError as exc:
+        raise ValueError(f"is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise ValueError("must name a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not carry credentials (user:password@)")
+    if port == 0:
+        raise ValueError("must not use port 0")
+    return value
+
+
 class SearchCreate(_Body):
     """A plan search request."""
 
@@ -148,8 +174,13 @@ class SearchCreate(_Body):
     top_k: int = Field(default=10, ge=1)
     """Plans kept (at most the service's max_top_k)."""
     cost_model: CostModelRef | None = None
+    callback_url: str | None = Field(default=None, min_length=1,
+                                     max_length=CALLBACK_URL_MAX_LENGTH)
+    """http(s) URL that receives a signed POST when the search finishes (succeeded, failed
+    or cancelled); needs the service's `MESHPLAN_WEBHOOK_SECRET`."""
 
     _workload_kind = field_validator("workload", mode="before")(_default_kind)
+    _callback = field_validator("callback_url")(_callback_url)
 
     model_config = ConfigDict(
         extra="forbid",
@@ -233,6 +264,42 @@ class Progress(BaseModel):
     total: int | None
 
 
+class DeliveryAttemptPublic(BaseModel):
+    """One HTTP POST of a webhook delivery."""
+
+    number: int
+    attempted_at: datetime
+    duration_s: float
+    status_code: int | None
+    """The receiver's HTTP status; null when no response came."""
+    error: str | None
+    """Why the attempt failed; null when it succeeded (2xx)."""
+
+
+class DeliveryPublic(BaseModel):
+    """The completion webhook of a search for one callback URL."""
+
+    id: str
+    """Also sent as `X-Meshplan-Delivery` and `delivery_id` in the body."""
+    search_id: str
+    url: str
+    status: Literal["waiting", "pending", "delivered", "failed"]
+    """waiting: the search has not finished; pending: due or retrying; delivered: a 2xx
+    answer came; failed: every attempt failed."""
+    event: str | None
+    """`search.succeeded`, `search.failed` or `search.cancelled` once the search finished."""
+    attempt_count: int
+    next_attempt_at: datetime | None
+    created_at: datetime
+    delivered_at: datetime | None
+    attempts: list[DeliveryAttemptPublic]
+
+
+class DeliveryList(BaseModel):
+    items: list[DeliveryPublic]
+    total: int
+
+
 class SearchPublic(BaseModel):
     """A search: state, progress, statistics and (when it failed) the problem."""
 
@@ -261,13 +328,23 @@ class SearchPublic(BaseModel):
     plans_url: str
     calibration: dict[str, Any] | None = None
     """The fit behind a `calibrated` cost model without explicit parameters."""
+    callback_url: str | None = None
+    """The `callback_url` of the request that created the search."""
+    events_url: str
+    """Server-Sent Events of the search's progress."""
+    deliveries: list[DeliveryPublic] | None = None
+    """`GET /v1/searches/{id}` only: the webhook deliveries of the search with their
+    attempts (as `GET /v1/searches/{id}/deliveries` lists them)."""
 
 
 class SearchList(BaseModel):
     items: list[SearchPublic]
     total: int
+    """Searches matching the filter (all pages)."""
     limit: int
     offset: int
+    next_cursor: str | None = None
+    """Pass as `?cursor=` for the next page; null on the last page."""
 
 
 class PlanPublic(BaseModel):
@@ -300,6 +377,8 @@ class PlanPublic(BaseModel):
 class PlanList(BaseModel):
     items: list[PlanPublic]
     total: int
+    next_cursor: str | None = None
+    """Pass as `?cursor=` for the next page; null on the last page."""
 
 
 # ---- measured runs and calibration --------------------------------------------------------

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SQLITE_PATH = Path("var") / "meshplan.db"
@@ -43,6 +43,27 @@ class Settings(BaseSettings):
     """Entry points of the `meshplan.cost_models` group that may load (empty: none)."""
     request_id_header: str = "X-Request-ID"
     """Header carrying the request id (taken from the request or generated)."""
+    webhook_secret: SecretStr | None = None
+    """Key of the HMAC-SHA256 signature of webhook bodies (`X-Meshplan-Signature`). Unset:
+    searches with a `callback_url` are refused (422)."""
+    webhook_max_attempts: int = Field(default=6, ge=1, le=100)
+    """HTTP attempts of one webhook delivery before it is marked failed."""
+    webhook_base_delay_s: float = Field(default=2.0, gt=0)
+    """Delay after the first failed attempt; it doubles after each further failure."""
+    webhook_max_delay_s: float = Field(default=600.0, gt=0)
+    """Cap on the delay between two attempts."""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    """Timeout of one webhook POST (connect, read, write and pool, each)."""
+    webhook_poll_interval_s: float = Field(default=1.0, gt=0)
+    """Longest time between two scans for finished searches with deliveries waiting (a
+    search finishing in this process wakes the sender at once)."""
+    sse_poll_interval_s: float = Field(default=0.25, gt=0)
+    """Time between two database reads of a search streamed by `/events`."""
+    sse_heartbeat_s: float = Field(default=15.0, gt=0)
+    """Longest silence on an `/events` stream before a comment line keeps it open."""
+    sse_max_duration_s: float = Field(default=300.0, gt=0)
+    """An `/events` stream ends (without `done`) after this long; clients reconnect with
+    `Last-Event-ID`. Bounds how long an open stream can hold up a graceful shutdown."""
     run_migrations: bool = True
     """Run `alembic upgrade head` at startup."""
     log_level: str = "INFO"

@@ -1,5 +1,5 @@
-"""Keyword-only data access functions over `SearchRecord`, `PlanRecord` and
-`MeasurementRecord`.
+"""Keyword-only data access functions over `SearchRecord`, `PlanRecord`,
+`MeasurementRecord`, `IdempotencyKeyRecord` and the webhook delivery tables.
 
 State changes of a search are conditional updates (`... WHERE status IN (...)`), so a
 cancellation racing a worker's final write has exactly one winner on SQLite and PostgreSQL.
@@ -11,17 +11,30 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, update
+from sqlalchemy import CursorResult, and_, func, insert, or_, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from app.db.models import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    DeliveryStatus,
+    IdempotencyKeyRecord,
     MeasurementRecord,
     PlanRecord,
     SearchRecord,
     SearchStatus,
+    WebhookAttemptRecord,
+    WebhookDeliveryRecord,
     utcnow,
 )
+
+DEDUPLICABLE_STATUSES = (
+    SearchStatus.QUEUED.value,
+    SearchStatus.RUNNING.value,
+    SearchStatus.SUCCEEDED.value,
+)
+"""A stored search in one of these states answers an identical request."""
 
 
 def create_search(
@@ -33,8 +46,16 @@ def create_search(
     cost_model_name: str,
     cost_model_version: str,
     progress_total: int | None = None,
+    idempotency_key: str | None = None,
+    body_hash: str | None = None,
+    callback_url: str | None = None,
 ) -> SearchRecord:
-    """Store a new queued search and return it."""
+    """Store a new queued search and return it.
+
+    With `idempotency_key`, the key row (with `body_hash`) and, with `callback_url`, the
+    search's webhook delivery are stored in the same transaction. When another request
+    stored the key first the transaction is rolled back (no search is stored) and
+    `IntegrityError` propagates: read the winner with `get_idempotency_key`."""
     record = SearchRecord(
         request=request,
         problem=problem,
@@ -44,9 +65,72 @@ def create_search(
         progress_total=progress_total,
     )
     session.add(record)
-    session.commit()
+    if callback_url is not None:
+        session.add(WebhookDeliveryRecord(search_id=record.id, url=callback_url))
+    try:
+        if idempotency_key is not None:
+            session.flush()  # the search row first: the key row references it
+            _insert_key(session, idempotency_key, record.id, body_hash or "")
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise
     session.refresh(record)
     return record
+
+
+def find_duplicate(*, session: Session, request_hash: str) -> SearchRecord | None:
+    """The newest queued, running or succeeded search with this request hash, or None."""
+    query = (
+        select(SearchRecord)
+        .where(
+            col(SearchRecord.request_hash) == request_hash,
+            col(SearchRecord.status).in_(list(DEDUPLICABLE_STATUSES)),
+        )
+        .order_by(col(SearchRecord.created_at).desc(), col(SearchRecord.id).desc())
+        .limit(1)
+    )
+    return session.exec(query).first()
+
+
+def get_idempotency_key(*, session: Session, key: str) -> IdempotencyKeyRecord | None:
+    """The stored row of an idempotency key, read fresh, or None."""
+    query = select(IdempotencyKeyRecord).where(col(IdempotencyKeyRecord.key) == key)
+    return session.exec(query.execution_options(populate_existing=True)).first()
+
+
+def claim_idempotency_key(
+    *, session: Session, key: str, search_id: str, body_hash: str
+) -> IdempotencyKeyRecord:
+    """Store `key` → `search_id`; when the key is already stored (a concurrent request won),
+    return the stored row instead (its search and body hash may differ)."""
+    try:
+        _insert_key(session, key, search_id, body_hash)
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+    row = get_idempotency_key(session=session, key=key)
+    if row is None:  # the winner's search (and its key) was deleted meanwhile
+        raise LookupError(f"idempotency key {key!r} vanished")
+    return row
+
+
+def _insert_key(session: Session, key: str, search_id: str, body_hash: str) -> None:
+    """A Core INSERT: a duplicate key fails in the database (the unique constraint decides
+    races), whatever rows this session has loaded."""
+    session.execute(
+        insert(IdempotencyKeyRecord).values(
+            key=key, search_id=search_id, body_hash=body_hash, created_at=utcnow()
+        )
+    )
+
+
+def page_after_search(created_at: datetime, search_id: str) -> Any:
+    """Keyset condition: rows after (`created_at`, `search_id`) in newest-first order."""
+    return or_(
+        col(SearchRecord.created_at) < created_at,
+        and_(col(SearchRecord.created_at) == created_at, col(SearchRecord.id) < search_id),
+    )
 
 
 def get_search(*, session: Session, search_id: str) -> SearchRecord | None:
@@ -55,14 +139,24 @@ def get_search(*, session: Session, search_id: str) -> SearchRecord | None:
 
 
 def list_searches(
-    *, session: Session, limit: int, offset: int, status: str | None = None
+    *,
+    session: Session,
+    limit: int,
+    offset: int,
+    status: str | None = None,
+    after: tuple[datetime, str] | None = None,
 ) -> tuple[list[SearchRecord], int]:
-    """A page of searches, newest first, and the total count."""
+    """A page of searches, newest first (ties by id, descending), and the total count.
+
+    `after` = (created_at, id) of the last row of the previous page (keyset pagination:
+    rows inserted meanwhile never shift the pages); the total ignores it."""
     query = select(SearchRecord)
     count = select(func.count()).select_from(SearchRecord)
     if status is not None:
         query = query.where(col(SearchRecord.status) == status)
         count = count.where(col(SearchRecord.status) == status)
+    if after is not None:
+        query = query.where(page_after_search(*after))
     query = query.order_by(col(SearchRecord.created_at).desc(), col(SearchRecord.id).desc())
     rows = list(session.exec(query.offset(offset).limit(limit)).all())
     total = int(session.exec(count).one())
@@ -198,17 +292,22 @@ def fail_search(*, session: Session, search_id: str, error: dict[str, Any]) -> b
 
 
 def list_plans(
-    *, session: Session, search_id: str, limit: int, offset: int = 0
+    *,
+    session: Session,
+    search_id: str,
+    limit: int,
+    offset: int = 0,
+    after_rank: int | None = None,
 ) -> tuple[list[PlanRecord], int]:
-    """A search's plans, best first, and their total count."""
-    query = (
-        select(PlanRecord)
-        .where(col(PlanRecord.search_id) == search_id)
-        .order_by(col(PlanRecord.rank))
-        .offset(offset)
-        .limit(limit)
+    """A search's plans, best first, and their total count; `after_rank` keeps only the
+    plans ranked after it (keyset pagination)."""
+    query = select(PlanRecord).where(col(PlanRecord.search_id) == search_id)
+    if after_rank is not None:
+        query = query.where(col(PlanRecord.rank) > after_rank)
+    query = query.order_by(col(PlanRecord.rank)).offset(offset).limit(limit)
+    count = (
+        select(func.count()).select_from(PlanRecord).where(col(PlanRecord.search_id) == search_id)
     )
-    count = select(func.count()).select_from(PlanRecord).where(col(PlanRecord.search_id) == search_id)
     return list(session.exec(query).all()), int(session.exec(count).one())
 
 
@@ -279,3 +378,173 @@ def calibration_rows(
         .order_by(col(MeasurementRecord.id))
     )
     return [(m, p, s) for m, p, s in session.exec(query).all()]
+
+
+# ---- webhook deliveries --------------------------------------------------------------------
+def add_delivery(*, session: Session, search_id: str, url: str) -> WebhookDeliveryRecord:
+    """Subscribe `url` to the completion of a search (once per URL and search)."""
+    query = select(WebhookDeliveryRecord).where(
+        col(WebhookDeliveryRecord.search_id) == search_id, col(WebhookDeliveryRecord.url) == url
+    )
+    existing = session.exec(query).first()
+    if existing is not None:
+        return existing
+    record = WebhookDeliveryRecord(search_id=search_id, url=url)
+    session.add(record)
+    session.commit()
+    session.refresh(record)
+    return record
+
+
+def list_deliveries(
+    *, session: Session, search_id: str
+) -> list[tuple[WebhookDeliveryRecord, list[WebhookAttemptRecord]]]:
+    """A search's deliveries (oldest first), each with its attempts (first first)."""
+    deliveries = list(
+        session.exec(
+            select(WebhookDeliveryRecord)
+            .where(col(WebhookDeliveryRecord.search_id) == search_id)
+            .order_by(col(WebhookDeliveryRecord.created_at), col(WebhookDeliveryRecord.id))
+        ).all()
+    )
+    if not deliveries:
+        return []
+    attempts = session.exec(
+        select(WebhookAttemptRecord)
+        .where(col(WebhookAttemptRecord.delivery_id).in_([d.id for d in deliveries]))
+        .order_by(col(WebhookAttemptRecord.number))
+    ).all()
+    by_delivery: dict[str, list[WebhookAttemptRecord]] = {d.id: [] for d in deliveries}
+    for attempt in attempts:
+        by_delivery[attempt.delivery_id].append(attempt)
+    return [(d, by_delivery[d.id]) for d in deliveries]
+
+
+def deliveries_to_activate(
+    *, session: Session, limit: int = 100
+) -> list[tuple[WebhookDeliveryRecord, SearchRecord]]:
+    """Waiting deliveries whose search has finished (final status and `finished_at` set)."""
+    query = (
+        select(WebhookDeliveryRecord, SearchRecord)
+        .join(SearchRecord, col(SearchRecord.id) == col(WebhookDeliveryRecord.search_id))
+        .where(
+            col(WebhookDeliveryRecord.status) == DeliveryStatus.WAITING.value,
+            col(SearchRecord.status).in_(list(TERMINAL_STATUSES)),
+            col(SearchRecord.finished_at).is_not(None),
+        )
+        .order_by(col(WebhookDeliveryRecord.created_at))
+        .limit(limit)
+    )
+    return [(d, s) for d, s in session.exec(query).all()]
+
+
+def activate_delivery(
+    *, session: Session, delivery_id: str, event: str, payload: dict[str, Any], now: datetime
+) -> bool:
+    """waiting → pending, due now, with its event and fixed payload."""
+    statement = (
+        update(WebhookDeliveryRecord)
+        .where(
+            col(WebhookDeliveryRecord.id) == delivery_id,
+            col(WebhookDeliveryRecord.status) == DeliveryStatus.WAITING.value,
+        )
+        .values(
+            status=DeliveryStatus.PENDING.value, event=event, payload=payload, next_attempt_at=now
+        )
+        .execution_options(synchronize_session=False)
+    )
+    changed = cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+    session.commit()
+    return changed
+
+
+def due_deliveries(
+    *, session: Session, now: datetime, limit: int = 100
+) -> list[WebhookDeliveryRecord]:
+    """Pending deliveries whose next attempt is due, oldest due first."""
+    query = (
+        select(WebhookDeliveryRecord)
+        .where(
+            col(WebhookDeliveryRecord.status) == DeliveryStatus.PENDING.value,
+            col(WebhookDeliveryRecord.next_attempt_at) <= now,
+        )
+        .order_by(col(WebhookDeliveryRecord.next_attempt_at))
+        .limit(limit)
+    )
+    return list(session.exec(query.execution_options(populate_existing=True)).all())
+
+
+def next_delivery_due(*, session: Session) -> datetime | None:
+    """The earliest `next_attempt_at` of a pending delivery."""
+    query = select(func.min(WebhookDeliveryRecord.next_attempt_at)).where(
+        col(WebhookDeliveryRecord.status) == DeliveryStatus.PENDING.value
+    )
+    return session.exec(query).one()
+
+
+def claim_delivery(
+    *, session: Session, delivery: WebhookDeliveryRecord, now: datetime, lease_until: datetime
+) -> bool:
+    """Take a due pending delivery for one attempt: its `next_attempt_at` moves to
+    `lease_until` when it is still due and nobody attempted it since it was read (one
+    sender per attempt across threads and replicas; a sender that dies leaves it due again
+    after the lease)."""
+    statement = (
+        update(WebhookDeliveryRecord)
+        .where(
+            col(WebhookDeliveryRecord.id) == delivery.id,
+            col(WebhookDeliveryRecord.status) == DeliveryStatus.PENDING.value,
+            col(WebhookDeliveryRecord.attempt_count) == delivery.attempt_count,
+            col(WebhookDeliveryRecord.next_attempt_at) <= now,
+        )
+        .values(next_attempt_at=lease_until)
+        .execution_options(synchronize_session=False)
+    )
+    changed = cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+    session.commit()
+    return changed
+
+
+def record_attempt(
+    *,
+    session: Session,
+    delivery_id: str,
+    number: int,
+    attempted_at: datetime,
+    duration_s: float,
+    status_code: int | None,
+    error: str | None,
+    next_attempt_at: datetime | None,
+) -> str:
+    """Store one attempt and the delivery's new state in one transaction: delivered when
+    `error` is None, pending again at `next_attempt_at`, or failed when that is None.
+    Returns the new delivery status."""
+    if error is None:
+        status = DeliveryStatus.DELIVERED.value
+    elif next_attempt_at is not None:
+        status = DeliveryStatus.PENDING.value
+    else:
+        status = DeliveryStatus.FAILED.value
+    session.add(
+        WebhookAttemptRecord(
+            delivery_id=delivery_id,
+            number=number,
+            attempted_at=attempted_at,
+            duration_s=duration_s,
+            status_code=status_code,
+            error=error,
+        )
+    )
+    session.execute(
+        update(WebhookDeliveryRecord)
+        .where(col(WebhookDeliveryRecord.id) == delivery_id)
+        .values(
+            status=status,
+            attempt_count=number,
+            next_attempt_at=next_attempt_at,
+            delivered_at=utcnow() if error is None else None,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    session.commit()
+    return status

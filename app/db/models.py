@@ -1,5 +1,7 @@
 """Database tables: one row per search, one row per ranked plan of a search, one row per
-measured run of a plan.
+measured run of a plan, one row per `Idempotency-Key` seen on `POST /v1/searches`, one row
+per webhook delivery (one event of one search to one callback URL) and one row per HTTP
+attempt of a delivery.
 
 The Alembic revision in `app/migrations/versions/` creates exactly these tables; a test
 compares the migrated schema with this metadata, so change both together.
@@ -12,7 +14,17 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, Float, ForeignKey, Index, String, Text
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
 from sqlmodel import Field, SQLModel
 
 
@@ -54,7 +66,9 @@ class SearchRecord(SQLModel, table=True):
     )
 
     id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
-    status: str = Field(default=SearchStatus.QUEUED.value, sa_column=Column(String(16), nullable=False))
+    status: str = Field(
+        default=SearchStatus.QUEUED.value, sa_column=Column(String(16), nullable=False)
+    )
     request: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     """The request body as received (after defaults)."""
     problem: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
@@ -88,9 +102,7 @@ class PlanRecord(SQLModel, table=True):
 
     id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
     search_id: str = Field(
-        sa_column=Column(
-            String(36), ForeignKey("searches.id", ondelete="CASCADE"), nullable=False
-        )
+        sa_column=Column(String(36), ForeignKey("searches.id", ondelete="CASCADE"), nullable=False)
     )
     rank: int = Field(nullable=False)
     plan: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
@@ -138,3 +150,90 @@ class MeasurementRecord(SQLModel, table=True):
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
     )
+
+
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+CALLBACK_URL_MAX_LENGTH = 2048
+
+
+class IdempotencyKeyRecord(SQLModel, table=True):
+    """An `Idempotency-Key` of `POST /v1/searches`: the search it answered and a hash of the
+    request body it came with. The key is the primary key, so two concurrent requests with
+    one key cannot both store it (the loser reads the winner's row)."""
+
+    __tablename__ = "idempotency_keys"
+
+    key: str = Field(sa_column=Column(String(IDEMPOTENCY_KEY_MAX_LENGTH), primary_key=True))
+    search_id: str = Field(
+        sa_column=Column(String(36), ForeignKey("searches.id", ondelete="CASCADE"), nullable=False)
+    )
+    body_hash: str = Field(sa_column=Column(String(64), nullable=False))
+    """SHA-256 of the canonical JSON of the validated request body."""
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
+    )
+
+
+class DeliveryStatus(StrEnum):
+    """waiting (the search has not finished) → pending (due or retrying) → delivered | failed."""
+
+    WAITING = "waiting"
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class WebhookDeliveryRecord(SQLModel, table=True):
+    """The completion event of one search for one callback URL."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_search_id", "search_id"),
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+    id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    search_id: str = Field(
+        sa_column=Column(String(36), ForeignKey("searches.id", ondelete="CASCADE"), nullable=False)
+    )
+    url: str = Field(sa_column=Column(String(CALLBACK_URL_MAX_LENGTH), nullable=False))
+    status: str = Field(
+        default=DeliveryStatus.WAITING.value, sa_column=Column(String(16), nullable=False)
+    )
+    event: str | None = Field(default=None, sa_column=Column(String(50), nullable=True))
+    """`search.succeeded`, `search.failed` or `search.cancelled` once the search finished."""
+    payload: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    """The JSON body, fixed when the search finished (every attempt sends the same bytes)."""
+    attempt_count: int = Field(default=0, sa_column=Column(Integer, nullable=False))
+    next_attempt_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    """When the next attempt is due (pending), or until when a sender holds it."""
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
+    )
+    delivered_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+
+
+class WebhookAttemptRecord(SQLModel, table=True):
+    """One HTTP POST of a delivery and what came of it."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index("ix_webhook_attempts_delivery_id", "delivery_id", "number"),)
+
+    id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    delivery_id: str = Field(
+        sa_column=Column(
+            String(36), ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), nullable=False
+        )
+    )
+    number: int = Field(sa_column=Column(Integer, nullable=False))
+    """1 for the first attempt."""
+    attempted_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    duration_s: float = Field(sa_column=Column(Float, nullable=False))
+    status_code: int | None = Field(default=None, sa_column=Column(Integer, nullable=True))
+    """The receiver's HTTP status (None: no response)."""
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """Why the attempt failed (connection error, timeout, non-2xx), None when it succeeded."""

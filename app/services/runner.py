@@ -19,6 +19,10 @@ Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
 - `recover()` at startup: `queued` searches are submitted again; `running` ones (their
   process died) are re-queued while attempts < `max_attempts`, else marked failed with
   "interrupted by a service restart". Nothing is lost.
+- Listeners (`add_listener`, e.g. the webhook dispatcher's `notify`) are called with the
+  search id whenever a search may have reached its end in this process: a worker returned
+  or crashed, a cancel finished a search that never ran, recovery failed one. They must be
+  quick and must not raise (they run on worker callback threads).
 """
 
 from __future__ import annotations
@@ -251,6 +255,18 @@ class SearchRunner:
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._stop_event: _StopEvent = threading.Event()
+        self._listeners: list[Callable[[str], None]] = []
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(search_id)` whenever a search may have finished."""
+        self._listeners.append(listener)
+
+    def _notify(self, search_id: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(search_id)
+            except Exception:
+                logger.exception("search %s: a completion listener failed", search_id)
 
     @property
     def kind(self) -> str:
@@ -266,8 +282,11 @@ class SearchRunner:
                 max_workers=workers,
                 mp_context=context,
                 initializer=_init_process,
-                initargs=(self._stop_event, list(self.settings.plugin_allowlist),
-                          self.settings.log_level),
+                initargs=(
+                    self._stop_event,
+                    list(self.settings.plugin_allowlist),
+                    self.settings.log_level,
+                ),
             )
             # Spawn and initialise every worker now: a first search must not pay for
             # interpreter start-up and imports (about 0.7 s).
@@ -289,12 +308,17 @@ class SearchRunner:
             future: Future[str | None]
             if self.kind == "process":
                 future = self._executor.submit(
-                    _process_entry, search_id, self.settings.database_url,
+                    _process_entry,
+                    search_id,
+                    self.settings.database_url,
                     self.settings.progress_interval_s,
                 )
             else:
                 future = self._executor.submit(
-                    execute_search, search_id, engine=self.engine, stop_event=self._stop_event,
+                    execute_search,
+                    search_id,
+                    engine=self.engine,
+                    stop_event=self._stop_event,
                     progress_interval_s=self.settings.progress_interval_s,
                 )
             self._futures[search_id] = future
@@ -310,8 +334,10 @@ class SearchRunner:
             logger.error("search worker for %s crashed", search_id, exc_info=error)
             if not self._stop_event.is_set():
                 with Session(self.engine) as session:
-                    crud.fail_search(session=session, search_id=search_id,
-                                     error=unexpected_problem(search_id))
+                    crud.fail_search(
+                        session=session, search_id=search_id, error=unexpected_problem(search_id)
+                    )
+        self._notify(search_id)
 
     def cancel(self, search_id: str) -> bool:
         """Flag a queued or running search cancelled; False if it had already finished."""
@@ -323,6 +349,7 @@ class SearchRunner:
         if future is not None and future.cancel():
             with Session(self.engine) as session:
                 crud.mark_cancelled_finished(session=session, search_id=search_id)
+            self._notify(search_id)
         elif future is None:
             with Session(self.engine) as session:
                 status = crud.current_status(session=session, search_id=search_id)
@@ -330,6 +357,7 @@ class SearchRunner:
                     record = crud.get_search(session=session, search_id=search_id)
                     if record is not None and record.started_at is None:
                         crud.mark_cancelled_finished(session=session, search_id=search_id)
+            self._notify(search_id)
         return True
 
     def recover(self) -> RecoveryReport:
@@ -345,16 +373,22 @@ class SearchRunner:
             )
             for record in running:
                 if record.attempts >= self.settings.max_attempts:
-                    crud.fail_search(session=session, search_id=record.id,
-                                     error=interrupted_problem(record.id, record.attempts))
+                    crud.fail_search(
+                        session=session,
+                        search_id=record.id,
+                        error=interrupted_problem(record.id, record.attempts),
+                    )
                     failed.append(record.id)
-                    logger.warning("search %s failed: interrupted %d times", record.id,
-                                   record.attempts)
+                    logger.warning(
+                        "search %s failed: interrupted %d times", record.id, record.attempts
+                    )
                 elif crud.requeue_search(session=session, search_id=record.id):
                     requeued.append(record.id)
             resubmit = [r.id for r in queued] + requeued
         for search_id in resubmit:
             self.submit(search_id)
+        for search_id in failed:
+            self._notify(search_id)
         if resubmit or failed:
             logger.info("recovered %d searches, failed %d", len(resubmit), len(failed))
         return RecoveryReport(requeued=resubmit, failed=failed)

@@ -1,23 +1,86 @@
-"""Plan searches: create (optionally waiting), read, list, cancel and read their plans."""
+"""Plan searches: create (optionally waiting), read, list, cancel and read their plans;
+the scheduler-facing parts of the API live here too.
+
+- `Idempotency-Key` on `POST /v1/searches` (at most 255 visible ASCII characters, one
+  namespace for all clients, kept forever): the first request stores key → (search, SHA-256
+  of the canonical JSON of the validated body) in the transaction that stores the search;
+  a later request with the key and an equal body gets that search (answered as a creation
+  would be, plus `Idempotent-Replayed: true`), with another body a 409 problem
+  (`idempotency-key-reused`). Concurrent requests with one key store one search: the key
+  is a primary key, the loser's transaction rolls back and it answers the winner's search.
+- Deduplication: a request whose resolved problem (`request_hash`: model, cluster,
+  workload, constraints, objective, top_k, cost model with its version and config) equals
+  a queued, running or succeeded search gets that search at once, with
+  `X-Meshplan-Deduplicated: <id>` (and its `callback_url`, if any, is subscribed to that
+  search's completion). `?dedupe=false` always creates a new search. Best effort: two
+  identical requests racing may both create one (send an Idempotency-Key for exactly-once).
+- Status of a creation, a replay or a deduplicated answer alike: `201` when `?wait` > 0
+  and the search has finished, else `202`; `Location` names the search.
+- `callback_url`: see `app.services.webhooks` (refused with 422 when the service has no
+  `MESHPLAN_WEBHOOK_SECRET`). Deliveries are listed in `GET /v1/searches/{id}` (member
+  `deliveries`) and `GET /v1/searches/{id}/deliveries`.
+- `GET /v1/searches/{id}/events`: Server-Sent Events (see `search_events`).
+- Cursor pagination: `?cursor=` takes the `next_cursor` of the previous page (opaque:
+  base64url JSON of the last row's (created_at, id) for searches, newest first; of its rank
+  for plans). Keyset pages do not shift when searches are created meanwhile. `offset` still
+  works (not together with `cursor`).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from app.api.deps import EngineDep, RunnerDep, SessionDep, SettingsDep
 from app.api.routes.plans import plan_public
 from app.db import crud
-from app.db.models import SearchRecord, SearchStatus
-from app.schemas import PlanList, SearchCreate, SearchList, SearchPublic
+from app.db.models import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    TERMINAL_STATUSES,
+    IdempotencyKeyRecord,
+    SearchRecord,
+    SearchStatus,
+    WebhookAttemptRecord,
+    WebhookDeliveryRecord,
+)
+from app.schemas import (
+    DeliveryList,
+    PlanList,
+    SearchCreate,
+    SearchList,
+    SearchPublic,
+)
 from app.services import planning
 from specs.errors import Conflict, NotFound, SpecError
+from specs.plan import canonical_hash
 
 router = APIRouter(tags=["searches"])
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+DEDUPLICATED_HEADER = "X-Meshplan-Deduplicated"
+_CANCELLED_GRACE_S = 10.0
+"""An `/events` stream ends this long after a search turned cancelled even if its worker
+never stamped `finished_at` (a crashed worker)."""
+
+
+class IdempotencyKeyReused(Conflict):
+    """An Idempotency-Key sent again with a different request body (409)."""
+
+    problem_type = "idempotency-key-reused"
+    title = "Idempotency key reused"
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -65,6 +128,35 @@ def search_public(record: SearchRecord, *, num_plans: int | None = None) -> dict
         "num_plans": num_plans,
         "plans_url": f"/v1/searches/{record.id}/plans",
         "calibration": (problem.get("cost_model") or {}).get("calibration"),
+        "callback_url": request.get("callback_url"),
+        "events_url": f"/v1/searches/{record.id}/events",
+    }
+
+
+def delivery_public(
+    delivery: WebhookDeliveryRecord, attempts: list[WebhookAttemptRecord]
+) -> dict[str, Any]:
+    """A webhook delivery with its attempts, as the API shows it."""
+    return {
+        "id": delivery.id,
+        "search_id": delivery.search_id,
+        "url": delivery.url,
+        "status": delivery.status,
+        "event": delivery.event,
+        "attempt_count": delivery.attempt_count,
+        "next_attempt_at": _utc(delivery.next_attempt_at),
+        "created_at": _utc(delivery.created_at),
+        "delivered_at": _utc(delivery.delivered_at),
+        "attempts": [
+            {
+                "number": a.number,
+                "attempted_at": _utc(a.attempted_at),
+                "duration_s": a.duration_s,
+                "status_code": a.status_code,
+                "error": a.error,
+            }
+            for a in attempts
+        ],
     }
 
 
@@ -75,21 +167,149 @@ def _load(session: Session, search_id: str) -> SearchRecord:
     return record
 
 
-def _public_with_count(session: Session, record: SearchRecord) -> dict[str, Any]:
+def _public_with_count(
+    session: Session, record: SearchRecord, *, deliveries: bool = False
+) -> dict[str, Any]:
     count = None
     if record.status in (SearchStatus.SUCCEEDED.value, SearchStatus.CANCELLED.value):
         count = crud.list_plans(session=session, search_id=record.id, limit=0)[1]
-    return search_public(record, num_plans=count)
+    public = search_public(record, num_plans=count)
+    if deliveries:
+        public["deliveries"] = [
+            delivery_public(d, a)
+            for d, a in crud.list_deliveries(session=session, search_id=record.id)
+        ]
+    return public
+
+
+def webhook_search_view(session: Session, record: SearchRecord) -> dict[str, Any]:
+    """The JSON of a search in a webhook body: what GET /v1/searches/{id} answers, without
+    `deliveries`."""
+    public = SearchPublic.model_validate(_public_with_count(session, record))
+    return public.model_dump(mode="json", exclude={"deliveries"})
+
+
+def is_complete(record: SearchRecord) -> bool:
+    """Final status and `finished_at` stored: nothing about the search changes any more."""
+    return record.status in TERMINAL_STATUSES and record.finished_at is not None
+
+
+# ---- cursors --------------------------------------------------------------------------------
+def _encode_cursor(payload: dict[str, Any]) -> str:
+    raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, kind: str) -> dict[str, Any]:
+    def invalid() -> SpecError:
+        return SpecError(
+            "cursor",
+            "a next_cursor of a previous page of this list",
+            cursor,
+            "cursor is not a next_cursor this list returned",
+        )
+
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise invalid() from None
+    if not isinstance(payload, dict) or payload.get("k") != kind:
+        raise invalid()
+    return payload
+
+
+def search_cursor(record: SearchRecord) -> str:
+    created = _utc(record.created_at)
+    assert created is not None
+    return _encode_cursor({"k": "s", "t": created.isoformat(), "id": record.id})
+
+
+def _search_after(cursor: str) -> tuple[datetime, str]:
+    payload = _decode_cursor(cursor, "s")
+    try:
+        created = datetime.fromisoformat(str(payload["t"]))
+        search_id = str(payload["id"])
+    except (KeyError, ValueError):
+        raise SpecError(
+            "cursor",
+            "a next_cursor of a previous page of this list",
+            cursor,
+            "cursor is not a next_cursor this list returned",
+        ) from None
+    created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return created.astimezone(UTC), search_id
+
+
+def _plan_after(cursor: str) -> int:
+    rank = _decode_cursor(cursor, "p").get("r")
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        raise SpecError(
+            "cursor",
+            "a next_cursor of a previous page of this list",
+            cursor,
+            "cursor is not a next_cursor this list returned",
+        )
+    return rank
+
+
+def _no_offset_with_cursor(cursor: str | None, offset: int) -> None:
+    if cursor is not None and offset:
+        raise SpecError(
+            "offset",
+            "0 when cursor is given",
+            offset,
+            "offset and cursor cannot be combined: the cursor says where the page starts",
+        )
+
+
+# ---- creation ----------------------------------------------------------------------------
+def _check_idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not 1 <= len(value) <= IDEMPOTENCY_KEY_MAX_LENGTH or not all(
+        0x21 <= ord(c) <= 0x7E for c in value
+    ):
+        raise SpecError(
+            IDEMPOTENCY_HEADER,
+            f"1 to {IDEMPOTENCY_KEY_MAX_LENGTH} visible ASCII characters",
+            value[:300],
+            f"the {IDEMPOTENCY_HEADER} header must be 1 to {IDEMPOTENCY_KEY_MAX_LENGTH} "
+            f"visible ASCII characters (got {len(value)} characters)",
+        )
+    return value
+
+
+def _replay(row: IdempotencyKeyRecord, body_hash: str) -> tuple[str, str]:
+    if row.body_hash != body_hash:
+        raise IdempotencyKeyReused(
+            f"the {IDEMPOTENCY_HEADER} {row.key!r} was first sent with another request body "
+            f"(search {row.search_id}); send a new key for a new request",
+            header=IDEMPOTENCY_HEADER,
+            key=row.key,
+            search_id=row.search_id,
+        )
+    return row.search_id, "replayed"
+
+
+def _webhooks_notify(request: Request) -> None:
+    dispatcher = getattr(request.app.state, "webhooks", None)
+    if dispatcher is not None:
+        dispatcher.notify()
 
 
 @router.post(
     "/v1/searches",
     response_model=SearchPublic,
     status_code=status.HTTP_202_ACCEPTED,
-    responses={201: {"model": SearchPublic, "description": "finished within ?wait"}},
+    responses={
+        201: {"model": SearchPublic, "description": "finished within ?wait"},
+        409: {"description": "Idempotency-Key sent before with another body"},
+    },
 )
 async def create_search(
     body: SearchCreate,
+    request: Request,
     response: Response,
     settings: SettingsDep,
     engine: EngineDep,
@@ -97,31 +317,89 @@ async def create_search(
     wait: Annotated[
         float, Query(description="Seconds to block for the result (0..max_wait_s).")
     ] = 0.0,
+    dedupe: Annotated[
+        bool,
+        Query(
+            description="Answer an identical queued, running or succeeded search "
+            "instead of starting a new one."
+        ),
+    ] = True,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            description="Same key and body: the same search; other body: 409.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Start a plan search; `?wait=S` blocks up to S seconds for it to finish."""
     if not 0 <= wait <= settings.max_wait_s:
-        raise SpecError("wait", f"between 0 and {settings.max_wait_s}", wait,
-                        f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})")
-    def prepare() -> planning.PreparedSearch:
-        with Session(engine, expire_on_commit=False) as session:
-            return planning.prepare_search(body, settings, session)
+        raise SpecError(
+            "wait",
+            f"between 0 and {settings.max_wait_s}",
+            wait,
+            f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})",
+        )
+    key = _check_idempotency_key(idempotency_key)
+    if body.callback_url is not None and settings.webhook_secret is None:
+        raise SpecError(
+            "callback_url",
+            "needs a webhook secret on the service",
+            body.callback_url,
+            "callback_url needs the service's MESHPLAN_WEBHOOK_SECRET to sign "
+            "webhooks; it is not set",
+        )
+    body_hash = canonical_hash(body.model_dump(mode="json"))
 
-    prepared = await run_in_threadpool(prepare)
-
-    def store() -> str:
+    def resolve() -> tuple[str, str]:
+        """(search id, how): created, replayed or deduplicated."""
         with Session(engine, expire_on_commit=False) as session:
-            record = crud.create_search(
-                session=session,
-                request=prepared.request,
-                problem=prepared.problem,
-                request_hash=prepared.request_hash,
-                cost_model_name=prepared.cost_model_name,
-                cost_model_version=prepared.cost_model_version,
+            if key is not None:
+                row = crud.get_idempotency_key(session=session, key=key)
+                if row is not None:
+                    return _replay(row, body_hash)
+            prepared = planning.prepare_search(body, settings, session)
+            duplicate = (
+                crud.find_duplicate(session=session, request_hash=prepared.request_hash)
+                if dedupe
+                else None
             )
-            return record.id
+            if duplicate is not None:
+                if key is not None:
+                    row = crud.claim_idempotency_key(
+                        session=session, key=key, search_id=duplicate.id, body_hash=body_hash
+                    )
+                    if row.search_id != duplicate.id or row.body_hash != body_hash:
+                        return _replay(row, body_hash)  # a concurrent request won the key
+                if body.callback_url is not None:
+                    crud.add_delivery(
+                        session=session, search_id=duplicate.id, url=body.callback_url
+                    )
+                return duplicate.id, "deduplicated"
+            try:
+                record = crud.create_search(
+                    session=session,
+                    request=prepared.request,
+                    problem=prepared.problem,
+                    request_hash=prepared.request_hash,
+                    cost_model_name=prepared.cost_model_name,
+                    cost_model_version=prepared.cost_model_version,
+                    idempotency_key=key,
+                    body_hash=body_hash,
+                    callback_url=body.callback_url,
+                )
+            except IntegrityError:
+                row = crud.get_idempotency_key(session=session, key=key) if key else None
+                if row is None:
+                    raise
+                return _replay(row, body_hash)  # a concurrent request stored the key first
+            return record.id, "created"
 
-    search_id = await run_in_threadpool(store)
-    runner.submit(search_id)
+    search_id, how = await run_in_threadpool(resolve)
+    if how == "created":
+        runner.submit(search_id)
+    elif body.callback_url is not None:
+        _webhooks_notify(request)  # the search may have finished already
     final = await runner.wait(search_id, wait) if wait > 0 else None
 
     def load() -> dict[str, Any]:
@@ -130,9 +408,11 @@ async def create_search(
 
     public = await run_in_threadpool(load)
     response.headers["Location"] = f"/v1/searches/{search_id}"
-    if final is not None and public["status"] in (
-        SearchStatus.SUCCEEDED.value, SearchStatus.FAILED.value, SearchStatus.CANCELLED.value
-    ):
+    if how == "replayed":
+        response.headers[REPLAYED_HEADER] = "true"
+    elif how == "deduplicated":
+        response.headers[DEDUPLICATED_HEADER] = search_id
+    if final is not None and public["status"] in TERMINAL_STATUSES:
         response.status_code = status.HTTP_201_CREATED
     return public
 
@@ -142,23 +422,46 @@ def list_searches(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[
+        str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
+    ] = None,
     status_filter: Annotated[
         SearchStatus | None, Query(alias="status", description="Only this status.")
     ] = None,
 ) -> dict[str, Any]:
     """List searches, newest first."""
+    _no_offset_with_cursor(cursor, offset)
     rows, total = crud.list_searches(
-        session=session, limit=limit, offset=offset,
+        session=session,
+        limit=limit + 1,
+        offset=offset,
         status=status_filter.value if status_filter else None,
+        after=_search_after(cursor) if cursor is not None else None,
     )
-    return {"items": [search_public(r) for r in rows], "total": total, "limit": limit,
-            "offset": offset}
+    more, rows = len(rows) > limit, rows[:limit]
+    return {
+        "items": [search_public(r) for r in rows],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "next_cursor": search_cursor(rows[-1]) if more else None,
+    }
 
 
 @router.get("/v1/searches/{search_id}", response_model=SearchPublic)
 def read_search(search_id: str, session: SessionDep) -> dict[str, Any]:
-    """Read a search: status, progress, stats and error."""
-    return _public_with_count(session, _load(session, search_id))
+    """Read a search: status, progress, stats, error and webhook deliveries."""
+    return _public_with_count(session, _load(session, search_id), deliveries=True)
+
+
+@router.get("/v1/searches/{search_id}/deliveries", response_model=DeliveryList)
+def list_search_deliveries(search_id: str, session: SessionDep) -> dict[str, Any]:
+    """List a search's webhook deliveries with every attempt."""
+    _load(session, search_id)
+    items = [
+        delivery_public(d, a) for d, a in crud.list_deliveries(session=session, search_id=search_id)
+    ]
+    return {"items": items, "total": len(items)}
 
 
 @router.get("/v1/searches/{search_id}/plans", response_model=PlanList)
@@ -167,12 +470,121 @@ def list_search_plans(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[
+        str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
+    ] = None,
 ) -> dict[str, Any]:
     """List a search's plans, best first."""
+    _no_offset_with_cursor(cursor, offset)
     _load(session, search_id)
-    rows, total = crud.list_plans(session=session, search_id=search_id, limit=limit,
-                                  offset=offset)
-    return {"items": [plan_public(r) for r in rows], "total": total}
+    rows, total = crud.list_plans(
+        session=session,
+        search_id=search_id,
+        limit=limit + 1,
+        offset=offset,
+        after_rank=_plan_after(cursor) if cursor is not None else None,
+    )
+    more, rows = len(rows) > limit, rows[:limit]
+    next_cursor = _encode_cursor({"k": "p", "r": rows[-1].rank}) if more else None
+    return {"items": [plan_public(r) for r in rows], "total": total, "next_cursor": next_cursor}
+
+
+# ---- Server-Sent Events ------------------------------------------------------------------
+def _sse(event: str | None, data: str | None = None, event_id: str | None = None) -> str:
+    """One SSE message (WHATWG HTML, "Server-sent events": `event:`, `id:`, `data:` lines
+    and a blank line)."""
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    if data is not None:
+        lines.extend(f"data: {line}" for line in data.split("\n"))
+    return "\n".join(lines) + "\n\n"
+
+
+@router.get(
+    "/v1/searches/{search_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "progress events, then one done event",
+        }
+    },
+)
+async def search_events(
+    search_id: str,
+    request: Request,
+    settings: SettingsDep,
+    engine: EngineDep,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> StreamingResponse:
+    """Stream a search's progress as Server-Sent Events until it finishes.
+
+    `event: progress` with `{"status", "progress": {"evaluated", "total"}}` whenever either
+    changes (the database is read every `sse_poll_interval_s`), then `event: done` with the
+    search as `GET /v1/searches/{id}` shows it, and the stream ends; a finished search gets
+    `done` at once. A comment line (`: keep-alive`) is sent after `sse_heartbeat_s` of
+    silence. Event ids are `<status>.<evaluated>.<total>` (`done` for the last): a client
+    reconnecting with `Last-Event-ID` is not sent the state it already has again. A stream
+    still open after `sse_max_duration_s` ends without `done`: reconnect (EventSource does
+    so by itself, after the `retry:` delay the stream announces)."""
+
+    def snapshot() -> SearchRecord | None:
+        with Session(engine, expire_on_commit=False) as session:
+            return crud.get_search(session=session, search_id=search_id)
+
+    def final_json() -> str:
+        with Session(engine, expire_on_commit=False) as session:
+            record = _load(session, search_id)
+            public = _public_with_count(session, record, deliveries=True)
+        return SearchPublic.model_validate(public).model_dump_json()
+
+    if await run_in_threadpool(snapshot) is None:
+        raise NotFound(f"no search with id {search_id!r}", id=search_id)
+
+    async def stream() -> AsyncIterator[str]:
+        sent_id = last_event_id
+        last_write = time.monotonic()
+        ends_at = last_write + settings.sse_max_duration_s
+        terminal_since: float | None = None
+        yield f"retry: {max(100, int(settings.sse_poll_interval_s * 4000))}\n\n"
+        while True:
+            record = await run_in_threadpool(snapshot)
+            if record is None:  # deleted meanwhile
+                return
+            now = time.monotonic()
+            if record.status in TERMINAL_STATUSES and terminal_since is None:
+                terminal_since = now
+            if is_complete(record) or (
+                terminal_since is not None and now - terminal_since > _CANCELLED_GRACE_S
+            ):
+                yield _sse("done", await run_in_threadpool(final_json), "done")
+                return
+            event_id = f"{record.status}.{record.progress_evaluated}.{record.progress_total}"
+            if event_id != sent_id:
+                data = {
+                    "status": record.status,
+                    "progress": {
+                        "evaluated": record.progress_evaluated,
+                        "total": record.progress_total,
+                    },
+                }
+                yield _sse("progress", json.dumps(data, separators=(",", ":")), event_id)
+                sent_id, last_write = event_id, now
+            elif now - last_write >= settings.sse_heartbeat_s:
+                yield ": keep-alive\n\n"
+                last_write = now
+            if now >= ends_at or await request.is_disconnected():
+                return
+            await asyncio.sleep(settings.sse_poll_interval_s)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.delete("/v1/searches/{search_id}", response_model=SearchPublic)
