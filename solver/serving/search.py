@@ -679,6 +679,37 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
         units * cand.decode_count, cand.max_batch, mp, mo)
 
 
+def _pareto_instance_counts(ctx: _Context,
+                            candidates: Iterator[tuple[float, Candidate, bool]]
+                            ) -> Iterator[tuple[float, Candidate, bool]]:
+    """min_latency, disaggregated: of the prefill:decode ratios of one (prefill layout and
+    chunk, decode layout and max batch), keep those whose whole-cluster plan is not
+    dominated in instance counts. A plan with at least as many prefill and as many decode
+    instances of the same kinds gives each instance no more of the rate, so (latency being
+    monotone in the load) its latency is no higher; the dominated ratios are dropped
+    (`pruned.dominated`)."""
+    groups: dict[tuple[Any, ...], list[tuple[float, Candidate, bool]]] = {}
+    for item in candidates:
+        cand = item[1]
+        key = (cand.prefill, cand.prefill_chunk, cand.layout, cand.max_batch)
+        groups.setdefault(key, []).append(item)
+    n = ctx.problem.num_gpus
+    for items in groups.values():
+        totals = []
+        for item in items:
+            cand = item[1]
+            units = max(1, n // cand.gpus)
+            totals.append((units * cand.prefill_count, units * cand.decode_count))
+        for i, item in enumerate(items):
+            p, d = totals[i]
+            dominated = any(q >= p and e >= d and (q, e) != (p, d) for q, e in totals)
+            duplicate = any(totals[j] == (p, d) for j in range(i))
+            if dominated or duplicate:
+                ctx.stats.add_pruned("dominated")
+                continue
+            yield item
+
+
 def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
     """P90 end-to-end latency of the whole-cluster plan at `rate`, simulated on one of its
     units at its share of the rate (rate / units: a Poisson stream split over the units
@@ -752,6 +783,8 @@ def serving_search(
         for mode in modes:
             gen = (_colocated_candidates(ctx, fixed) if mode == "colocated"
                    else _disaggregated_candidates(ctx, fixed))
+            if min_latency and mode == "disaggregated":
+                gen = _pareto_instance_counts(ctx, gen)
             for bound, cand, final in gen:
                 if min_latency:
                     # bound on −latency: the near-idle latency (None: the SLO cannot hold)

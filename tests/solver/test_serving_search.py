@@ -349,6 +349,24 @@ def test_min_latency_at_a_rate_is_the_lowest_p90_end_to_end_latency(rate: float)
     assert result.plans[0].estimate.details["ranked_at"] == "arrival_rate"
 
 
+def test_min_latency_dominated_instance_counts_do_not_change_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dropping disaggregated ratios whose plans have no more prefill and decode instances
+    than another ratio's (`_pareto_instance_counts`) keeps the best latency: the search with
+    and without the filter agrees, and the filter did drop some."""
+    problem = make_problem(4, nodes=2, objective="min_latency", arrival_rate_rps=40.0)
+    fixed = {"mode": "disaggregated", "tensor": 1}
+    filtered = serving_search(problem, COST_MODEL, fixed=fixed, top_k=1)
+    assert filtered.stats.pruned.get("dominated", 0) > 0
+    monkeypatch.setattr(S, "_pareto_instance_counts", lambda _ctx, gen: gen)
+    everything = serving_search(problem, COST_MODEL, fixed=fixed, top_k=1)
+    assert "dominated" not in everything.stats.pruned
+    best_f = filtered.plans[0].estimate.details["ranked_e2e_latency_s_p90"]
+    best_e = everything.plans[0].estimate.details["ranked_e2e_latency_s_p90"]
+    assert best_f == pytest.approx(best_e, rel=1e-9)
+
+
 def test_min_latency_without_a_rate_ranks_by_the_near_idle_latency() -> None:
     problem = make_problem(4, objective="min_latency")
     result = serving_search(problem, COST_MODEL, fixed={"mode": "colocated"}, top_k=3)
