@@ -4,34 +4,13 @@ temporary SQLite file and a thread-pool runner) and the `tiny` inputs."""
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-with warnings.catch_warnings():
-    # starlette warns once, at import, that it prefers httpx2 over httpx
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-
-TINY_MODEL: dict[str, Any] = {
-    "name": "tiny",
-    "num_layers": 4,
-    "hidden_size": 256,
-    "num_attention_heads": 8,
-    "num_kv_heads": 4,
-    "ffn_hidden_size": 1024,
-    "vocab_size": 1000,
-}
-TINY_CLUSTER: dict[str, Any] = {
-    "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]
-}
-TINY_WORKLOAD: dict[str, Any] = {
-    "kind": "training", "global_batch_size": 8, "sequence_length": 512, "precision": "bf16"
-}
+from tests.support import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD, TestClient
 
 
 @pytest.fixture

@@ -374,6 +374,7 @@ class _Context:
     idle: dict[tuple[Any, ...], float | None] = field(default_factory=dict)
     idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
     latency_runs: dict[tuple[Any, ...], list[tuple[int, float]]] = field(default_factory=dict)
+    side_rates: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -674,9 +675,21 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
         return capacity_upper_bound_rps(back, units * cand.replicas, cand.max_batch,
                                         cand.chunk, mp, mo)
     assert cand.prefill is not None
-    return capacity_upper_bound_disaggregated_rps(
-        _layout_cost(ctx, cand.prefill), units * cand.prefill_count, cand.prefill_chunk, back,
-        units * cand.decode_count, cand.max_batch, mp, mo)
+    # the bound is min(prefill instances × one's rate, decode instances × one's rate):
+    # each side's per-instance rate is computed once per (layouts, chunk, batch)
+    key = (cand.prefill, cand.prefill_chunk, cand.layout, cand.max_batch)
+    rates = ctx.side_rates.get(key)
+    if rates is None:
+        front = _layout_cost(ctx, cand.prefill)
+        many = 1 << 30
+        rates = (
+            capacity_upper_bound_disaggregated_rps(front, 1, cand.prefill_chunk, back, many,
+                                                   cand.max_batch, mp, mo),
+            capacity_upper_bound_disaggregated_rps(front, many, cand.prefill_chunk, back, 1,
+                                                   cand.max_batch, mp, mo),
+        )
+        ctx.side_rates[key] = rates
+    return min(units * cand.prefill_count * rates[0], units * cand.decode_count * rates[1])
 
 
 def _pareto_instance_counts(ctx: _Context,

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from app_support import assert_problem, error_fields
-from conftest import TestClient
 
 from app.main import create_app
+from tests.support import TestClient
 
 
 def test_unknown_route_is_a_404_problem(client: Any) -> None:

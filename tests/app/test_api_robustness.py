@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from app_support import PROBLEM_JSON
-from conftest import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.support import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD
 
 GOOD_PLAN = {"parallelism": {"data": 4}}
 

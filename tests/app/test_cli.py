@@ -17,13 +17,13 @@ import httpx
 import pytest
 import typer
 import uvicorn
-from conftest import TINY_MODEL
 from typer.testing import CliRunner
 
 import app.cli as cli_module
 from app.cli import cli, parse_cluster, parse_model
 from app.main import create_app
 from meshplan_client import MeshplanClient
+from tests.support import TINY_MODEL
 
 runner = CliRunner()
 WIDE = {"COLUMNS": "200"}

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TestClient
 
 from app.core.config import Settings
 from app.db.session import make_engine
 from app.main import create_app
+from tests.support import TestClient
 
 
 def test_defaults() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TestClient
 from sqlalchemy import inspect, text
 from sqlmodel import Session
 
@@ -18,6 +17,7 @@ from app.db import crud, migrate
 from app.db.models import PlanRecord, SearchStatus
 from app.db.session import make_engine, normalize_database_url
 from app.main import create_app
+from tests.support import TestClient
 
 PG_HOST = "127.0.0.1:5432"
 PG_DB = "test"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from app_support import wait_for
-from conftest import TestClient
 from sqlmodel import Session
 
 from app.db import crud, migrate
@@ -18,6 +17,7 @@ from app.db.session import make_engine
 from app.main import create_app
 from app.schemas import SearchCreate
 from app.services import planning
+from tests.support import TestClient
 
 
 def _store(settings: Any, body: dict[str, Any], *, status: str, attempts: int) -> str:

@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import TestClient
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from sqlalchemy.engine import Engine
@@ -31,6 +30,7 @@ from app.db import crud, migrate
 from app.db.models import IdempotencyKeyRecord, SearchRecord, WebhookDeliveryRecord
 from app.db.session import make_engine
 from app.services.webhooks import backoff_delay_s, sign, verify_signature
+from tests.support import TestClient
 
 
 # ---- signatures, backoff, If-None-Match ----------------------------------------------------

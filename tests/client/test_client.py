@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from conftest import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD
 
 import meshplan_client
 from app.main import create_app
@@ -38,6 +37,7 @@ from meshplan_client import (
     SearchTimeout,
 )
 from meshplan_client._base import SSEDecoder, next_page_params
+from tests.support import TINY_CLUSTER, TINY_MODEL, TINY_WORKLOAD
 
 H100_GIB = 81559 / 1024
 """nvidia-smi memory.total of an H100 SXM5 80GB (81559 MiB), in GiB."""
