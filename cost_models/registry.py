@@ -12,10 +12,10 @@ from collections.abc import Callable, Collection
 from importlib.metadata import entry_points
 from typing import Any, Protocol, TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from cost_models.base import TrainingCostModel
-from specs.errors import PluginNotFound, SpecError
+from cost_models.plugin_registry import PluginRegistry
 
 ENTRY_POINT_GROUP = "meshplan.cost_models"
 
@@ -31,7 +31,8 @@ class CostModelPlugin(Protocol):
     def __call__(self, config: Any) -> TrainingCostModel: ...
 
 
-_REGISTRY: dict[str, type[Any]] = {}
+_PLUGINS = PluginRegistry("cost model")
+_REGISTRY = _PLUGINS.classes
 _ENTRY_POINTS_LOADED = False
 
 C = TypeVar("C", bound=type[Any])
@@ -44,24 +45,12 @@ def register_cost_model(name: str) -> Callable[[C], C]:
     `Config` instance as its only constructor argument. Raises ValueError on a duplicate or
     malformed name, or a class without `Config`.
     """
-    if not name or not name.replace("_", "").isalnum() or name.lower() != name:
-        raise ValueError(f"cost model name must be lower_snake (got {name!r})")
-
-    def decorator(cls: C) -> C:
-        if name in _REGISTRY:
-            raise ValueError(f"cost model {name!r} is already registered ({_REGISTRY[name]!r})")
-        config = getattr(cls, "Config", None)
-        if not (isinstance(config, type) and issubclass(config, BaseModel)):
-            raise ValueError(f"cost model {name!r} needs a nested pydantic Config class")
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return _PLUGINS.register(name)
 
 
 def list_cost_models() -> list[str]:
     """Registered names, sorted."""
-    return sorted(_REGISTRY)
+    return _PLUGINS.names()
 
 
 def build_cost_model(name: str = "analytical", config: dict[str, Any] | None = None) -> TrainingCostModel:
@@ -71,20 +60,7 @@ def build_cost_model(name: str = "analytical", config: dict[str, Any] | None = N
         PluginNotFound: unknown name (the message lists the registered ones).
         SpecError: the config does not validate (field `cost_model.config.<option>`).
     """
-    cls = _REGISTRY.get(name)
-    if cls is None:
-        known = ", ".join(list_cost_models()) or "none"
-        raise PluginNotFound(f"unknown cost model {name!r}; registered: {known}", name=name)
-    if config is not None and not isinstance(config, dict):
-        raise SpecError("cost_model.config", "must be an object", config)
-    try:
-        validated = cls.Config.model_validate(config or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(part) for part in first["loc"])
-        field = f"cost_model.config.{loc}" if loc else "cost_model.config"
-        raise SpecError(field, first["msg"], first.get("input"), f"{field}: {first['msg']}") from exc
-    return cast(TrainingCostModel, cls(validated))
+    return cast(TrainingCostModel, _PLUGINS.build(name, config))
 
 
 def load_entry_point_plugins(allowlist: Collection[str] | None = None) -> list[str]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
-
+from cost_models.plugin_registry import PluginRegistry
 from cost_models.serving.base import ServingCostModel
-from specs.errors import PluginNotFound, SpecError
 
-_REGISTRY: dict[str, type[Any]] = {}
+_PLUGINS = PluginRegistry("serving cost model")
+_REGISTRY = _PLUGINS.classes
 
 C = TypeVar("C", bound=type[Any])
 
@@ -27,24 +26,12 @@ def register_serving_cost_model(name: str) -> Callable[[C], C]:
     Raises ValueError on a duplicate or malformed name, or a class without a pydantic
     `Config`.
     """
-    if not name or not name.replace("_", "").isalnum() or name.lower() != name:
-        raise ValueError(f"serving cost model name must be lower_snake (got {name!r})")
-
-    def decorator(cls: C) -> C:
-        if name in _REGISTRY:
-            raise ValueError(f"serving cost model {name!r} is already registered")
-        config = getattr(cls, "Config", None)
-        if not (isinstance(config, type) and issubclass(config, BaseModel)):
-            raise ValueError(f"serving cost model {name!r} needs a nested pydantic Config class")
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorator
+    return _PLUGINS.register(name)
 
 
 def list_serving_cost_models() -> list[str]:
     """Registered names, sorted."""
-    return sorted(_REGISTRY)
+    return _PLUGINS.names()
 
 
 def build_serving_cost_model(
@@ -56,19 +43,4 @@ def build_serving_cost_model(
         PluginNotFound: unknown name (the message lists the registered ones).
         SpecError: the config does not validate (field `cost_model.config.<option>`).
     """
-    cls = _REGISTRY.get(name)
-    if cls is None:
-        known = ", ".join(list_serving_cost_models()) or "none"
-        raise PluginNotFound(f"unknown serving cost model {name!r}; registered: {known}", name=name)
-    if config is not None and not isinstance(config, dict):
-        raise SpecError("cost_model.config", "must be an object", config)
-    try:
-        validated = cls.Config.model_validate(config or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(part) for part in first["loc"])
-        field = f"cost_model.config.{loc}" if loc else "cost_model.config"
-        raise SpecError(
-            field, first["msg"], first.get("input"), f"{field}: {first['msg']}"
-        ) from exc
-    return cast(ServingCostModel, cls(validated))
+    return cast(ServingCostModel, _PLUGINS.build(name, config))
