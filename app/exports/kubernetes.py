@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from app.exports import deepspeed, megatron, sglang, torchtitan, vllm
+from app.exports import deepspeed, megatron, torchtitan
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -34,6 +34,7 @@ from app.exports.base import (
     node_layout,
     require,
 )
+from app.exports.serve_command import serve_args
 from app.exports.serving_common import ROLE_ORDER, instance_shape
 
 FORMAT = "kubernetes"
@@ -214,7 +215,6 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
     env: dict[str, str] = {}
     model_ref = model_reference(ctx.model, env)
-    gpn = ctx.cluster.gpus_per_node
     gpu = gpu_resource_name(ctx.cluster.accelerator.vendor)
     image = ctx.options.get("image", DEFAULT_IMAGES[framework])
     docs: list[dict[str, Any]] = []
@@ -225,19 +225,8 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
         shape = instance_shape(FORMAT, ctx.cluster, inst)
         name = _name(ctx, inst.role)
         port = 8000 if framework == "vllm" else 30000
-        if framework == "vllm":
-            args = [
-                "vllm",
-                "serve",
-                *vllm.instance_args(model_ref, inst, workload, node_gpus=gpn, port=port),
-            ]
-            vllm.check_args(args[2:], ctx.model)
-        else:
-            args = [
-                *sglang.LAUNCH,
-                *sglang.instance_args(model_ref, inst, workload, cluster=ctx.cluster, port=port),
-            ]
-            sglang.check_args(args[3:], ctx.model)
+        args = serve_args(framework, ctx.model, model_ref, inst, workload, ctx.cluster, port)
+        if framework != "vllm":
             args = [
                 a.replace("${NODE_RANK}", "$(NODE_RANK)").replace(
                     "${LEADER_ADDR}", "$(LWS_LEADER_ADDRESS)"

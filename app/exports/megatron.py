@@ -42,6 +42,7 @@ from app.exports.base import (
     parse_flags,
     require,
     shell_command,
+    torchrun_args,
 )
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -811,20 +812,7 @@ def export(ctx: ExportContext) -> ExportResult:
     layout = node_layout(FORMAT, ctx.cluster, world)
     args, env, notes = build_args(ctx.model, plan, workload)
     check_args(args, world_size=world, env=env)
-    launcher = [
-        "torchrun",
-        "--nnodes",
-        str(layout.num_nodes),
-        "--nproc-per-node",
-        str(layout.gpus_per_node),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "${MASTER_ADDR}:${MASTER_PORT}",
-        "--rdzv-id",
-        "${JOB_ID}",
-        ENTRYPOINT,
-    ]
+    launcher = [*torchrun_args(layout), ENTRYPOINT]
     exports = "\n".join(f"export {k}={v}" for k, v in env.items())
     content = (
         "#!/usr/bin/env bash\n"

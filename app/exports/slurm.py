@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.exports import deepspeed, megatron, sglang, torchtitan, vllm
+from app.exports import deepspeed, megatron, torchtitan
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -26,7 +26,9 @@ from app.exports.base import (
     node_layout,
     require,
     shell_command,
+    torchrun_args,
 )
+from app.exports.serve_command import serve_args
 from app.exports.serving_common import ROLE_ORDER, instance_shape
 
 FORMAT = "slurm"
@@ -76,19 +78,7 @@ def _training(ctx: ExportContext, framework: str) -> ExportResult:
     plan, _ = ctx.training_plan(FORMAT)
     world = plan.parallelism.world_size
     layout = node_layout(FORMAT, ctx.cluster, world)
-    torchrun = [
-        "torchrun",
-        "--nnodes",
-        str(layout.num_nodes),
-        "--nproc-per-node",
-        str(layout.gpus_per_node),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "${MASTER_ADDR}:${MASTER_PORT}",
-        "--rdzv-id",
-        "${SLURM_JOB_ID}",
-    ]
+    torchrun = torchrun_args(layout, "${SLURM_JOB_ID}")
     lines = _header(
         ctx, layout.num_nodes, layout.gpus_per_node, f"{framework} training on {world} GPUs"
     )
@@ -185,19 +175,7 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     role_args: dict[str, list[str]] = {}
     for inst in sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role)):
         shape = instance_shape(FORMAT, ctx.cluster, inst)
-        if framework == "vllm":
-            args = [
-                "vllm",
-                "serve",
-                *vllm.instance_args(model_ref, inst, workload, node_gpus=gpn, port=0),
-            ]
-            vllm.check_args(args[2:], ctx.model)
-        else:
-            args = [
-                *sglang.LAUNCH,
-                *sglang.instance_args(model_ref, inst, workload, cluster=ctx.cluster, port=0),
-            ]
-            sglang.check_args(args[3:], ctx.model)
+        args = serve_args(framework, ctx.model, model_ref, inst, workload, ctx.cluster, 0)
         port_at = len(args) - 1 - args[::-1].index("--port")
         args[port_at + 1] = "${PORT}"
         role_args[inst.role] = args

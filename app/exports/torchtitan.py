@@ -36,6 +36,7 @@ from app.exports.base import (
     hf_model_id,
     node_layout,
     require,
+    torchrun_args,
 )
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -376,15 +377,7 @@ def export(ctx: ExportContext) -> ExportResult:
     )
     content = header + tomli_w.dumps(cfg)
     args = [
-        "torchrun",
-        "--nnodes",
-        str(layout.num_nodes),
-        "--nproc-per-node",
-        str(layout.gpus_per_node),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "${MASTER_ADDR}:${MASTER_PORT}",
+        *torchrun_args(layout, None),
         "-m",
         "torchtitan.train",
         "--job.config_file",
