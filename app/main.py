@@ -81,8 +81,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
-    for module in (health, catalog, estimate, searches, plans, exports, measurements, calibration,
-                   placements):
+    for module in (
+        health,
+        catalog,
+        estimate,
+        searches,
+        plans,
+        exports,
+        measurements,
+        calibration,
+        placements,
+    ):
         _docstring_summaries(module.router)
         app.include_router(module.router)
     return app

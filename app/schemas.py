@@ -29,34 +29,65 @@ from specs.workload import Workload
 MODEL_EXAMPLES: list[dict[str, Any]] = [
     {"preset": "llama3-70b"},
     {
-        "name": "my-70b", "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
-        "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256,
-        "gated_mlp": True, "tie_embeddings": False, "moe": None,
+        "name": "my-70b",
+        "num_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_kv_heads": 8,
+        "ffn_hidden_size": 28672,
+        "vocab_size": 128256,
+        "gated_mlp": True,
+        "tie_embeddings": False,
+        "moe": None,
     },
 ]
 CLUSTER_EXAMPLE: dict[str, Any] = {
     "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8, "gpus_per_node": 8}]
 }
 WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "training", "global_batch_size": 1024, "sequence_length": 4096, "precision": "bf16"
+    "kind": "training",
+    "global_batch_size": 1024,
+    "sequence_length": 4096,
+    "precision": "bf16",
 }
 PLAN_EXAMPLE: dict[str, Any] = {
-    "parallelism": {"data": 2, "tensor": 8, "pipeline": 4, "virtual_pipeline": 1,
-                    "context": 1, "expert": 1, "expert_tensor": 1, "sequence_parallel": True},
-    "micro_batch_size": 1, "zero_stage": 1, "recompute": "selective",
-    "pipeline_schedule": "1f1b", "stage_layers": [20, 20, 20, 20],
+    "parallelism": {
+        "data": 2,
+        "tensor": 8,
+        "pipeline": 4,
+        "virtual_pipeline": 1,
+        "context": 1,
+        "expert": 1,
+        "expert_tensor": 1,
+        "sequence_parallel": True,
+    },
+    "micro_batch_size": 1,
+    "zero_stage": 1,
+    "recompute": "selective",
+    "pipeline_schedule": "1f1b",
+    "stage_layers": [20, 20, 20, 20],
 }
 
 SERVING_WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "serving", "prompt_tokens": 1024, "output_tokens": 256, "arrival_rate_rps": None,
-    "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90}, "precision": "bf16",
+    "kind": "serving",
+    "prompt_tokens": 1024,
+    "output_tokens": 256,
+    "arrival_rate_rps": None,
+    "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90},
+    "precision": "bf16",
     "objective": "max_goodput_per_gpu",
 }
 SERVING_PLAN_EXAMPLE: dict[str, Any] = {
     "mode": "colocated",
-    "instances": [{"role": "both", "count": 2,
-                   "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
-                   "max_batch_size": 112, "chunk_size": 2048}],
+    "instances": [
+        {
+            "role": "both",
+            "count": 2,
+            "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
+            "max_batch_size": 112,
+            "chunk_size": 2048,
+        }
+    ],
 }
 
 
@@ -127,12 +158,22 @@ class EstimateRequest(_Body):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"model": {"preset": "llama3-70b"}, "cluster": CLUSTER_EXAMPLE,
-                 "workload": WORKLOAD_EXAMPLE, "plan": PLAN_EXAMPLE},
-                {"model": {"preset": "llama3-70b"},
-                 "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1,
-                                              "gpus_per_node": 8}]},
-                 "workload": SERVING_WORKLOAD_EXAMPLE, "plan": SERVING_PLAN_EXAMPLE},
+                {
+                    "model": {"preset": "llama3-70b"},
+                    "cluster": CLUSTER_EXAMPLE,
+                    "workload": WORKLOAD_EXAMPLE,
+                    "plan": PLAN_EXAMPLE,
+                },
+                {
+                    "model": {"preset": "llama3-70b"},
+                    "cluster": {
+                        "node_groups": [
+                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
+                        ]
+                    },
+                    "workload": SERVING_WORKLOAD_EXAMPLE,
+                    "plan": SERVING_PLAN_EXAMPLE,
+                },
             ]
         },
     )
@@ -174,8 +215,7 @@ class SearchCreate(_Body):
     top_k: int = Field(default=10, ge=1)
     """Plans kept (at most the service's max_top_k)."""
     cost_model: CostModelRef | None = None
-    callback_url: str | None = Field(default=None, min_length=1,
-                                     max_length=CALLBACK_URL_MAX_LENGTH)
+    callback_url: str | None = Field(default=None, min_length=1, max_length=CALLBACK_URL_MAX_LENGTH)
     """http(s) URL that receives a signed POST when the search finishes (succeeded, failed
     or cancelled); needs the service's `MESHPLAN_WEBHOOK_SECRET`."""
 
@@ -186,13 +226,23 @@ class SearchCreate(_Body):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"model": {"preset": "llama3-70b"}, "cluster": CLUSTER_EXAMPLE,
-                 "workload": WORKLOAD_EXAMPLE, "constraints": {"time_limit_s": 30},
-                 "top_k": 10},
-                {"model": {"preset": "llama3-70b"},
-                 "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1,
-                                              "gpus_per_node": 8}]},
-                 "workload": SERVING_WORKLOAD_EXAMPLE, "top_k": 5},
+                {
+                    "model": {"preset": "llama3-70b"},
+                    "cluster": CLUSTER_EXAMPLE,
+                    "workload": WORKLOAD_EXAMPLE,
+                    "constraints": {"time_limit_s": 30},
+                    "top_k": 10,
+                },
+                {
+                    "model": {"preset": "llama3-70b"},
+                    "cluster": {
+                        "node_groups": [
+                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
+                        ]
+                    },
+                    "workload": SERVING_WORKLOAD_EXAMPLE,
+                    "top_k": 5,
+                },
             ]
         },
     )
@@ -388,6 +438,7 @@ MAX_PIPELINE_RANKS = 4096
 def _positive_gib(value: Any) -> Any:
     """One positive finite number, or a non-empty list of them (one per pipeline rank); the
     error names the field itself rather than pydantic's union branches."""
+
     def ok(x: Any) -> bool:
         return isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < math.inf
 
@@ -398,8 +449,10 @@ def _positive_gib(value: Any) -> Any:
         if not bad:
             return value
         raise ValueError(f"peak_memory_gib[{bad[0]}] must be a positive number of GiB")
-    raise ValueError("must be a positive number of GiB, or a list of them (one per pipeline "
-                     f"rank, at most {MAX_PIPELINE_RANKS})")
+    raise ValueError(
+        "must be a positive number of GiB, or a list of them (one per pipeline "
+        f"rank, at most {MAX_PIPELINE_RANKS})"
+    )
 
 
 PeakMemoryGiB = Annotated[float | list[float] | None, BeforeValidator(_positive_gib)]
@@ -423,8 +476,13 @@ class MeasurementCreate(_Body):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"step_time_s": 9.4, "peak_memory_gib": [70.2, 66.0, 66.0, 68.5],
-                          "notes": "steps 100-200 of the nightly run"}]
+            "examples": [
+                {
+                    "step_time_s": 9.4,
+                    "peak_memory_gib": [70.2, 66.0, 66.0, 68.5],
+                    "notes": "steps 100-200 of the nightly run",
+                }
+            ]
         },
     )
 

@@ -52,8 +52,9 @@ class RowResult:
         return bool(self.feasible)
 
 
-def evaluate_case(case: Case, cost_model_name: str = "analytical",
-                  cost_model_config: dict[str, Any] | None = None) -> RowResult:
+def evaluate_case(
+    case: Case, cost_model_name: str = "analytical", cost_model_config: dict[str, Any] | None = None
+) -> RowResult:
     assert case.request is not None
     req = case.request
     constraints = SearchConstraints.model_validate(req["constraints"])
@@ -80,8 +81,9 @@ def evaluate_case(case: Case, cost_model_name: str = "analytical",
     return out
 
 
-def run(cost_model_name: str = "analytical",
-        cost_model_config: dict[str, Any] | None = None) -> tuple[list[RowResult], list[Case]]:
+def run(
+    cost_model_name: str = "analytical", cost_model_config: dict[str, Any] | None = None
+) -> tuple[list[RowResult], list[Case]]:
     results, skipped = [], []
     for case in load_cases():
         if case.request is None:
@@ -117,9 +119,16 @@ def plan_groups(results: list[RowResult]) -> list[list[RowResult]]:
         m = req["model"]
         cl = req["cluster"]["node_groups"][0]
         moe = m.get("moe") or {}  # Mixtral-8x22B and its G8T8 variant share the rest
-        key = (r.case.source, m["num_layers"], m["hidden_size"], cl["accelerator"],
-               cl["num_nodes"] * cl["gpus_per_node"], req["workload"]["global_batch_size"],
-               moe.get("num_experts"), moe.get("expert_ffn_hidden_size"))
+        key = (
+            r.case.source,
+            m["num_layers"],
+            m["hidden_size"],
+            cl["accelerator"],
+            cl["num_nodes"] * cl["gpus_per_node"],
+            req["workload"]["global_batch_size"],
+            moe.get("num_experts"),
+            moe.get("expert_ffn_hidden_size"),
+        )
         groups.setdefault(key, []).append(r)
     return [g for g in groups.values() if len(g) > 1]
 
@@ -127,6 +136,7 @@ def plan_groups(results: list[RowResult]) -> list[list[RowResult]]:
 def ordering_reproduced(group: list[RowResult]) -> bool:
     """Every pair of plans in the group is ordered by predicted throughput as measured (an
     OOM row must come out infeasible: it ranks last on both sides)."""
+
     def measured(r: RowResult) -> float:
         return 0.0 if r.case.status == "OOM" else 1.0 / (r.case.measured_step_s or float("inf"))
 
@@ -134,7 +144,7 @@ def ordering_reproduced(group: list[RowResult]) -> bool:
         return 0.0 if not r.feasible or r.predicted_step_s is None else 1.0 / r.predicted_step_s
 
     for i, a in enumerate(group):
-        for b in group[i + 1:]:
+        for b in group[i + 1 :]:
             if (measured(a) - measured(b)) * (predicted(a) - predicted(b)) < 0:
                 return False
     return True
@@ -150,7 +160,9 @@ def log_residuals(results: list[RowResult]) -> list[float]:
     return [
         math.log(r.case.measured_step_s / r.predicted_step_s)
         for r in results
-        if r.case.measured_step_s and r.predicted_step_s and r.case.status != "OOM"
+        if r.case.measured_step_s
+        and r.predicted_step_s
+        and r.case.status != "OOM"
         and r.case.source not in MOE_SOURCES
     ]
 
@@ -162,9 +174,12 @@ def write_residuals(cost_model: str, results: list[RowResult]) -> None:
     """Update the shipped residual quantiles of one cost model (error_bars.py)."""
     q = quantiles_from_residuals(cost_model, log_residuals(results))
     data = json.loads(RESIDUALS_PATH.read_text()) if RESIDUALS_PATH.exists() else {}
-    data[cost_model] = {"num_rows": q.num_rows, "q_low": round(q.q_low, 6),
-                        "q_high": round(q.q_high, 6),
-                        "source": "python bench/accuracy.py --write-residuals"}
+    data[cost_model] = {
+        "num_rows": q.num_rows,
+        "q_low": round(q.q_low, 6),
+        "q_high": round(q.q_high, 6),
+        "source": "python bench/accuracy.py --write-residuals",
+    }
     RESIDUALS_PATH.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(f"wrote {RESIDUALS_PATH}: {data[cost_model]}")
 
@@ -177,8 +192,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cost-model", default="analytical")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--write-residuals", action="store_true",
-                        help="store the residual quantiles in cost_models/data/residuals.json")
+    parser.add_argument(
+        "--write-residuals",
+        action="store_true",
+        help="store the residual quantiles in cost_models/data/residuals.json",
+    )
     args = parser.parse_args()
     results, skipped = run(args.cost_model)
     if args.write_residuals:
@@ -187,23 +205,33 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
         return
-    print(f"{'row':>4} {'source':22} {'model':34} {'pred s':>9} {'meas s':>9} {'err':>7} "
-          f"{'pred MFU':>8} {'meas MFU':>8} {'memory':>8}  plan")
+    print(
+        f"{'row':>4} {'source':22} {'model':34} {'pred s':>9} {'meas s':>9} {'err':>7} "
+        f"{'pred MFU':>8} {'meas MFU':>8} {'memory':>8}  plan"
+    )
     for r in results:
         c = r.case
         p = r.plan or {}
         par = p.get("parallelism", {})
-        plan = (f"dp{par.get('data')} tp{par.get('tensor')} pp{par.get('pipeline')} "
+        plan = (
+            (
+                f"dp{par.get('data')} tp{par.get('tensor')} pp{par.get('pipeline')} "
                 f"vp{par.get('virtual_pipeline')} mbs{p.get('micro_batch_size')} "
-                f"z{p.get('zero_stage')} {p.get('recompute')}") if p else f"pruned {r.pruned}"
+                f"z{p.get('zero_stage')} {p.get('recompute')}"
+            )
+            if p
+            else f"pruned {r.pruned}"
+        )
         if p and (par.get("expert", 1) > 1 or par.get("expert_tensor", 1) > 1):
             plan += f" ep{par.get('expert')} etp{par.get('expert_tensor')}"
         if c.unverified_fields:
             plan += "  [unverified: " + "; ".join(c.unverified_fields) + "]"
         verdict = ("ok" if r.memory_verdict_ok else "WRONG") + ("/OOM" if c.status == "OOM" else "")
-        print(f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {_fmt(r.predicted_step_s, '9.3f')} "
-              f"{_fmt(c.measured_step_s, '9.3f')} {_fmt(r.step_error, '+7.1%')} "
-              f"{_fmt(r.predicted_mfu, '8.3f')} {_fmt(c.measured_mfu, '8.3f')} {verdict:>8}  {plan}")
+        print(
+            f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {_fmt(r.predicted_step_s, '9.3f')} "
+            f"{_fmt(c.measured_step_s, '9.3f')} {_fmt(r.step_error, '+7.1%')} "
+            f"{_fmt(r.predicted_mfu, '8.3f')} {_fmt(c.measured_mfu, '8.3f')} {verdict:>8}  {plan}"
+        )
     print("\nNot representable:")
     for c in skipped:
         print(f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {c.reason}")
@@ -221,7 +249,9 @@ def main() -> None:
         hits += ok
         rows = ", ".join(
             f"row {r.case.row_id} meas {_fmt(r.case.measured_step_s, '.2f')} s / pred "
-            f"{_fmt(r.predicted_step_s, '.2f')} s" for r in g)
+            f"{_fmt(r.predicted_step_s, '.2f')} s"
+            for r in g
+        )
         print(f"  {'ok   ' if ok else 'WRONG'} {g[0].case.label[:30]:30} {rows}")
     if groups:
         print(f"  reproduced in {hits} of {len(groups)} groups ({hits / len(groups):.0%})")

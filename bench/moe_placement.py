@@ -41,13 +41,24 @@ def zipf_loads(experts: int, skew: float, tokens: int, rng: random.Random) -> li
     return counts
 
 
-def run_case(experts: int, ranks: int, redundant: int, skew: float, layers: int,
-             layer_time_s: float, seed: int) -> dict[str, float | str]:
+def run_case(
+    experts: int,
+    ranks: int,
+    redundant: int,
+    skew: float,
+    layers: int,
+    layer_time_s: float,
+    seed: int,
+) -> dict[str, float | str]:
     rng = random.Random(seed)
     loads = [zipf_loads(experts, skew, experts * TOKENS_PER_EXPERT, rng) for _ in range(layers)]
     request = ExpertPlacementRequest(
-        loads=loads, num_ranks=ranks, ranks_per_node=min(RANKS_PER_NODE, ranks),
-        num_redundant=redundant, time_limit_s=layer_time_s * layers)
+        loads=loads,
+        num_ranks=ranks,
+        ranks_per_node=min(RANKS_PER_NODE, ranks),
+        num_redundant=redundant,
+        time_limit_s=layer_time_s * layers,
+    )
     start = time.perf_counter()
     result = solve_expert_placement(request)
     wall_s = time.perf_counter() - start
@@ -69,13 +80,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skews 0 and 1.4 only")
     args = parser.parse_args()
     skews = (0.0, 1.4) if args.quick else SKEWS
-    print(f"CP-SAT workers {DEFAULT_NUM_WORKERS}, {args.layers} layers per case, "
-          f"{args.layer_time_s:g} s per layer, {RANKS_PER_NODE} ranks per node, "
-          f"{TOKENS_PER_EXPERT} tokens per expert; imbalance = max/mean rank load "
-          "(mean over layers)")
-    header = (f"{'experts':>7} {'ranks':>5} {'redund':>6} {'skew':>4} | {'rr':>6} "
-              f"{'greedy':>6} {'eplb':>6} {'ours':>6} | {'layer_s':>7} {'optimal':>7} "
-              f"{'gap':>7}")
+    print(
+        f"CP-SAT workers {DEFAULT_NUM_WORKERS}, {args.layers} layers per case, "
+        f"{args.layer_time_s:g} s per layer, {RANKS_PER_NODE} ranks per node, "
+        f"{TOKENS_PER_EXPERT} tokens per expert; imbalance = max/mean rank load "
+        "(mean over layers)"
+    )
+    header = (
+        f"{'experts':>7} {'ranks':>5} {'redund':>6} {'skew':>4} | {'rr':>6} "
+        f"{'greedy':>6} {'eplb':>6} {'ours':>6} | {'layer_s':>7} {'optimal':>7} "
+        f"{'gap':>7}"
+    )
     print(header)
     print("-" * len(header))
     seed = 0
@@ -86,23 +101,29 @@ def main() -> None:
                     continue
                 for skew in skews:
                     seed += 1
-                    row = run_case(experts, ranks, redundant, skew, args.layers,
-                                   args.layer_time_s, seed)
-                    print(f"{experts:>7} {ranks:>5} {redundant:>6} {skew:>4.1f} | "
-                          f"{row['round_robin']:>6.3f} {row['greedy']:>6.3f} "
-                          f"{row['eplb']:>6.3f} {row['ours']:>6.3f} | "
-                          f"{row['time_s']:>7.2f} {row['optimal']:>7} {row['gap']:>7.4f}",
-                          flush=True)
+                    row = run_case(
+                        experts, ranks, redundant, skew, args.layers, args.layer_time_s, seed
+                    )
+                    print(
+                        f"{experts:>7} {ranks:>5} {redundant:>6} {skew:>4.1f} | "
+                        f"{row['round_robin']:>6.3f} {row['greedy']:>6.3f} "
+                        f"{row['eplb']:>6.3f} {row['ours']:>6.3f} | "
+                        f"{row['time_s']:>7.2f} {row['optimal']:>7} {row['gap']:>7.4f}",
+                        flush=True,
+                    )
     print()
     print("headline: 256 experts on 64 ranks (8 per node), one layer, time limit 2 s")
     for redundant in (0, 64):
         for skew in SKEWS:
             seed += 1
             row = run_case(256, 64, redundant, skew, 1, 2.0, seed)
-            print(f"  redundant {redundant:>2} skew {skew:.1f}: ours {row['ours']:.4f} "
-                  f"(greedy {row['greedy']:.4f}, eplb {row['eplb']:.4f}, rr "
-                  f"{row['round_robin']:.4f}), wall {row['wall_s']:.2f} s, "
-                  f"optimal {row['optimal']}, gap {row['gap']:.4f}", flush=True)
+            print(
+                f"  redundant {redundant:>2} skew {skew:.1f}: ours {row['ours']:.4f} "
+                f"(greedy {row['greedy']:.4f}, eplb {row['eplb']:.4f}, rr "
+                f"{row['round_robin']:.4f}), wall {row['wall_s']:.2f} s, "
+                f"optimal {row['optimal']}, gap {row['gap']:.4f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -157,7 +157,11 @@ MOE_DEFAULT_TOP_K = 2
 MOE_PEAK_FLOPS = 989.5e12
 """The paper's H100 BF16 dense peak (the MFU basis)."""
 MOE_STRATEGIES = {
-    "FSDP": 3, "FSDP + EP": 3, "TP + EP + DP": 1, "MCore": 1, "MCore w/ Folding": 1,
+    "FSDP": 3,
+    "FSDP + EP": 3,
+    "TP + EP + DP": 1,
+    "MCore": 1,
+    "MCore w/ Folding": 1,
 }
 """ZeRO stage per strategy: FSDP shards parameters, gradients and optimizer states (ZeRO-3);
 the TP + EP + DP baseline uses ZeRO-1 (paper text); Megatron-Core's distributed optimizer is
@@ -192,7 +196,7 @@ and the measured gap between Mixtral-8x22B and its G8T8 variant under the same F
 def _moe_strategy(label: str) -> str | None:
     if "[" not in label:
         return None
-    return label[label.index("[") + 1:label.rindex("]")].strip()
+    return label[label.index("[") + 1 : label.rindex("]")].strip()
 
 
 def moe_model(row: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +205,8 @@ def moe_model(row: dict[str, Any]) -> dict[str, Any]:
     gate (Qwen2-57B-A14B config.json)."""
     name = row["model"].split("[")[0].strip()
     vocab = row["vocab_size"] or next(
-        (v for family, v in MOE_DEFAULT_VOCAB.items() if name.startswith(family)), None)
+        (v for family, v in MOE_DEFAULT_VOCAB.items() if name.startswith(family)), None
+    )
     qwen = name.startswith("Qwen2")
     moe: dict[str, Any] = {
         "num_experts": row["moe_num_experts"],
@@ -211,7 +216,8 @@ def moe_model(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("moe_shared_experts"):
         moe["num_shared_experts"] = row["moe_shared_experts"]
         moe["shared_expert_ffn_hidden_size"] = (
-            row["moe_shared_expert_ffn_size"] // row["moe_shared_experts"])
+            row["moe_shared_expert_ffn_size"] // row["moe_shared_experts"]
+        )
         moe["shared_expert_gate"] = qwen
     return {
         "name": name,
@@ -238,8 +244,9 @@ def megatron_moe_flops(model: dict[str, Any], global_batch: int, seq: int) -> fl
     attention = 1 + g / a + seq / h
     mlp = moe["expert_ffn_hidden_size"] / h * moe["top_k"] * 1.5
     logit = float(model["vocab_size"]) / (2 * n_layers * h)
-    return float(12.0 * global_batch * seq * n_layers * h * h * (
-        attention + mlp + shared / h * 1.5 + logit))
+    return float(
+        12.0 * global_batch * seq * n_layers * h * h * (attention + mlp + shared / h * 1.5 + logit)
+    )
 
 
 def moe_case(row: dict[str, Any], case: Case) -> Case:
@@ -265,9 +272,15 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     n = row["num_gpus"]
     dp = row["dp"] or n // (tp * pp * cp)
     fixed: dict[str, Any] = {
-        "tensor": tp, "pipeline": pp, "data": dp, "context": cp, "expert": ep,
-        "zero_stage": MOE_STRATEGIES[strategy], "flash_attention": True,
-        "micro_batch_size": MOE_FOLDING_MICRO_BATCH, "recompute": MOE_FOLDING_RECOMPUTE,
+        "tensor": tp,
+        "pipeline": pp,
+        "data": dp,
+        "context": cp,
+        "expert": ep,
+        "zero_stage": MOE_STRATEGIES[strategy],
+        "flash_attention": True,
+        "micro_batch_size": MOE_FOLDING_MICRO_BATCH,
+        "recompute": MOE_FOLDING_RECOMPUTE,
     }
     grid = dp * cp * tp
     if row["etp"]:
@@ -275,21 +288,32 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     elif not grid % (ep * tp) and not row["moe_expert_ffn_size"] % tp:
         fixed["expert_tensor"] = tp
     else:
-        case.notes.append(f"etp blank and expert_tensor = tensor ({tp}) does not fit "
-                          f"expert × expert_tensor | data × context × tensor = {grid}: "
-                          "expert_tensor left to the search")
+        case.notes.append(
+            f"etp blank and expert_tensor = tensor ({tp}) does not fit "
+            f"expert × expert_tensor | data × context × tensor = {grid}: "
+            "expert_tensor left to the search"
+        )
         case.unverified_fields.append("etp (blank; chosen by the search)")
-    cluster = {"node_groups": [{
-        "accelerator": "h100-sxm", "num_nodes": n // row["gpus_per_node"],
-        "gpus_per_node": row["gpus_per_node"],
-    }]}
+    cluster = {
+        "node_groups": [
+            {
+                "accelerator": "h100-sxm",
+                "num_nodes": n // row["gpus_per_node"],
+                "gpus_per_node": row["gpus_per_node"],
+            }
+        ]
+    }
     workload = {
-        "kind": "training", "global_batch_size": row["global_batch_seqs"],
-        "sequence_length": row["seq_len"], "precision": "bf16",
+        "kind": "training",
+        "global_batch_size": row["global_batch_seqs"],
+        "sequence_length": row["seq_len"],
+        "precision": "bf16",
         "moe_routing": {"capacity_factor": 1.0},
     }
     case.request = {
-        "model": model, "cluster": cluster, "workload": workload,
+        "model": model,
+        "cluster": cluster,
+        "workload": workload,
         "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
         "cost_model": {"name": "analytical", "config": dict(MOE_FOLDING_FRAMEWORK)},
     }
@@ -305,7 +329,9 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
 
 def to_case(row: dict[str, Any]) -> Case:
     key = _source_key(row)
-    case = Case(row_id=row["row_id"], label=row["model"], source=key, status=row.get("status") or "ok")
+    case = Case(
+        row_id=row["row_id"], label=row["model"], source=key, status=row.get("status") or "ok"
+    )
     if row.get("moe_num_experts"):
         return moe_case(row, case)
     if row["gpu_type"] not in ACCELERATORS:
@@ -370,8 +396,10 @@ def to_case(row: dict[str, Any]) -> Case:
     if era_2021_2022:
         # Megatron-LM of 2021/2022 all-reduced the gradients after the backward pass
         # (LocalDDP, no --overlap-grad-reduce yet): nothing of it is hidden.
-        case.request["cost_model"] = {"name": "analytical",
-                                      "config": {"dp_overlap_efficiency": 0.0}}
+        case.request["cost_model"] = {
+            "name": "analytical",
+            "config": {"dp_overlap_efficiency": 0.0},
+        }
     n = row["num_gpus"]
     if row["sec_per_iter"]:
         case.measured_step_s = float(row["sec_per_iter"])

@@ -71,8 +71,10 @@ def main() -> None:
     parser.add_argument("--http", metavar="URL", help="also time the HTTP round trip")
     parser.add_argument("--no-moe", action="store_true", help="skip the MoE section")
     args = parser.parse_args()
-    print(f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
-          f"{'splits':>6} {'best step s':>11} {'MFU':>5}  pruned")
+    print(
+        f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
+        f"{'splits':>6} {'best step s':>11} {'MFU':>5}  pruned"
+    )
     for label, preset, accel, nodes, gpn, gbs, seq, target in CASES:
         times = []
         result = None
@@ -104,19 +106,23 @@ def moe_section() -> None:
         clear_caches()
         elapsed, result = run_case(preset, accel, nodes, gpn, gbs, seq)
         st = result.stats
-        print(f"{label:32} {elapsed:9.3f} {target:7.1f} {'yes' if elapsed < target else 'NO':>3} "
-              f"{st.enumerated:10d} {st.evaluated:9d} {st.solver_calls:6d}  status {st.status}")
+        print(
+            f"{label:32} {elapsed:9.3f} {target:7.1f} {'yes' if elapsed < target else 'NO':>3} "
+            f"{st.enumerated:10d} {st.evaluated:9d} {st.solver_calls:6d}  status {st.status}"
+        )
         if result.plans:
             est = result.plans[0].estimate
             par, met = est.plan.parallelism, est.metrics
             ep = est.details.get("expert_parallel", {})
-            print(f"    best: dp{par.data} tp{par.tensor} pp{par.pipeline} vp{par.virtual_pipeline} "
-                  f"cp{par.context} ep{par.expert} etp{par.expert_tensor} "
-                  f"mbs{est.plan.micro_batch_size} z{est.plan.zero_stage} {est.plan.recompute}: "
-                  f"step {met.step_time_s:.2f} s, MFU {met.mfu:.3f}, all-to-all "
-                  f"{met.time_breakdown_s.expert_parallel_comm:.2f} s/step "
-                  f"({ep.get('all_to_all_tier')}, {ep.get('all_to_all_s_per_layer', 0) * 1e3:.2f} "
-                  f"ms per layer and micro-batch)")
+            print(
+                f"    best: dp{par.data} tp{par.tensor} pp{par.pipeline} vp{par.virtual_pipeline} "
+                f"cp{par.context} ep{par.expert} etp{par.expert_tensor} "
+                f"mbs{est.plan.micro_batch_size} z{est.plan.zero_stage} {est.plan.recompute}: "
+                f"step {met.step_time_s:.2f} s, MFU {met.mfu:.3f}, all-to-all "
+                f"{met.time_breakdown_s.expert_parallel_comm:.2f} s/step "
+                f"({ep.get('all_to_all_tier')}, {ep.get('all_to_all_s_per_layer', 0) * 1e3:.2f} "
+                f"ms per layer and micro-batch)"
+            )
 
 
 def http_round_trips(url: str, repeat: int) -> None:
@@ -128,10 +134,12 @@ def http_round_trips(url: str, repeat: int) -> None:
         for label, preset, accel, nodes, gpn, gbs, seq, _ in CASES:
             body = {
                 "model": {"preset": preset},
-                "cluster": {"node_groups": [
-                    {"accelerator": accel, "num_nodes": nodes, "gpus_per_node": gpn}]},
-                "workload": {"kind": "training", "global_batch_size": gbs,
-                             "sequence_length": seq},
+                "cluster": {
+                    "node_groups": [
+                        {"accelerator": accel, "num_nodes": nodes, "gpus_per_node": gpn}
+                    ]
+                },
+                "workload": {"kind": "training", "global_batch_size": gbs, "sequence_length": seq},
             }
             times = []
             for _ in range(repeat):
@@ -141,8 +149,10 @@ def http_round_trips(url: str, repeat: int) -> None:
                 plans = client.get(created.json()["plans_url"], params={"limit": 10})
                 plans.raise_for_status()
                 times.append(time.perf_counter() - t0)
-            print(f"{label:32} {statistics.median(times):9.3f} s  "
-                  f"status {created.status_code}, {len(plans.json()['items'])} plans")
+            print(
+                f"{label:32} {statistics.median(times):9.3f} s  "
+                f"status {created.status_code}, {len(plans.json()['items'])} plans"
+            )
 
 
 if __name__ == "__main__":

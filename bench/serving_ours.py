@@ -41,9 +41,19 @@ SATURATED_REQUESTS = 600
 
 def _cluster(accelerator: str, gpus: int) -> Any:
     per_node = gpus if gpus <= 8 else 8
-    return resolve_cluster(ClusterSpec.model_validate({"node_groups": [{
-        "accelerator": accelerator, "num_nodes": max(1, gpus // per_node),
-        "gpus_per_node": per_node}]}))
+    return resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {
+                        "accelerator": accelerator,
+                        "num_nodes": max(1, gpus // per_node),
+                        "gpus_per_node": per_node,
+                    }
+                ]
+            }
+        )
+    )
 
 
 def _length(spec: Any) -> int | None:
@@ -57,7 +67,8 @@ def _length(spec: Any) -> int | None:
 def _precision(case: Any) -> tuple[str, str]:
     weights = {"fp16": "fp16", "fp8": "fp8", "int4": "int4"}.get(case.precision, "bf16")
     kv = (case.raw.get("kv_cache_precision") if case.origin == "peers" else None) or (
-        "fp8" if weights == "fp8" else "bf16")
+        "fp8" if weights == "fp8" else "bf16"
+    )
     return weights, kv
 
 
@@ -72,13 +83,13 @@ def _layout(case: Any) -> tuple[int, int]:
 def _cost(model: ModelSpec, case: Any, tensor: int, expert: int) -> InstanceCost:
     weights, kv = _precision(case)
     cluster = _cluster(case.accelerator, case.num_gpus)
-    return build_instance_cost(model, cluster, tensor, case.pipeline or 1, expert,
-                               weights, kv)  # type: ignore[arg-type]
+    return build_instance_cost(model, cluster, tensor, case.pipeline or 1, expert, weights, kv)  # type: ignore[arg-type]
 
 
 def _prefill_s(cost: InstanceCost, prompt: int, seqs: int = 1) -> float:
-    return cost.iteration_time_s(IterationBatch(0, 0, seqs * prompt,
-                                                seqs * prompt * (prompt + 1) / 2, seqs))
+    return cost.iteration_time_s(
+        IterationBatch(0, 0, seqs * prompt, seqs * prompt * (prompt + 1) / 2, seqs)
+    )
 
 
 def _step_s(cost: InstanceCost, batch: int, context: float) -> float:
@@ -115,20 +126,29 @@ def _peer_plan(case: Any) -> ServingPlan | None:
     """AIConfigurator's recommended plan (trtllm backend, the case's lengths) as ours."""
     for peer in case.raw.get("peers", []):
         rec = peer.get("recommended") or {}
-        if (peer.get("tool") == "aiconfigurator" and "trtllm" in peer.get("variant", "")
-                and peer.get("prompt_tokens", case.prompt_tokens) == case.prompt_tokens
-                and rec.get("plan")):
+        if (
+            peer.get("tool") == "aiconfigurator"
+            and "trtllm" in peer.get("variant", "")
+            and peer.get("prompt_tokens", case.prompt_tokens) == case.prompt_tokens
+            and rec.get("plan")
+        ):
             plan = rec["plan"]
             instances = []
             for inst in plan["instances"]:
                 dp = inst.get("attention_dp", 1)
-                instances.append({
-                    "role": inst["role"], "count": inst["count"],
-                    "parallelism": {"tensor": inst["tensor"], "pipeline": inst["pipeline"],
-                                    "expert": dp},
-                    "max_batch_size": inst["max_batch_size"] * dp,
-                    "chunk_size": None if inst["role"] == "prefill" else 8192,
-                })
+                instances.append(
+                    {
+                        "role": inst["role"],
+                        "count": inst["count"],
+                        "parallelism": {
+                            "tensor": inst["tensor"],
+                            "pipeline": inst["pipeline"],
+                            "expert": dp,
+                        },
+                        "max_batch_size": inst["max_batch_size"] * dp,
+                        "chunk_size": None if inst["role"] == "prefill" else 8192,
+                    }
+                )
             return ServingPlan.model_validate({"mode": plan["mode"], "instances": instances})
     return None
 
@@ -136,11 +156,16 @@ def _peer_plan(case: Any) -> ServingPlan | None:
 def slo_search(case: Any) -> dict[str, Any]:
     model = get_preset(case.model)
     weights, kv = _precision(case)
-    workload = ServingWorkload.model_validate({
-        "kind": "serving", "prompt_tokens": case.prompt_tokens,
-        "output_tokens": case.output_tokens, "precision": weights, "kv_cache_precision": kv,
-        "slo": {"ttft_ms": case.slo["ttft_ms"], "tpot_ms": case.slo["tpot_ms"]},
-    })
+    workload = ServingWorkload.model_validate(
+        {
+            "kind": "serving",
+            "prompt_tokens": case.prompt_tokens,
+            "output_tokens": case.output_tokens,
+            "precision": weights,
+            "kv_cache_precision": kv,
+            "slo": {"ttft_ms": case.slo["ttft_ms"], "tpot_ms": case.slo["tpot_ms"]},
+        }
+    )
     problem = ServingProblem(model, _cluster(case.accelerator, case.num_gpus), workload)
     cost_model = build_serving_cost_model("analytical")
     started = time.perf_counter()
@@ -154,14 +179,17 @@ def slo_search(case: Any) -> dict[str, Any]:
     out_tokens = _length(case.output_tokens) or 1
     ours = {
         "tokens_per_s_per_gpu": m.goodput_rps * out_tokens / m.gpus_used,
-        "ttft_ms": m.ttft_ms_p90, "tpot_ms": m.tpot_ms_p90,
-        "request_rate_rps": m.goodput_rps, "search_s": search_s,
+        "ttft_ms": m.ttft_ms_p90,
+        "tpot_ms": m.tpot_ms_p90,
+        "request_rate_rps": m.goodput_rps,
+        "search_s": search_s,
         "plan": _describe(best.plan),
     }
     theirs = _peer_plan(case)
     if theirs is not None:
-        est = evaluate_plan(problem, theirs, InstanceCosts(problem, cost_model),
-                            request_stream(workload))
+        est = evaluate_plan(
+            problem, theirs, InstanceCosts(problem, cost_model), request_stream(workload)
+        )
         tm = est.metrics
         their_rate = 0.0 if tm is None else tm.goodput_rps * out_tokens / tm.gpus_used
         ours["peer_plan_under_our_model_tokens_per_s_per_gpu"] = their_rate
@@ -170,12 +198,14 @@ def slo_search(case: Any) -> dict[str, Any]:
             f"{their_rate:.0f} tok/s/GPU at the SLO; ours: "
             f"{ours['tokens_per_s_per_gpu']:.0f} tok/s/GPU "
             f"({'≥' if ours['tokens_per_s_per_gpu'] >= their_rate * (1 - 1e-9) else '<'} theirs)."
-            f" Ours: {result.plans[0].explanation}")
+            f" Ours: {result.plans[0].explanation}"
+        )
     return ours
 
 
-def _saturated(cost: InstanceCost, replicas: int, prompt: int, output: int,
-               n: int = SATURATED_REQUESTS) -> float:
+def _saturated(
+    cost: InstanceCost, replicas: int, prompt: int, output: int, n: int = SATURATED_REQUESTS
+) -> float:
     reqs = [Request(0.0, prompt, output) for _ in range(n)]
     batch = max(1, min(2048, int(cost.kv_capacity_tokens // (prompt + output))))
     res = simulate_colocated(reqs, cost, replicas, batch, 8192)
@@ -187,15 +217,17 @@ def offline_max_throughput(case: Any) -> dict[str, Any] | None:
     p, o = _length(case.prompt_tokens), _length(case.output_tokens)
     if p is None or o is None:
         return None
-    groups = [case.tensor] if case.tensor else [t for t in (1, 2, 4, 8)
-                                                if case.num_gpus % t == 0]
+    groups = [case.tensor] if case.tensor else [t for t in (1, 2, 4, 8) if case.num_gpus % t == 0]
     best = 0.0
     for group in groups:
         # An MoE row that does not give its expert degree: its GPU group may run attention
         # as TP t × DP e with the experts over all t·e GPUs (TensorRT-LLM's attention DP,
         # vLLM/SGLang DP attention), so every split of the group is tried.
-        splits = [(group, 1)] if model.moe is None or case.expert else [
-            (group // e, e) for e in (1, 2, 4, 8) if group % e == 0]
+        splits = (
+            [(group, 1)]
+            if model.moe is None or case.expert
+            else [(group // e, e) for e in (1, 2, 4, 8) if group % e == 0]
+        )
         for t, e in splits:
             try:
                 cost = _cost(model, case, t, e)
@@ -204,8 +236,11 @@ def offline_max_throughput(case: Any) -> dict[str, Any] | None:
             replicas = case.num_gpus // cost.num_gpus
             if replicas >= 1:
                 best = max(best, _saturated(cost, replicas, p, o))
-    return {"throughput_tokens_per_s": best, "throughput_tokens_per_s_per_gpu":
-            best / case.num_gpus, "samples_per_s": best / o}
+    return {
+        "throughput_tokens_per_s": best,
+        "throughput_tokens_per_s_per_gpu": best / case.num_gpus,
+        "samples_per_s": best / o,
+    }
 
 
 def closed_loop(case: Any) -> dict[str, Any] | None:
@@ -221,9 +256,13 @@ def closed_loop(case: Any) -> dict[str, Any] | None:
         ttft = _prefill_s(cost, p)
         tpot = _mean_tpot_s(cost, 1, p, o)
         e2e = ttft + (o - 1) * tpot
-        return {"ttft_ms": ttft * 1e3, "itl_ms": tpot * 1e3, "tpot_ms_approx": tpot * 1e3,
-                "decode_tokens_per_s_per_request_approx": 1.0 / tpot,
-                "throughput_tokens_per_s": c * o / e2e}
+        return {
+            "ttft_ms": ttft * 1e3,
+            "itl_ms": tpot * 1e3,
+            "tpot_ms_approx": tpot * 1e3,
+            "decode_tokens_per_s_per_request_approx": 1.0 / tpot,
+            "throughput_tokens_per_s": c * o / e2e,
+        }
     rate = c / (_prefill_s(cost, p) + (o - 1) * _mean_tpot_s(cost, c, p, o))
     res = None
     for _ in range(8):
@@ -234,8 +273,11 @@ def closed_loop(case: Any) -> dict[str, Any] | None:
         e2e = float(np.mean(res.e2e_s[np.isfinite(res.e2e_s)]))
         rate = 0.5 * rate + 0.5 * c / e2e
     assert res is not None
-    return {"ttft_ms": float(res.ttft_s.mean()) * 1e3, "itl_ms": float(res.tpot_s.mean()) * 1e3,
-            "throughput_tokens_per_s": rate * o}
+    return {
+        "ttft_ms": float(res.ttft_s.mean()) * 1e3,
+        "itl_ms": float(res.tpot_s.mean()) * 1e3,
+        "throughput_tokens_per_s": rate * o,
+    }
 
 
 def static_batch(case: Any) -> dict[str, Any] | None:
@@ -249,10 +291,15 @@ def static_batch(case: Any) -> dict[str, Any] | None:
     prefill = _prefill_s(cost, p, b)
     tpot = _mean_tpot_s(cost, b, p, o)
     e2e = prefill + (o - 1) * tpot
-    return {"e2e_latency_ms_mean": e2e * 1e3, "e2e_latency_ms_p50": e2e * 1e3,
-            "e2e_latency_ms_p99": e2e * 1e3, "ttft_ms_mean": prefill * 1e3,
-            "token_latency_ms_p50": tpot * 1e3, "token_latency_ms_p99": tpot * 1e3,
-            "throughput_tokens_per_s": b * o / e2e}
+    return {
+        "e2e_latency_ms_mean": e2e * 1e3,
+        "e2e_latency_ms_p50": e2e * 1e3,
+        "e2e_latency_ms_p99": e2e * 1e3,
+        "ttft_ms_mean": prefill * 1e3,
+        "token_latency_ms_p50": tpot * 1e3,
+        "token_latency_ms_p99": tpot * 1e3,
+        "throughput_tokens_per_s": b * o / e2e,
+    }
 
 
 def our_estimate(case: Any) -> dict[str, Any] | None:

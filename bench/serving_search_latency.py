@@ -26,36 +26,76 @@ from specs.serving import ServingWorkload
 
 SLO = {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90}
 CASES: list[dict[str, Any]] = [
-    {"name": "llama3.1-70b / 8 x h100 (1024/256)", "model": "llama3.1-70b",
-     "accelerator": "h100-sxm", "nodes": 1,
-     "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO}},
-    {"name": "llama3.1-70b / 64 x h100 (1024/256)", "model": "llama3.1-70b",
-     "accelerator": "h100-sxm", "nodes": 8,
-     "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO}},
-    {"name": "llama3.1-8b / 64 x h100 (lognormal 2000/300, fp8 option)",
-     "model": "llama3.1-8b", "accelerator": "h100-sxm", "nodes": 8,
-     "workload": {"prompt_tokens": {"mean": 2000, "p50": 1500},
-                  "output_tokens": {"mean": 300, "p50": 200}, "precision_options": ["fp8"],
-                  "slo": {"ttft_ms": 500, "tpot_ms": 30, "percentile": 90}}},
-    {"name": "qwen3-235b-a22b / 8 x h200 (1024/256)", "model": "qwen3-235b-a22b",
-     "accelerator": "h200", "nodes": 1,
-     "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO}},
-    {"name": "llama3.1-70b / 64 x h100 min_latency at 40 req/s", "model": "llama3.1-70b",
-     "accelerator": "h100-sxm", "nodes": 8,
-     "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO,
-                  "objective": "min_latency", "arrival_rate_rps": 40}},
-    {"name": "qwen3-235b-a22b / 64 x h100 min_gpus at 40 req/s", "model": "qwen3-235b-a22b",
-     "accelerator": "h100-sxm", "nodes": 8,
-     "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO,
-                  "objective": "min_gpus", "arrival_rate_rps": 40}},
+    {
+        "name": "llama3.1-70b / 8 x h100 (1024/256)",
+        "model": "llama3.1-70b",
+        "accelerator": "h100-sxm",
+        "nodes": 1,
+        "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO},
+    },
+    {
+        "name": "llama3.1-70b / 64 x h100 (1024/256)",
+        "model": "llama3.1-70b",
+        "accelerator": "h100-sxm",
+        "nodes": 8,
+        "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO},
+    },
+    {
+        "name": "llama3.1-8b / 64 x h100 (lognormal 2000/300, fp8 option)",
+        "model": "llama3.1-8b",
+        "accelerator": "h100-sxm",
+        "nodes": 8,
+        "workload": {
+            "prompt_tokens": {"mean": 2000, "p50": 1500},
+            "output_tokens": {"mean": 300, "p50": 200},
+            "precision_options": ["fp8"],
+            "slo": {"ttft_ms": 500, "tpot_ms": 30, "percentile": 90},
+        },
+    },
+    {
+        "name": "qwen3-235b-a22b / 8 x h200 (1024/256)",
+        "model": "qwen3-235b-a22b",
+        "accelerator": "h200",
+        "nodes": 1,
+        "workload": {"prompt_tokens": 1024, "output_tokens": 256, "slo": SLO},
+    },
+    {
+        "name": "llama3.1-70b / 64 x h100 min_latency at 40 req/s",
+        "model": "llama3.1-70b",
+        "accelerator": "h100-sxm",
+        "nodes": 8,
+        "workload": {
+            "prompt_tokens": 1024,
+            "output_tokens": 256,
+            "slo": SLO,
+            "objective": "min_latency",
+            "arrival_rate_rps": 40,
+        },
+    },
+    {
+        "name": "qwen3-235b-a22b / 64 x h100 min_gpus at 40 req/s",
+        "model": "qwen3-235b-a22b",
+        "accelerator": "h100-sxm",
+        "nodes": 8,
+        "workload": {
+            "prompt_tokens": 1024,
+            "output_tokens": 256,
+            "slo": SLO,
+            "objective": "min_gpus",
+            "arrival_rate_rps": 40,
+        },
+    },
 ]
 
 
 def _body(case: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": {"preset": case["model"]},
-        "cluster": {"node_groups": [{"accelerator": case["accelerator"],
-                                     "num_nodes": case["nodes"], "gpus_per_node": 8}]},
+        "cluster": {
+            "node_groups": [
+                {"accelerator": case["accelerator"], "num_nodes": case["nodes"], "gpus_per_node": 8}
+            ]
+        },
         "workload": {"kind": "serving", **case["workload"]},
         "top_k": 5,
     }
@@ -64,8 +104,9 @@ def _body(case: dict[str, Any]) -> dict[str, Any]:
 def run_local(case: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:
     body = _body(case)
     cluster = resolve_cluster(ClusterSpec.model_validate(body["cluster"]))
-    problem = ServingProblem(get_preset(case["model"]), cluster,
-                             ServingWorkload.model_validate(body["workload"]))
+    problem = ServingProblem(
+        get_preset(case["model"]), cluster, ServingWorkload.model_validate(body["workload"])
+    )
     started = time.perf_counter()
     result = serving_search(problem, build_serving_cost_model("analytical"), top_k=5)
     wall = time.perf_counter() - started
@@ -74,8 +115,10 @@ def run_local(case: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:
     est = result.plans[0].estimate
     m = est.metrics
     assert m is not None
-    best = (f"{_describe(est.plan)}; goodput {m.goodput_rps:.3g} req/s "
-            f"({m.goodput_rps_per_gpu:.3g}/GPU) on {m.gpus_used} GPUs")
+    best = (
+        f"{_describe(est.plan)}; goodput {m.goodput_rps:.3g} req/s "
+        f"({m.goodput_rps_per_gpu:.3g}/GPU) on {m.gpus_used} GPUs"
+    )
     return wall, best, result.stats.to_dict()
 
 
@@ -101,10 +144,12 @@ def main() -> None:
         for _ in range(args.repeat):
             wall, best, stats = run_local(case)
             walls.append(wall)
-        line = (f"{case['name']:58s} median {statistics.median(walls):6.2f} s "
-                f"(min {min(walls):.2f}); enumerated {stats.get('enumerated')}, evaluated "
-                f"{stats.get('evaluated')}, simulations {stats.get('solver_calls')}, pruned "
-                f"{stats.get('pruned')}, {stats.get('status')}")
+        line = (
+            f"{case['name']:58s} median {statistics.median(walls):6.2f} s "
+            f"(min {min(walls):.2f}); enumerated {stats.get('enumerated')}, evaluated "
+            f"{stats.get('evaluated')}, simulations {stats.get('solver_calls')}, pruned "
+            f"{stats.get('pruned')}, {stats.get('status')}"
+        )
         print(line)
         print(f"    best: {best}")
         if args.http:

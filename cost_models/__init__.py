@@ -12,7 +12,14 @@ from cost_models.registry import (
 )
 
 __all__ = [
-    "AnalyticalConfig", "AnalyticalTrainingCostModel", "LayerProfile", "TrainingCostModel",
-    "TrainingEstimate", "TrainingProblem", "build_cost_model", "list_cost_models",
-    "load_entry_point_plugins", "register_cost_model",
+    "AnalyticalConfig",
+    "AnalyticalTrainingCostModel",
+    "LayerProfile",
+    "TrainingCostModel",
+    "TrainingEstimate",
+    "TrainingProblem",
+    "build_cost_model",
+    "list_cost_models",
+    "load_entry_point_plugins",
+    "register_cost_model",
 ]

@@ -70,27 +70,43 @@ class PlanKey(NamedTuple):
         """The key of a plan (its `stage_layers` dropped)."""
         p = plan.parallelism
         return cls(
-            p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert,
-            p.expert_tensor, p.sequence_parallel, plan.micro_batch_size, plan.zero_stage,
-            plan.recompute, plan.pipeline_schedule, plan.flash_attention,
+            p.tensor,
+            p.context,
+            p.data,
+            p.pipeline,
+            p.virtual_pipeline,
+            p.expert,
+            p.expert_tensor,
+            p.sequence_parallel,
+            plan.micro_batch_size,
+            plan.zero_stage,
+            plan.recompute,
+            plan.pipeline_schedule,
+            plan.flash_attention,
         )
 
     def to_plan(self, stage_layers: list[int] | None = None) -> TrainingPlan:
         """The validated plan of this key (with `stage_layers` if given)."""
-        return TrainingPlan.model_validate({
-            "parallelism": {
-                "tensor": self.tensor, "context": self.context, "data": self.data,
-                "pipeline": self.pipeline, "virtual_pipeline": self.virtual_pipeline,
-                "expert": self.expert, "expert_tensor": self.expert_tensor,
-                "sequence_parallel": self.sequence_parallel,
-            },
-            "micro_batch_size": self.micro_batch_size,
-            "zero_stage": self.zero_stage,
-            "recompute": self.recompute,
-            "pipeline_schedule": self.pipeline_schedule,
-            "stage_layers": stage_layers,
-            "flash_attention": self.flash_attention,
-        })
+        return TrainingPlan.model_validate(
+            {
+                "parallelism": {
+                    "tensor": self.tensor,
+                    "context": self.context,
+                    "data": self.data,
+                    "pipeline": self.pipeline,
+                    "virtual_pipeline": self.virtual_pipeline,
+                    "expert": self.expert,
+                    "expert_tensor": self.expert_tensor,
+                    "sequence_parallel": self.sequence_parallel,
+                },
+                "micro_batch_size": self.micro_batch_size,
+                "zero_stage": self.zero_stage,
+                "recompute": self.recompute,
+                "pipeline_schedule": self.pipeline_schedule,
+                "stage_layers": stage_layers,
+                "flash_attention": self.flash_attention,
+            }
+        )
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,9 @@ def _accelerator_update(acc: AcceleratorSpec, params: AcceleratorParameters) -> 
     return update
 
 
-def calibrated_problem(problem: TrainingProblem, parameters: CalibrationParameters) -> TrainingProblem:
+def calibrated_problem(
+    problem: TrainingProblem, parameters: CalibrationParameters
+) -> TrainingProblem:
     """`problem` with every node group's accelerator updated by its fitted values (the same
     object when no parameter applies)."""
     by_id = parameters.accelerators()
@@ -313,13 +315,18 @@ class CalibrationFit:
     def config(self, base: AnalyticalConfig | None = None) -> dict[str, Any]:
         """The calibrated model's config (JSON) for these parameters, with error bars from
         the fit's residuals once there are enough samples."""
-        out: dict[str, Any] = {"base": (base or AnalyticalConfig()).model_dump(mode="json"),
-                               "parameters": dict(self.parameters)}
+        out: dict[str, Any] = {
+            "base": (base or AnalyticalConfig()).model_dump(mode="json"),
+            "parameters": dict(self.parameters),
+        }
         if self.num_samples >= MIN_SAMPLES_FOR_ERROR_BARS:
             # residual = predicted / measured − 1, so ln(measured / predicted) = −ln(1 + r)
             q = quantiles_from_residuals("calibrated", [-math.log1p(r) for r in self.residuals])
-            out["error_bars"] = {"num_samples": q.num_rows, "q_low": round(q.q_low, 6),
-                                 "q_high": round(q.q_high, 6)}
+            out["error_bars"] = {
+                "num_samples": q.num_rows,
+                "q_low": round(q.q_low, 6),
+                "q_high": round(q.q_high, 6),
+            }
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -386,9 +393,7 @@ def _parameters(params: Sequence[_Param], values: Sequence[float]) -> Calibratio
     return CalibrationParameters.model_validate(out)
 
 
-def _relative_errors(
-    samples: Sequence[CalibrationSample], config: CalibratedConfig
-) -> list[float]:
+def _relative_errors(samples: Sequence[CalibrationSample], config: CalibratedConfig) -> list[float]:
     model = CalibratedTrainingCostModel(config)
     return [
         model.evaluate(s.problem, s.plan).metrics.step_time_s / s.measured_step_s - 1.0
@@ -402,13 +407,15 @@ def _check_samples(samples: Sequence[CalibrationSample]) -> None:
         if not (isinstance(measured, int | float) and math.isfinite(measured) and measured > 0):
             raise SpecError(f"samples.{index}.measured_step_s", "finite and > 0", measured)
         if sample.plan.stage_layers is None:
-            raise SpecError(f"samples.{index}.plan.stage_layers", "required", None,
-                            "calibration samples need the plan's stage_layers")
+            raise SpecError(
+                f"samples.{index}.plan.stage_layers",
+                "required",
+                None,
+                "calibration samples need the plan's stage_layers",
+            )
 
 
-def _start_parameters(
-    samples: Sequence[CalibrationSample], base: AnalyticalConfig
-) -> list[_Param]:
+def _start_parameters(samples: Sequence[CalibrationSample], base: AnalyticalConfig) -> list[_Param]:
     accelerators: dict[str, AcceleratorSpec] = {}
     for sample in samples:
         for group in sample.problem.cluster.groups:
@@ -458,9 +465,16 @@ def fit_calibration(
     """
     base = base_config or AnalyticalConfig()
     if not samples:
-        return CalibrationFit(parameters={}, num_samples=0, error_before=None,
-                              error_after=None, residuals=(), residuals_before=(), fitted=(),
-                              message="no samples: the analytical model's values")
+        return CalibrationFit(
+            parameters={},
+            num_samples=0,
+            error_before=None,
+            error_after=None,
+            residuals=(),
+            residuals_before=(),
+            fitted=(),
+            message="no samples: the analytical model's values",
+        )
     _check_samples(samples)
     params = _start_parameters(samples, base)
     measured = np.array([s.measured_step_s for s in samples], dtype=float)
@@ -504,8 +518,9 @@ def fit_calibration(
     if free:
         lower = np.array([params[j].x_bounds[0] for j in free])
         upper = np.array([params[j].x_bounds[1] for j in free])
-        result = least_squares(residuals, x0[free], bounds=(lower, upper), method="trf",
-                               max_nfev=max_nfev)
+        result = least_squares(
+            residuals, x0[free], bounds=(lower, upper), method="trf", max_nfev=max_nfev
+        )
         values = full_values(result.x)
         nfev, message = int(result.nfev), str(result.message)
     rounded = [_clip(_round(v), p.lower, p.upper) for p, v in zip(params, values, strict=True)]

@@ -31,7 +31,8 @@ class PluginRegistry:
         def decorator(cls: C) -> C:
             if name in self.classes:
                 raise ValueError(
-                    f"{self.kind} {name!r} is already registered ({self.classes[name]!r})")
+                    f"{self.kind} {name!r} is already registered ({self.classes[name]!r})"
+                )
             config = getattr(cls, "Config", None)
             if not (isinstance(config, type) and issubclass(config, BaseModel)):
                 raise ValueError(f"{self.kind} {name!r} needs a nested pydantic Config class")
@@ -54,8 +55,7 @@ class PluginRegistry:
         cls = self.classes.get(name)
         if cls is None:
             known = ", ".join(self.names()) or "none"
-            raise PluginNotFound(f"unknown {self.kind} {name!r}; registered: {known}",
-                                 name=name)
+            raise PluginNotFound(f"unknown {self.kind} {name!r}; registered: {known}", name=name)
         if config is not None and not isinstance(config, dict):
             raise SpecError("cost_model.config", "must be an object", config)
         try:
@@ -64,6 +64,7 @@ class PluginRegistry:
             first = exc.errors()[0]
             loc = ".".join(str(part) for part in first["loc"])
             field = f"cost_model.config.{loc}" if loc else "cost_model.config"
-            raise SpecError(field, first["msg"], first.get("input"),
-                            f"{field}: {first['msg']}") from exc
+            raise SpecError(
+                field, first["msg"], first.get("input"), f"{field}: {first['msg']}"
+            ) from exc
         return cls(validated)

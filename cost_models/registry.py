@@ -53,7 +53,9 @@ def list_cost_models() -> list[str]:
     return _PLUGINS.names()
 
 
-def build_cost_model(name: str = "analytical", config: dict[str, Any] | None = None) -> TrainingCostModel:
+def build_cost_model(
+    name: str = "analytical", config: dict[str, Any] | None = None
+) -> TrainingCostModel:
     """Instantiate the cost model `name` with its validated `config`.
 
     Raises:

@@ -8,6 +8,13 @@ from solver.search.branch_and_bound import search
 from solver.search.exhaustive import exhaustive_search
 
 __all__ = [
-    "PartitionResult", "RankedPlan", "SearchResult", "SearchStats", "SolveStatus",
-    "estimate_plan", "exhaustive_search", "explain", "search",
+    "PartitionResult",
+    "RankedPlan",
+    "SearchResult",
+    "SearchStats",
+    "SolveStatus",
+    "estimate_plan",
+    "exhaustive_search",
+    "explain",
+    "search",
 ]

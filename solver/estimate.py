@@ -32,8 +32,9 @@ def estimate_plan(
     violations = cost_model.check(problem, plan)
     if violations:
         first = violations[0]
-        raise InfeasiblePlan(first.kind, first.detail,
-                             violations=[v.model_dump() for v in violations])
+        raise InfeasiblePlan(
+            first.kind, first.detail, violations=[v.model_dump() for v in violations]
+        )
     profile = cost_model.profile(problem, plan)
     p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
     solver = default_solver()

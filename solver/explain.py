@@ -25,7 +25,10 @@ _COMPONENT_LABEL = {
     "overhead": "fixed overhead",
 }
 _COMM_COMPONENTS = (
-    "tensor_parallel_comm", "data_parallel_comm", "pipeline_comm", "context_parallel_comm",
+    "tensor_parallel_comm",
+    "data_parallel_comm",
+    "pipeline_comm",
+    "context_parallel_comm",
     "expert_parallel_comm",
 )
 _TIER_LABEL = {"scale_up": "the scale-up fabric (NVLink)", "scale_out": "the network (NIC)"}
@@ -40,11 +43,17 @@ def _seconds(x: float) -> str:
 def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
     p = plan.parallelism
     return [
-        ("data", p.data), ("tensor", p.tensor), ("pipeline", p.pipeline),
-        ("virtual pipeline", p.virtual_pipeline), ("context", p.context),
-        ("expert", p.expert), ("sequence parallel", p.sequence_parallel),
-        ("micro-batch", plan.micro_batch_size), ("ZeRO stage", plan.zero_stage),
-        ("recompute", plan.recompute), ("flash attention", plan.flash_attention),
+        ("data", p.data),
+        ("tensor", p.tensor),
+        ("pipeline", p.pipeline),
+        ("virtual pipeline", p.virtual_pipeline),
+        ("context", p.context),
+        ("expert", p.expert),
+        ("sequence parallel", p.sequence_parallel),
+        ("micro-batch", plan.micro_batch_size),
+        ("ZeRO stage", plan.zero_stage),
+        ("recompute", plan.recompute),
+        ("flash attention", plan.flash_attention),
     ]
 
 
@@ -91,8 +100,9 @@ def describe(est: TrainingEstimate) -> str:
     else:
         tier = _tier(est, biggest)
         where = f" over {tier}" if tier else ""
-        comm_text = (f"{_seconds(comm)} exposed communication (mostly "
-                     f"{_COMPONENT_LABEL[biggest]}{where})")
+        comm_text = (
+            f"{_seconds(comm)} exposed communication (mostly {_COMPONENT_LABEL[biggest]}{where})"
+        )
     headroom = est.memory.usable_gib - est.memory.peak_gib
     return (
         f"{_seconds(m.step_time_s)} per step at {m.mfu:.1%} MFU; the bottleneck is "

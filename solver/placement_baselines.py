@@ -145,9 +145,7 @@ def verify_placement(
 
 
 # ---- building blocks ---------------------------------------------------------------------
-def replicate_by_load_per_copy(
-    loads: Sequence[float], extra: int, max_copies: int
-) -> list[int]:
+def replicate_by_load_per_copy(loads: Sequence[float], extra: int, max_copies: int) -> list[int]:
     """Replica counts: start at one copy each, then `extra` times give one more copy to the
     expert with the largest load / copies (ties: lowest index) that has < `max_copies`.
 
@@ -169,15 +167,17 @@ def replicate_by_load_per_copy(
     return counts
 
 
-def _place(placement: Placement, loads_now: list[float], slots: int, g: int, e: int,
-           piece: float) -> None:
+def _place(
+    placement: Placement, loads_now: list[float], slots: int, g: int, e: int, piece: float
+) -> None:
     placement[g].append(e)
     loads_now[g] += piece
     assert len(placement[g]) <= slots
 
 
-def _repair(placement: Placement, loads_now: list[float], pieces: dict[int, float],
-            slots: int, e: int) -> None:
+def _repair(
+    placement: Placement, loads_now: list[float], pieces: dict[int, float], slots: int, e: int
+) -> None:
     """Place a copy of e when every rank with a free slot already holds e: move some expert
     f from a full rank g without e to such a rank h, then put e on g.
 
@@ -220,13 +220,16 @@ def lpt_assign(
         rank_experts (each sorted).
     """
     pieces = {e: loads[e] / counts[e] for e in range(len(loads))}
-    items = sorted(((pieces[e], e) for e in range(len(loads)) for _ in range(counts[e])),
-                   key=lambda item: (-item[0], item[1]))
+    items = sorted(
+        ((pieces[e], e) for e in range(len(loads)) for _ in range(counts[e])),
+        key=lambda item: (-item[0], item[1]),
+    )
     placement: Placement = [[] for _ in range(num_ranks)]
     loads_now = [0.0] * num_ranks
     for piece, e in items:
-        candidates = [g for g in range(num_ranks)
-                      if len(placement[g]) < slots and e not in placement[g]]
+        candidates = [
+            g for g in range(num_ranks) if len(placement[g]) < slots and e not in placement[g]
+        ]
         if candidates:
             g = min(candidates, key=lambda r: (loads_now[r], r))
             _place(placement, loads_now, slots, g, e, piece)
@@ -279,8 +282,9 @@ def _balanced_packing(weights: Sequence[float], num_bins: int) -> list[list[int]
     bins: list[list[int]] = [[] for _ in range(num_bins)]
     totals = [0.0] * num_bins
     for item in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
-        b = min((b for b in range(num_bins) if len(bins[b]) < capacity),
-                key=lambda b: (totals[b], b))
+        b = min(
+            (b for b in range(num_bins) if len(bins[b]) < capacity), key=lambda b: (totals[b], b)
+        )
         bins[b].append(item)
         totals[b] += weights[item]
     return bins
@@ -310,11 +314,15 @@ def eplb_hierarchical(
     experts = len(loads)
     nodes = num_ranks // ranks_per_node
     groups = num_groups if num_groups is not None else experts
-    if (groups % nodes or num_redundant % nodes or experts % groups
-            or num_redundant // nodes > experts // nodes * (ranks_per_node - 1)):
+    if (
+        groups % nodes
+        or num_redundant % nodes
+        or experts % groups
+        or num_redundant // nodes > experts // nodes * (ranks_per_node - 1)
+    ):
         nodes, groups, ranks_per_node = 1, 1, num_ranks
     size = experts // groups
-    group_loads = [sum(loads[g * size:(g + 1) * size]) for g in range(groups)]
+    group_loads = [sum(loads[g * size : (g + 1) * size]) for g in range(groups)]
     slots = (experts + num_redundant) // num_ranks
     placement: Placement = [[] for _ in range(num_ranks)]
     for node, node_groups in enumerate(_balanced_packing(group_loads, nodes)):
@@ -497,10 +505,13 @@ def replica_transfer_search(
         for g, held in enumerate(current):
             for e in held:
                 hosts_of[e].append(g)
-        takers = sorted({e for g in by_load[:TRANSFER_BUSY_RANKS] for e in current[g]
-                         if counts[e] < max_copies})
-        donors = sorted((f for f in range(experts) if counts[f] >= 2),
-                        key=lambda f: (loads[f] / (counts[f] - 1) - loads[f] / counts[f], f))
+        takers = sorted(
+            {e for g in by_load[:TRANSFER_BUSY_RANKS] for e in current[g] if counts[e] < max_copies}
+        )
+        donors = sorted(
+            (f for f in range(experts) if counts[f] >= 2),
+            key=lambda f: (loads[f] / (counts[f] - 1) - loads[f] / counts[f], f),
+        )
         moves: list[tuple[float, int, int, int]] = []
         for e in takers:
             for f in donors[:TRANSFER_DONORS]:
@@ -508,8 +519,9 @@ def replica_transfer_search(
                 if f == e or not hosts:
                     continue
                 h = min(hosts, key=lambda r: (per_rank[r], r))
-                moves.append((_transfer_max(loads, counts, per_rank, by_load, hosts_of, e, f, h),
-                              e, f, h))
+                moves.append(
+                    (_transfer_max(loads, counts, per_rank, by_load, hosts_of, e, f, h), e, f, h)
+                )
         moves.sort()
         for _, e, f, h in moves[:TRANSFER_TRIES]:
             moved = [list(held) for held in current]
@@ -524,9 +536,16 @@ def replica_transfer_search(
     return [sorted(held) for held in current]
 
 
-def _transfer_max(loads: Sequence[float], counts: Sequence[int], per_rank: Sequence[float],
-                  by_load: Sequence[int], hosts_of: Sequence[Sequence[int]], e: int, f: int,
-                  h: int) -> float:
+def _transfer_max(
+    loads: Sequence[float],
+    counts: Sequence[int],
+    per_rank: Sequence[float],
+    by_load: Sequence[int],
+    hosts_of: Sequence[Sequence[int]],
+    e: int,
+    f: int,
+    h: int,
+) -> float:
     """Max rank load after moving a copy of f on rank h to a new copy of e (only the ranks
     holding e or f change)."""
     gain = loads[e] / counts[e] - loads[e] / (counts[e] + 1)
@@ -650,8 +669,10 @@ def dual_search(
             while cap < centre * SEARCH_COARSE_STEP and cap <= greedy_max and not out_of_time():
                 try_cap(cap)
                 cap *= SEARCH_FINE_STEP
-    ranked = [[list(p) for p in key]
-              for key, _ in sorted(found.items(), key=lambda item: item[1])[:SEARCH_POLISHED]]
+    ranked = [
+        [list(p) for p in key]
+        for key, _ in sorted(found.items(), key=lambda item: item[1])[:SEARCH_POLISHED]
+    ]
     best_placement = min([greedy, *ranked[:1]], key=lambda p: max(rank_loads(loads, p)))
     best_max = max(rank_loads(loads, best_placement))
     for start in [*ranked, greedy]:

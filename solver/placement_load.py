@@ -37,8 +37,11 @@ def placement_load_factors(
             continue
         per_node = gpn if e % gpn == 0 else e
         request = ExpertPlacementRequest(
-            loads=[list(routing.expert_loads)], num_ranks=e, ranks_per_node=per_node,
-            num_redundant=0, time_limit_s=time_limit_s,
+            loads=[list(routing.expert_loads)],
+            num_ranks=e,
+            ranks_per_node=per_node,
+            num_redundant=0,
+            time_limit_s=time_limit_s,
         )
         result = solve_expert_placement(request, num_workers=1, random_seed=0)
         out[e] = result.layers[0].imbalance

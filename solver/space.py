@@ -44,8 +44,15 @@ DEFAULT_MAX_MICRO_BATCH = 16
 """Largest default micro-batch size (powers of two up to this)."""
 
 _INT_FIELDS = (
-    "data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor",
-    "micro_batch_size", "zero_stage",
+    "data",
+    "tensor",
+    "pipeline",
+    "virtual_pipeline",
+    "context",
+    "expert",
+    "expert_tensor",
+    "micro_batch_size",
+    "zero_stage",
 )
 _BOOL_FIELDS = ("sequence_parallel", "flash_attention")
 
@@ -85,14 +92,28 @@ class Candidate(NamedTuple):
     def key(self) -> tuple[Any, ...]:
         """Canonical sort key (deterministic tie-break between equal step times)."""
         return (
-            self.data, self.tensor, self.pipeline, self.virtual_pipeline, self.context,
-            self.expert, self.expert_tensor, self.sequence_parallel, self.micro_batch_size,
-            self.zero_stage, RECOMPUTE_OPTIONS.index(self.recompute), self.pipeline_schedule,
-            self.stage_layers or (), self.flash_attention,
+            self.data,
+            self.tensor,
+            self.pipeline,
+            self.virtual_pipeline,
+            self.context,
+            self.expert,
+            self.expert_tensor,
+            self.sequence_parallel,
+            self.micro_batch_size,
+            self.zero_stage,
+            RECOMPUTE_OPTIONS.index(self.recompute),
+            self.pipeline_schedule,
+            self.stage_layers or (),
+            self.flash_attention,
         )
 
-    def to_plan(self, stage_layers: tuple[int, ...] | list[int] | None = None,
-                *, dims: ParallelDims | None = None) -> TrainingPlan:
+    def to_plan(
+        self,
+        stage_layers: tuple[int, ...] | list[int] | None = None,
+        *,
+        dims: ParallelDims | None = None,
+    ) -> TrainingPlan:
         """The validated plan for this candidate (with `stage_layers` if given); pass a
         shared `dims` (from `parallel_dims`) to save rebuilding it in inner loops."""
         layers = stage_layers if stage_layers is not None else self.stage_layers
@@ -107,14 +128,27 @@ class Candidate(NamedTuple):
         )
 
     def dims_key(self) -> tuple[int, int, int, int, int, int, int, bool]:
-        return (self.data, self.tensor, self.pipeline, self.virtual_pipeline, self.context,
-                self.expert, self.expert_tensor, self.sequence_parallel)
+        return (
+            self.data,
+            self.tensor,
+            self.pipeline,
+            self.virtual_pipeline,
+            self.context,
+            self.expert,
+            self.expert_tensor,
+            self.sequence_parallel,
+        )
 
     def parallel_dims(self) -> ParallelDims:
         return ParallelDims(
-            data=self.data, tensor=self.tensor, pipeline=self.pipeline,
-            virtual_pipeline=self.virtual_pipeline, context=self.context, expert=self.expert,
-            expert_tensor=self.expert_tensor, sequence_parallel=self.sequence_parallel,
+            data=self.data,
+            tensor=self.tensor,
+            pipeline=self.pipeline,
+            virtual_pipeline=self.virtual_pipeline,
+            context=self.context,
+            expert=self.expert,
+            expert_tensor=self.expert_tensor,
+            sequence_parallel=self.sequence_parallel,
         )
 
 
@@ -122,9 +156,19 @@ def candidate_of(plan: TrainingPlan) -> Candidate:
     """The candidate tuple of a plan (inverse of `Candidate.to_plan`)."""
     p = plan.parallelism
     return Candidate(
-        p.data, p.tensor, p.pipeline, p.virtual_pipeline, p.context, p.expert, p.expert_tensor,
-        p.sequence_parallel, plan.micro_batch_size, plan.zero_stage, plan.recompute,
-        plan.pipeline_schedule, tuple(plan.stage_layers) if plan.stage_layers else None,
+        p.data,
+        p.tensor,
+        p.pipeline,
+        p.virtual_pipeline,
+        p.context,
+        p.expert,
+        p.expert_tensor,
+        p.sequence_parallel,
+        plan.micro_batch_size,
+        plan.zero_stage,
+        plan.recompute,
+        plan.pipeline_schedule,
+        tuple(plan.stage_layers) if plan.stage_layers else None,
         plan.flash_attention,
     )
 
@@ -210,9 +254,7 @@ def degree_tuples(
                 continue
             rest_p = rest_t // pipeline
             for context in _restrict(divisors(rest_p), fixed, "context"):
-                if context > 1 and (
-                    wl.sequence_length % 2 or (wl.sequence_length // 2) % context
-                ):
+                if context > 1 and (wl.sequence_length % 2 or (wl.sequence_length // 2) % context):
                     continue
                 data = rest_p // context
                 if context > _MAX_DEGREE["context"] or data > _MAX_DEGREE["data"]:
@@ -245,10 +287,16 @@ def expert_degree_options(
     across = constraints.allow_tensor_across_nodes or problem.allow_tensor_across_nodes
     gpn = problem.cluster.gpus_per_node
     grid = data * context * tensor
-    experts = [e for e in _restrict(divisors(moe.num_experts), fixed, "expert")
-               if e <= _EXPERT_MAX["expert"] and not grid % e]
-    etps = [et for et in _restrict(divisors(moe.expert_ffn_hidden_size), fixed, "expert_tensor")
-            if et <= _EXPERT_MAX["expert_tensor"] and (across or et <= gpn)]
+    experts = [
+        e
+        for e in _restrict(divisors(moe.num_experts), fixed, "expert")
+        if e <= _EXPERT_MAX["expert"] and not grid % e
+    ]
+    etps = [
+        et
+        for et in _restrict(divisors(moe.expert_ffn_hidden_size), fixed, "expert_tensor")
+        if et <= _EXPERT_MAX["expert_tensor"] and (across or et <= gpn)
+    ]
     return [(e, et) for e in experts for et in etps if not grid % (e * et)]
 
 
@@ -270,8 +318,11 @@ def micro_batch_options(
         return []
     per_replica = global_batch_size // data
     if sizes is None:
-        pool = [1 << i for i in range(DEFAULT_MAX_MICRO_BATCH.bit_length())
-                if 1 << i <= DEFAULT_MAX_MICRO_BATCH]
+        pool = [
+            1 << i
+            for i in range(DEFAULT_MAX_MICRO_BATCH.bit_length())
+            if 1 << i <= DEFAULT_MAX_MICRO_BATCH
+        ]
     else:
         pool = sorted(set(sizes))
     return [b for b in pool if per_replica % b == 0]
@@ -303,11 +354,13 @@ def _inner_options(
     model, wl = problem.model, problem.workload
     vs = _restrict(
         virtual_pipeline_options(model.num_layers, pipeline, constraints.max_virtual_pipeline),
-        fixed, "virtual_pipeline",
+        fixed,
+        "virtual_pipeline",
     )
     mbs = _restrict(
         micro_batch_options(wl.global_batch_size, data, constraints.micro_batch_sizes),
-        fixed, "micro_batch_size",
+        fixed,
+        "micro_batch_size",
     )
     out: list[_Inner] = []
     for v in vs:
@@ -358,13 +411,27 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
             continue
         zeros = _restrict(zero_stage_options(pipeline), fixed, "zero_stage")
         inners = [
-            inner for inner in _inner_options(problem, constraints, fixed, data, pipeline)
+            inner
+            for inner in _inner_options(problem, constraints, fixed, data, pipeline)
             if _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers)
         ]
         for expert, expert_tensor in expert_degree_options(
-                problem, constraints, data, tensor, context):
-            yield Block(data, tensor, pipeline, context, expert, expert_tensor, sp, inners,
-                        zeros, recomputes, stage_layers, flash)
+            problem, constraints, data, tensor, context
+        ):
+            yield Block(
+                data,
+                tensor,
+                pipeline,
+                context,
+                expert,
+                expert_tensor,
+                sp,
+                inners,
+                zeros,
+                recomputes,
+                stage_layers,
+                flash,
+            )
 
 
 def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
@@ -374,9 +441,20 @@ def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iter
             for zero in blk.zero_stages:
                 for recompute in blk.recomputes:
                     yield Candidate(
-                        blk.data, blk.tensor, blk.pipeline, v, blk.context, blk.expert,
-                        blk.expert_tensor, blk.sequence_parallel, b, zero, recompute,
-                        schedule, blk.stage_layers, blk.flash_attention,
+                        blk.data,
+                        blk.tensor,
+                        blk.pipeline,
+                        v,
+                        blk.context,
+                        blk.expert,
+                        blk.expert_tensor,
+                        blk.sequence_parallel,
+                        b,
+                        zero,
+                        recompute,
+                        schedule,
+                        blk.stage_layers,
+                        blk.flash_attention,
                     )
 
 

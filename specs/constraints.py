@@ -12,9 +12,20 @@ Objective = Literal["max_throughput"]
 
 TRAINING_FIXABLE_FIELDS = frozenset(
     {
-        "data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor",
-        "sequence_parallel", "micro_batch_size", "zero_stage", "recompute", "pipeline_schedule",
-        "stage_layers", "flash_attention",
+        "data",
+        "tensor",
+        "pipeline",
+        "virtual_pipeline",
+        "context",
+        "expert",
+        "expert_tensor",
+        "sequence_parallel",
+        "micro_batch_size",
+        "zero_stage",
+        "recompute",
+        "pipeline_schedule",
+        "stage_layers",
+        "flash_attention",
     }
 )
 """`fixed` keys of a training search."""

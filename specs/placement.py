@@ -77,13 +77,16 @@ class ExpertPlacementRequest(Spec):
         for layer, row in enumerate(self.loads):
             if len(row) != experts:
                 raise SpecError(
-                    f"loads.{layer}", "must have as many experts as loads.0", len(row),
+                    f"loads.{layer}",
+                    "must have as many experts as loads.0",
+                    len(row),
                     f"loads.{layer} has {len(row)} experts but loads.0 has {experts}: every "
                     "layer must have the same number of experts",
                 )
         if experts * layers > MAX_EXPERT_LAYERS:
             raise SpecError(
-                "loads", f"experts × layers must be at most {MAX_EXPERT_LAYERS}",
+                "loads",
+                f"experts × layers must be at most {MAX_EXPERT_LAYERS}",
                 experts * layers,
                 f"loads has {experts} experts × {layers} layers = {experts * layers} > "
                 f"{MAX_EXPERT_LAYERS}",
@@ -91,20 +94,24 @@ class ExpertPlacementRequest(Spec):
         copies = experts + self.num_redundant
         if copies % ranks:
             raise SpecError(
-                "num_redundant", "experts + num_redundant must be divisible by num_ranks",
+                "num_redundant",
+                "experts + num_redundant must be divisible by num_ranks",
                 self.num_redundant,
                 f"experts ({experts}) + num_redundant ({self.num_redundant}) = {copies} must "
                 f"be divisible by num_ranks ({ranks}) so every rank has the same slots",
             )
         if ranks % self.ranks_per_node:
             raise SpecError(
-                "ranks_per_node", "must divide num_ranks", self.ranks_per_node,
-                f"num_ranks ({ranks}) must be divisible by ranks_per_node "
-                f"({self.ranks_per_node})",
+                "ranks_per_node",
+                "must divide num_ranks",
+                self.ranks_per_node,
+                f"num_ranks ({ranks}) must be divisible by ranks_per_node ({self.ranks_per_node})",
             )
         if copies > experts * ranks:
             raise SpecError(
-                "num_redundant", "at most one copy of an expert per rank", self.num_redundant,
+                "num_redundant",
+                "at most one copy of an expert per rank",
+                self.num_redundant,
                 f"experts + num_redundant = {copies} copies exceed experts × num_ranks = "
                 f"{experts * ranks}: a rank would hold two copies of one expert",
             )
@@ -118,7 +125,9 @@ class ExpertPlacementRequest(Spec):
         groups, experts = self.num_groups or 1, self.num_experts
         if experts % groups:
             raise SpecError(
-                "num_groups", "must divide the number of experts", groups,
+                "num_groups",
+                "must divide the number of experts",
+                groups,
                 f"experts ({experts}) must be divisible by num_groups ({groups})",
             )
         # node n gets c_n whole groups of s experts; its N·S slots must hold every expert of
@@ -129,7 +138,9 @@ class ExpertPlacementRequest(Spec):
         nodes = self.num_nodes
         if low > high or not nodes * low <= groups <= nodes * high:
             raise SpecError(
-                "num_groups", "groups must be placeable on nodes", groups,
+                "num_groups",
+                "groups must be placeable on nodes",
+                groups,
                 f"num_groups ({groups}): {groups} groups of {size} experts cannot fill {nodes} "
                 f"nodes of "
                 f"{self.ranks_per_node} ranks × {self.slots_per_rank} slots: each node needs "
@@ -142,20 +153,24 @@ class ExpertPlacementRequest(Spec):
         entries = (layers - 1) * experts * experts
         if entries > MAX_COACTIVATION_ENTRIES:
             raise SpecError(
-                "coactivation", f"(layers − 1) × experts² must be at most "
-                f"{MAX_COACTIVATION_ENTRIES}", entries,
+                "coactivation",
+                f"(layers − 1) × experts² must be at most {MAX_COACTIVATION_ENTRIES}",
+                entries,
             )
         shape = [len(co)] + ([len(co[0])] if co else [])
         if len(co) != layers - 1:
             raise SpecError(
-                "coactivation", f"must have shape [{layers - 1}][{experts}][{experts}]", shape,
+                "coactivation",
+                f"must have shape [{layers - 1}][{experts}][{experts}]",
+                shape,
                 f"coactivation has {len(co)} layers; it must have layers − 1 = {layers - 1} "
                 f"(one matrix per pair of consecutive layers)",
             )
         for layer, matrix in enumerate(co):
             if len(matrix) != experts or any(len(row) != experts for row in matrix):
                 raise SpecError(
-                    f"coactivation.{layer}", f"must be a {experts} × {experts} matrix",
+                    f"coactivation.{layer}",
+                    f"must be a {experts} × {experts} matrix",
                     [len(matrix), *sorted({len(row) for row in matrix})],
                 )
 

@@ -45,20 +45,27 @@ class MoERoutingSpec(Spec):
     @model_validator(mode="after")
     def _check(self) -> MoERoutingSpec:
         if self.optimize_placement and self.expert_loads is None:
-            raise ValueError("moe_routing.optimize_placement needs moe_routing.expert_loads "
-                             "(a measured per-expert histogram to place)")
+            raise ValueError(
+                "moe_routing.optimize_placement needs moe_routing.expert_loads "
+                "(a measured per-expert histogram to place)"
+            )
         if self.rank_load_factors is not None and any(
             k < 1 or not 0 < v <= 4096 for k, v in self.rank_load_factors.items()
         ):
-            raise ValueError("moe_routing.rank_load_factors maps expert degrees >= 1 to "
-                             f"factors in (0, 4096] (got {self.rank_load_factors})")
+            raise ValueError(
+                "moe_routing.rank_load_factors maps expert degrees >= 1 to "
+                f"factors in (0, 4096] (got {self.rank_load_factors})"
+            )
         if self.imbalance is not None and self.expert_loads is not None:
-            raise ValueError("moe_routing.imbalance and moe_routing.expert_loads are exclusive "
-                             "(give one of them)")
+            raise ValueError(
+                "moe_routing.imbalance and moe_routing.expert_loads are exclusive "
+                "(give one of them)"
+            )
         if self.expert_loads is not None:
             if any(x < 0 for x in self.expert_loads):
-                raise ValueError(f"moe_routing.expert_loads must be non-negative "
-                                 f"(got {self.expert_loads})")
+                raise ValueError(
+                    f"moe_routing.expert_loads must be non-negative (got {self.expert_loads})"
+                )
             if sum(self.expert_loads) <= 0:
                 raise ValueError("moe_routing.expert_loads must not be all zero")
         return self

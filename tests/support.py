@@ -24,7 +24,10 @@ TINY_CLUSTER: dict[str, Any] = {
     "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]
 }
 TINY_WORKLOAD: dict[str, Any] = {
-    "kind": "training", "global_batch_size": 8, "sequence_length": 512, "precision": "bf16"
+    "kind": "training",
+    "global_batch_size": 8,
+    "sequence_length": 512,
+    "precision": "bf16",
 }
 
 __all__ = ["TINY_CLUSTER", "TINY_MODEL", "TINY_WORKLOAD", "TestClient"]

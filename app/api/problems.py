@@ -42,7 +42,9 @@ class ProblemResponse(JSONResponse):
     media_type = PROBLEM_CONTENT_TYPE
 
 
-def problem_response(problem: dict[str, Any], headers: dict[str, str] | None = None) -> ProblemResponse:
+def problem_response(
+    problem: dict[str, Any], headers: dict[str, str] | None = None
+) -> ProblemResponse:
     return ProblemResponse(problem, status_code=int(problem["status"]), headers=headers)
 
 
@@ -99,9 +101,7 @@ async def validation_error_handler(request: Request, exc: Exception) -> ProblemR
         detail = "the request body is not valid JSON"
     else:
         first = errors[0] if errors else None
-        detail = (
-            f"{first['field']}: {first['message']}" if first else "the request is invalid"
-        )
+        detail = f"{first['field']}: {first['message']}" if first else "the request is invalid"
         if len(errors) > 1:
             detail += f" (and {len(errors) - 1} more)"
     return problem_response(
@@ -130,8 +130,9 @@ async def http_error_handler(request: Request, exc: Exception) -> ProblemRespons
         detail = f"{request.method} is not allowed on {request.url.path}"
     slug = _HTTP_SLUGS.get(status, phrase.lower().replace(" ", "-"))
     return problem_response(
-        make_problem(status=status, slug=slug, title=phrase, detail=detail,
-                     instance=_instance(request)),
+        make_problem(
+            status=status, slug=slug, title=phrase, detail=detail, instance=_instance(request)
+        ),
         headers=dict(exc.headers) if exc.headers else None,
     )
 
@@ -144,14 +145,18 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 
 # ---- pure ASGI middlewares ----------------------------------------------------------------
-async def _send_problem(send: Send, problem: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]) -> None:
+async def _send_problem(
+    send: Send, problem: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]
+) -> None:
     body = ProblemResponse(problem, status_code=int(problem["status"])).body
     headers = [
         (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
         (b"content-length", str(len(body)).encode()),
         *extra_headers,
     ]
-    await send({"type": "http.response.start", "status": int(problem["status"]), "headers": headers})
+    await send(
+        {"type": "http.response.start", "status": int(problem["status"]), "headers": headers}
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -187,12 +192,14 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
-            logger.exception("request %s %s %s failed", request_id, scope.get("method"),
-                             scope.get("path"))
+            logger.exception(
+                "request %s %s %s failed", request_id, scope.get("method"), scope.get("path")
+            )
             if started:
                 raise
             await _send_problem(
-                send, internal_problem(instance=scope.get("path"), request_id=request_id),
+                send,
+                internal_problem(instance=scope.get("path"), request_id=request_id),
                 [id_header],
             )
 

@@ -42,9 +42,7 @@ def make_engine(database_url: str) -> Engine:
         database = url.database
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}
-        )
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)

@@ -213,8 +213,14 @@ def torchrun_args(layout: NodeLayout, job_id: str | None = "${JOB_ID}") -> list[
     """`torchrun` over the layout's nodes with a c10d rendezvous at MASTER_ADDR:MASTER_PORT
     (and `--rdzv-id job_id` when given) — what every multi-node training launch starts with."""
     words = [
-        "torchrun", "--nnodes", str(layout.num_nodes), "--nproc-per-node",
-        str(layout.gpus_per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+        "torchrun",
+        "--nnodes",
+        str(layout.num_nodes),
+        "--nproc-per-node",
+        str(layout.gpus_per_node),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
         "${MASTER_ADDR}:${MASTER_PORT}",
     ]
     if job_id is not None:

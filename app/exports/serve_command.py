@@ -9,16 +9,30 @@ from specs.model import ModelSpec
 from specs.serving import ServingInstance, ServingWorkload
 
 
-def serve_args(framework: str, model: ModelSpec, model_ref: str, inst: ServingInstance,
-               workload: ServingWorkload, cluster: ResolvedCluster, port: int) -> list[str]:
+def serve_args(
+    framework: str,
+    model: ModelSpec,
+    model_ref: str,
+    inst: ServingInstance,
+    workload: ServingWorkload,
+    cluster: ResolvedCluster,
+    port: int,
+) -> list[str]:
     """The whole argument list of `inst` under `framework` (`vllm` or `sglang`), after the
     framework's own consistency checks (`vllm.check_args`, `sglang.check_args`)."""
     if framework == "vllm":
-        args = ["vllm", "serve", *vllm.instance_args(model_ref, inst, workload,
-                                                    node_gpus=cluster.gpus_per_node, port=port)]
+        args = [
+            "vllm",
+            "serve",
+            *vllm.instance_args(
+                model_ref, inst, workload, node_gpus=cluster.gpus_per_node, port=port
+            ),
+        ]
         vllm.check_args(args[2:], model)
         return args
-    args = [*sglang.LAUNCH,
-            *sglang.instance_args(model_ref, inst, workload, cluster=cluster, port=port)]
-    sglang.check_args(args[len(sglang.LAUNCH):], model)
+    args = [
+        *sglang.LAUNCH,
+        *sglang.instance_args(model_ref, inst, workload, cluster=cluster, port=port),
+    ]
+    sglang.check_args(args[len(sglang.LAUNCH) :], model)
     return args

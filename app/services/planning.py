@@ -96,8 +96,12 @@ def validation_errors(exc: ValidationError, prefix: str) -> list[dict[str, Any]]
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ()))
         out.append(
-            _field_error(_prefixed(prefix, loc), err.get("type", "invalid"), err.get("input"),
-                         err.get("msg", "invalid value"))
+            _field_error(
+                _prefixed(prefix, loc),
+                err.get("type", "invalid"),
+                err.get("input"),
+                err.get("msg", "invalid value"),
+            )
         )
     return out
 
@@ -175,8 +179,12 @@ def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> Resolved
             hardware_catalog.get_accelerator(group.accelerator)
         except CatalogLookupError as exc:
             errors.append(
-                _field_error(f"{field}.node_groups.{index}.accelerator", "unknown accelerator",
-                             group.accelerator, exc.detail)
+                _field_error(
+                    f"{field}.node_groups.{index}.accelerator",
+                    "unknown accelerator",
+                    group.accelerator,
+                    exc.detail,
+                )
             )
     if errors:
         raise UnknownReference(
@@ -218,8 +226,9 @@ def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> 
         raise InputError(f"invalid {field}.config: {errs[0]['message']}", errs) from exc
     except PlannerError as exc:
         if "errors" not in exc.extensions:
-            exc.extensions["errors"] = [_field_error(f"{field}.name", "unknown cost model",
-                                                     name, exc.detail)]
+            exc.extensions["errors"] = [
+                _field_error(f"{field}.name", "unknown cost model", name, exc.detail)
+            ]
         raise
     return model
 
@@ -243,8 +252,9 @@ def warm_up() -> None:
 
 
 # ---- estimate ----------------------------------------------------------------------------
-def _check_supported(model: ModelSpec, cluster: ResolvedCluster,
-                     workload: TrainingWorkload) -> None:
+def _check_supported(
+    model: ModelSpec, cluster: ResolvedCluster, workload: TrainingWorkload
+) -> None:
     """Problem-level limits answered as a 422 before any search: mixed node types, a
     precision the accelerator has no dense peak for, MoE routing that does not fit the
     model."""
@@ -253,25 +263,42 @@ def _check_supported(model: ModelSpec, cluster: ResolvedCluster,
         if model.moe is None:
             raise InputError(
                 f"{model.name} is a dense model; moe_routing applies to MoE models only",
-                [_field_error("workload.moe_routing", "only for MoE models", None,
-                              "the model has no routed experts")],
+                [
+                    _field_error(
+                        "workload.moe_routing",
+                        "only for MoE models",
+                        None,
+                        "the model has no routed experts",
+                    )
+                ],
             )
         loads = routing.expert_loads
         if loads is not None and len(loads) != model.moe.num_experts:
             raise InputError(
                 f"workload.moe_routing.expert_loads has {len(loads)} entries; "
                 f"{model.name} has {model.moe.num_experts} routed experts",
-                [_field_error("workload.moe_routing.expert_loads",
-                              f"one entry per routed expert ({model.moe.num_experts})",
-                              len(loads), "wrong number of entries")],
+                [
+                    _field_error(
+                        "workload.moe_routing.expert_loads",
+                        f"one entry per routed expert ({model.moe.num_experts})",
+                        len(loads),
+                        "wrong number of entries",
+                    )
+                ],
             )
     if not cluster.is_homogeneous:
         kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
         raise InputError(
             "node groups of different accelerators, node sizes or bandwidths cannot be planned "
             f"as one pool yet: {', '.join(kinds)}; plan each pool separately",
-            [_field_error("cluster.node_groups", "must describe one kind of node", kinds,
-                          "heterogeneous clusters are not supported yet")],
+            [
+                _field_error(
+                    "cluster.node_groups",
+                    "must describe one kind of node",
+                    kinds,
+                    "heterogeneous clusters are not supported yet",
+                )
+            ],
         )
     accelerator = cluster.accelerator
     try:
@@ -281,8 +308,14 @@ def _check_supported(model: ModelSpec, cluster: ResolvedCluster,
         raise InputError(
             f"{accelerator.id} has no dense {workload.precision} peak; it supports "
             f"{', '.join(supported)}",
-            [_field_error("workload.precision", f"must be one of {supported} on {accelerator.id}",
-                          workload.precision, f"{accelerator.id} has no {workload.precision}")],
+            [
+                _field_error(
+                    "workload.precision",
+                    f"must be one of {supported} on {accelerator.id}",
+                    workload.precision,
+                    f"{accelerator.id} has no {workload.precision}",
+                )
+            ],
         ) from None
 
 
@@ -290,8 +323,14 @@ def _training_workload(workload: Any) -> TrainingWorkload:
     if not isinstance(workload, TrainingWorkload):
         raise InputError(
             "only training workloads are supported",
-            [_field_error("workload.kind", "unsupported", getattr(workload, "kind", None),
-                          "only kind=training is supported")],
+            [
+                _field_error(
+                    "workload.kind",
+                    "unsupported",
+                    getattr(workload, "kind", None),
+                    "only kind=training is supported",
+                )
+            ],
         )
     return workload
 
@@ -305,9 +344,15 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
         return serving.estimate(body)
     if not isinstance(body.plan, TrainingPlan):
         raise InputError(
-            "a training workload takes a training plan ({\"parallelism\", ...})",
-            [_field_error("plan", "training plan for a training workload", "serving plan",
-                          "plan has `instances`")],
+            'a training workload takes a training plan ({"parallelism", ...})',
+            [
+                _field_error(
+                    "plan",
+                    "training plan for a training workload",
+                    "serving plan",
+                    "plan has `instances`",
+                )
+            ],
         )
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
@@ -322,8 +367,7 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes if constraints else False,
     )
     _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
-    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id,
-                                                 session)
+    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id, session)
     cost_model = build_cost_model(ref)
     problem = with_placement_load_factors(problem, [body.plan.parallelism.expert])
     result = solver.estimate_plan(problem, cost_model, body.plan)
@@ -356,14 +400,19 @@ def _check_stage_layers(stage_layers: Any, num_layers: int, field: str) -> None:
     if stage_layers is not None and sum(stage_layers) != num_layers:
         raise InputError(
             f"{field} sums to {sum(stage_layers)}; the model has {num_layers} layers",
-            [_field_error(field, f"must sum to num_layers ({num_layers})", stage_layers,
-                          f"{field} sums to {sum(stage_layers)}, not {num_layers}")],
+            [
+                _field_error(
+                    field,
+                    f"must sum to num_layers ({num_layers})",
+                    stage_layers,
+                    f"{field} sums to {sum(stage_layers)}, not {num_layers}",
+                )
+            ],
         )
 
 
 # ---- searches ----------------------------------------------------------------------------
-_DEGREES = ("data", "tensor", "pipeline", "virtual_pipeline", "context", "expert",
-            "expert_tensor")
+_DEGREES = ("data", "tensor", "pipeline", "virtual_pipeline", "context", "expert", "expert_tensor")
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "zero_stage": (0, 1, 2, 3),
     "recompute": ("none", "selective", "full"),
@@ -377,29 +426,57 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
     for key, value in fixed.items():
         field = f"constraints.fixed.{key}"
         if key not in TRAINING_FIXABLE_FIELDS:
-            errors.append(_field_error(
-                field, f"a training search fixes only {sorted(TRAINING_FIXABLE_FIELDS)}",
-                value, f"{field} fixes a serving plan, not a training plan"))
+            errors.append(
+                _field_error(
+                    field,
+                    f"a training search fixes only {sorted(TRAINING_FIXABLE_FIELDS)}",
+                    value,
+                    f"{field} fixes a serving plan, not a training plan",
+                )
+            )
         elif key in _DEGREES or key == "micro_batch_size":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                errors.append(_field_error(field, "positive integer", value,
-                                           f"{field} must be a positive integer"))
+                errors.append(
+                    _field_error(
+                        field, "positive integer", value, f"{field} must be a positive integer"
+                    )
+                )
         elif key in ("sequence_parallel", "flash_attention"):
             if not isinstance(value, bool):
                 errors.append(_field_error(field, "boolean", value, f"{field} must be a boolean"))
         elif key in _CHOICES:
             if value not in _CHOICES[key] or isinstance(value, bool):
-                errors.append(_field_error(field, f"one of {list(_CHOICES[key])}", value,
-                                           f"{field} must be one of {list(_CHOICES[key])}"))
+                errors.append(
+                    _field_error(
+                        field,
+                        f"one of {list(_CHOICES[key])}",
+                        value,
+                        f"{field} must be one of {list(_CHOICES[key])}",
+                    )
+                )
         elif key == "stage_layers":
-            if not (isinstance(value, list) and value
-                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
-                            for v in value)):
-                errors.append(_field_error(field, "list of positive integers", value,
-                                           f"{field} must be a list of positive integers"))
+            if not (
+                isinstance(value, list)
+                and value
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+            ):
+                errors.append(
+                    _field_error(
+                        field,
+                        "list of positive integers",
+                        value,
+                        f"{field} must be a list of positive integers",
+                    )
+                )
             elif sum(value) != num_layers:
-                errors.append(_field_error(field, f"must sum to num_layers ({num_layers})",
-                                           value, f"{field} sums to {sum(value)}"))
+                errors.append(
+                    _field_error(
+                        field,
+                        f"must sum to num_layers ({num_layers})",
+                        value,
+                        f"{field} sums to {sum(value)}",
+                    )
+                )
     if errors:
         raise InputError("; ".join(e["message"] for e in errors), errors)
     product = 1
@@ -409,8 +486,14 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
         raise InputError(
             f"fixed data × tensor × pipeline × context = {product} does not divide the "
             f"cluster's {num_gpus} GPUs",
-            [_field_error("constraints.fixed", f"degrees must divide the GPU count ({num_gpus})",
-                          fixed, f"product {product} does not divide {num_gpus}")],
+            [
+                _field_error(
+                    "constraints.fixed",
+                    f"degrees must divide the GPU count ({num_gpus})",
+                    fixed,
+                    f"product {product} does not divide {num_gpus}",
+                )
+            ],
         )
 
 
@@ -435,8 +518,14 @@ def prepare_search(
     if body.top_k > settings.max_top_k:
         raise InputError(
             f"top_k must be between 1 and {settings.max_top_k} (got {body.top_k})",
-            [_field_error("top_k", f"between 1 and {settings.max_top_k}", body.top_k,
-                          f"top_k must be at most {settings.max_top_k}")],
+            [
+                _field_error(
+                    "top_k",
+                    f"between 1 and {settings.max_top_k}",
+                    body.top_k,
+                    f"top_k must be at most {settings.max_top_k}",
+                )
+            ],
         )
     constraints = body.constraints or SearchConstraints()
     if "time_limit_s" not in constraints.model_fields_set:
@@ -446,9 +535,14 @@ def prepare_search(
     elif constraints.time_limit_s > settings.max_search_time_limit_s:
         raise InputError(
             f"constraints.time_limit_s must be at most {settings.max_search_time_limit_s} s",
-            [_field_error("constraints.time_limit_s",
-                          f"at most {settings.max_search_time_limit_s}",
-                          constraints.time_limit_s, "time limit above the service maximum")],
+            [
+                _field_error(
+                    "constraints.time_limit_s",
+                    f"at most {settings.max_search_time_limit_s}",
+                    constraints.time_limit_s,
+                    "time limit above the service maximum",
+                )
+            ],
         )
     if isinstance(body.workload, ServingWorkload):
         from app.services import serving
@@ -464,8 +558,11 @@ def prepare_search(
     )
     assert cost_ref is not None
     cost_model = build_cost_model(cost_ref)
-    cost_entry: dict[str, Any] = {"name": cost_ref.name, "config": cost_ref.config,
-                                  "version": str(cost_model.version)}
+    cost_entry: dict[str, Any] = {
+        "name": cost_ref.name,
+        "config": cost_ref.config,
+        "version": str(cost_model.version),
+    }
     if calibration is not None:
         cost_entry["calibration"] = calibration
     problem = {
@@ -514,9 +611,15 @@ def run_problem(
     training = training_problem(problem)
     if training.model.moe is not None:
         fixed_expert = constraints.fixed.get("expert")
-        degrees = ([int(fixed_expert)] if fixed_expert else
-                   [e for e in range(1, training.model.moe.num_experts + 1)
-                    if training.model.moe.num_experts % e == 0 and e <= training.num_gpus])
+        degrees = (
+            [int(fixed_expert)]
+            if fixed_expert
+            else [
+                e
+                for e in range(1, training.model.moe.num_experts + 1)
+                if training.model.moe.num_experts % e == 0 and e <= training.num_gpus
+            ]
+        )
         training = with_placement_load_factors(training, degrees)
     ref = problem.get("cost_model") or {}
     cost_model = build_cost_model(
@@ -535,8 +638,9 @@ def run_problem(
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_ranked_plan_dict(p) for p in result.plans]
     if not plans and not should_stop():
-        raise NoFeasiblePlan(_no_plan_detail(training), reasons=stats.get("pruned", {}),
-                             stats=stats)
+        raise NoFeasiblePlan(
+            _no_plan_detail(training), reasons=stats.get("pruned", {}), stats=stats
+        )
     return SearchOutcome(plans=plans, stats=stats)
 
 
@@ -629,15 +733,21 @@ def _calibration_samples(session: Session | None, accelerator_id: str) -> _Sampl
     out = _Samples([], [], [])
     if session is None:
         return out
-    for measurement, plan, search in crud.calibration_rows(session=session,
-                                                           accelerator_id=accelerator_id):
+    for measurement, plan, search in crud.calibration_rows(
+        session=session, accelerator_id=accelerator_id
+    ):
         try:
-            sample = CalibrationSample(training_problem(search.problem),
-                                       TrainingPlan.model_validate(plan.plan),
-                                       measurement.step_time_s)
+            sample = CalibrationSample(
+                training_problem(search.problem),
+                TrainingPlan.model_validate(plan.plan),
+                measurement.step_time_s,
+            )
         except (ValidationError, PlannerError, KeyError, TypeError):
-            logger.warning("measurement %s skipped: its plan or search no longer validates",
-                           measurement.id, exc_info=True)
+            logger.warning(
+                "measurement %s skipped: its plan or search no longer validates",
+                measurement.id,
+                exc_info=True,
+            )
             continue
         if sample.plan.stage_layers is None:
             continue
@@ -665,8 +775,13 @@ def current_calibration(
         ) from exc
     base = base or AnalyticalConfig()
     data = _calibration_samples(session, accelerator.id)
-    key = canonical_hash({"accelerator": accelerator.id, "measurements": data.measurement_ids,
-                          "base": base.model_dump(mode="json")})
+    key = canonical_hash(
+        {
+            "accelerator": accelerator.id,
+            "measurements": data.measurement_ids,
+            "base": base.model_dump(mode="json"),
+        }
+    )
     with _FITS_LOCK:
         fit = _FITS.get(key)
     if fit is None:
@@ -678,12 +793,13 @@ def current_calibration(
     config = fit.config(base)
     model = CalibratedTrainingCostModel(CalibratedConfig.model_validate(config))
     if fit.num_samples == 0:
-        detail = (f"no measurements on {accelerator.id} yet: priced exactly as the "
-                  "analytical model")
+        detail = f"no measurements on {accelerator.id} yet: priced exactly as the analytical model"
     else:
         assert fit.error_before is not None and fit.error_after is not None
-        detail = (f"fitted to {fit.num_samples} measured runs on {accelerator.id}: mean "
-                  f"|error| {fit.error_before.mean:.1%} before, {fit.error_after.mean:.1%} after")
+        detail = (
+            f"fitted to {fit.num_samples} measured runs on {accelerator.id}: mean "
+            f"|error| {fit.error_before.mean:.1%} before, {fit.error_after.mean:.1%} after"
+        )
     return {
         "accelerator": accelerator.id,
         "num_samples": fit.num_samples,
@@ -694,20 +810,36 @@ def current_calibration(
         "measurements_hash": key[:16],
         "detail": detail,
         "samples": [
-            {"measurement_id": m, "plan_id": p, "measured_step_time_s": s.measured_step_s,
-             "error_before": before, "error_after": after}
-            for m, p, s, before, after in zip(data.measurement_ids, data.plan_ids,
-                                              data.samples, fit.residuals_before,
-                                              fit.residuals, strict=True)
+            {
+                "measurement_id": m,
+                "plan_id": p,
+                "measured_step_time_s": s.measured_step_s,
+                "error_before": before,
+                "error_after": after,
+            }
+            for m, p, s, before, after in zip(
+                data.measurement_ids,
+                data.plan_ids,
+                data.samples,
+                fit.residuals_before,
+                fit.residuals,
+                strict=True,
+            )
         ],
-        "cost_model": {"name": CALIBRATED_COST_MODEL, "version": str(model.version),
-                       "config": config},
+        "cost_model": {
+            "name": CALIBRATED_COST_MODEL,
+            "version": str(model.version),
+            "config": config,
+        },
     }
 
 
 def calibrated_cost_model_ref(
-    ref: CostModelRef | None, accelerator_id: str, session: Session | None,
-    *, field: str = "cost_model",
+    ref: CostModelRef | None,
+    accelerator_id: str,
+    session: Session | None,
+    *,
+    field: str = "cost_model",
 ) -> tuple[CostModelRef | None, dict[str, Any] | None]:
     """A `calibrated` reference without `config.parameters` → the same reference with the
     current fit's parameters filled in, and the fit's summary (the response's

@@ -38,8 +38,14 @@ def _check_cluster(cluster: ResolvedCluster) -> None:
         kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
         raise InputError(
             "serving plans need one kind of node; got " + ", ".join(kinds),
-            [_field_error("cluster.node_groups", "must describe one kind of node", kinds,
-                          "heterogeneous clusters are not supported for serving yet")],
+            [
+                _field_error(
+                    "cluster.node_groups",
+                    "must describe one kind of node",
+                    kinds,
+                    "heterogeneous clusters are not supported for serving yet",
+                )
+            ],
         )
 
 
@@ -47,8 +53,14 @@ def _check_workload(workload: ServingWorkload) -> None:
     if workload.trace is not None and len(workload.trace) < 2:
         raise InputError(
             "a trace needs at least two requests (its rate is scaled by the goodput search)",
-            [_field_error("workload.trace", "at least 2 rows", len(workload.trace),
-                          "a single-row trace has no arrival rate")],
+            [
+                _field_error(
+                    "workload.trace",
+                    "at least 2 rows",
+                    len(workload.trace),
+                    "a single-row trace has no arrival rate",
+                )
+            ],
         )
 
 
@@ -58,14 +70,21 @@ def _cost_model(ref: CostModelRef | None) -> ServingCostModel:
     if name not in known:
         raise InputError(
             f"cost model {name!r} does not price serving plans; serving cost models: {known}",
-            [_field_error("cost_model.name", f"one of {known} for serving", name,
-                          "unknown serving cost model")],
+            [
+                _field_error(
+                    "cost_model.name",
+                    f"one of {known} for serving",
+                    name,
+                    "unknown serving cost model",
+                )
+            ],
         )
     return build_serving_cost_model(name, ref.config if ref is not None else None)
 
 
-def _problem(model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload
-             ) -> ServingProblem:
+def _problem(
+    model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload
+) -> ServingProblem:
     _check_cluster(cluster)
     _check_workload(workload)
     problem = ServingProblem(model=model, cluster=cluster, workload=workload)
@@ -73,8 +92,14 @@ def _problem(model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorklo
         raise InputError(
             "objective min_gpus needs an arrival rate; the trace's requests all arrive at the "
             "same instant, so it has none",
-            [_field_error("workload.trace", "arrivals spread over time for min_gpus",
-                          len(workload.trace or []), "a trace arriving at once has no rate")],
+            [
+                _field_error(
+                    "workload.trace",
+                    "arrivals spread over time for min_gpus",
+                    len(workload.trace or []),
+                    "a trace arriving at once has no rate",
+                )
+            ],
         )
     return problem
 
@@ -96,9 +121,15 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
     assert isinstance(body.workload, ServingWorkload)
     if not isinstance(body.plan, ServingPlan):
         raise InputError(
-            "a serving workload takes a serving plan ({\"mode\", \"instances\"})",
-            [_field_error("plan", "serving plan for a serving workload", "training plan",
-                          "plan has no `instances`")],
+            'a serving workload takes a serving plan ({"mode", "instances"})',
+            [
+                _field_error(
+                    "plan",
+                    "serving plan for a serving workload",
+                    "training plan",
+                    "plan has no `instances`",
+                )
+            ],
         )
     problem = _problem(resolve_model(body.model), resolve_cluster(body.cluster), body.workload)
     cost_model = _cost_model(body.cost_model)
@@ -127,9 +158,13 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     }
     request = body.model_dump(mode="json")
     request["constraints"] = constraints.model_dump(mode="json", exclude_defaults=False)
-    return PreparedSearch(request=request, problem=problem,
-                          request_hash=canonical_hash(problem), cost_model_name=ref.name,
-                          cost_model_version=version)
+    return PreparedSearch(
+        request=request,
+        problem=problem,
+        request_hash=canonical_hash(problem),
+        cost_model_name=ref.name,
+        cost_model_version=version,
+    )
 
 
 def _plan_dict(ranked: Any) -> dict[str, Any]:
@@ -146,8 +181,9 @@ def _plan_dict(ranked: Any) -> dict[str, Any]:
     }
 
 
-def run_problem(problem: dict[str, Any], *, progress: ProgressFn,
-                should_stop: Any) -> SearchOutcome:
+def run_problem(
+    problem: dict[str, Any], *, progress: ProgressFn, should_stop: Any
+) -> SearchOutcome:
     """Run a stored serving search (the worker's job)."""
     constraints = SearchConstraints.model_validate(problem["constraints"])
     workload = ServingWorkload.model_validate(problem["workload"])
@@ -157,27 +193,33 @@ def run_problem(problem: dict[str, Any], *, progress: ProgressFn,
         workload=workload,
     )
     ref = problem.get("cost_model") or {}
-    cost_model = build_serving_cost_model(ref.get("name", DEFAULT_SERVING_COST_MODEL),
-                                          ref.get("config"))
+    cost_model = build_serving_cost_model(
+        ref.get("name", DEFAULT_SERVING_COST_MODEL), ref.get("config")
+    )
     started = time.perf_counter()
-    result = serving_search(serving, cost_model, fixed=constraints.fixed,
-                            time_limit_s=constraints.time_limit_s,
-                            top_k=int(problem.get("top_k", 10)), progress=progress,
-                            should_stop=should_stop)
+    result = serving_search(
+        serving,
+        cost_model,
+        fixed=constraints.fixed,
+        time_limit_s=constraints.time_limit_s,
+        top_k=int(problem.get("top_k", 10)),
+        progress=progress,
+        should_stop=should_stop,
+    )
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_plan_dict(p) for p in result.plans]
     if not plans and not should_stop():
-        raise NoFeasiblePlan(_no_plan_detail(serving), reasons=stats.get("pruned", {}),
-                             stats=stats)
+        raise NoFeasiblePlan(_no_plan_detail(serving), reasons=stats.get("pruned", {}), stats=stats)
     return SearchOutcome(plans=plans, stats=stats)
 
 
 def _no_plan_detail(problem: ServingProblem) -> str:
     wl = problem.workload
     slo = wl.slo
-    weights_gb = problem.model.num_parameters() * {"int4": 0.5, "fp8": 1.0}.get(
-        wl.precision, 2.0) / 1e9
+    weights_gb = (
+        problem.model.num_parameters() * {"int4": 0.5, "fp8": 1.0}.get(wl.precision, 2.0) / 1e9
+    )
     memory_gb = problem.num_gpus * problem.cluster.accelerator.memory_gib * 1024**3 / 1e9
     return (
         f"no serving plan of the searched space serves {problem.model.name} on "
@@ -214,9 +256,5 @@ def is_serving_plan(plan: dict[str, Any]) -> bool:
 def serving_memory(details: dict[str, Any]) -> dict[str, Any]:
     """The memory view of a serving plan: per instance role, weights, KV cache and the KV
     capacity (what the plan table's `memory` column and the API's `memory` hold)."""
-    keys = ("role", "gpus", "weights_gib", "kv_cache_gib", "kv_capacity_tokens",
-            "kv_limited_batch")
-    return {"instances": [{k: d[k] for k in keys if k in d}
-                          for d in details.get("instances", [])]}
-
-
+    keys = ("role", "gpus", "weights_gib", "kv_cache_gib", "kv_capacity_tokens", "kv_limited_batch")
+    return {"instances": [{k: d[k] for k in keys if k in d} for d in details.get("instances", [])]}

@@ -49,8 +49,10 @@ class AttentionCoreModel:
             # A context-parallel ring runs one kernel per ring step and, with load-balanced
             # causal chunks, two per step (Megatron-Core / Transformer Engine CP): 2c launches.
             launches = 2 * context if context > 1 else 1
-            return (0.5 * full_flops / (self.peak_flops * self.flash_efficiency)
-                    + launches * self.launch_s)
+            return (
+                0.5 * full_flops / (self.peak_flops * self.flash_efficiency)
+                + launches * self.launch_s
+            )
         compute = full_flops / (self.peak_flops * self.gemm_efficiency)
         score_bytes = UNFUSED_SCORE_PASSES * 2.0 * b * heads * s * s / context
         memory = score_bytes / (self.memory_bytes_per_s * MEMORY_EFFICIENCY)

@@ -61,7 +61,9 @@ def _phased(net: TwoTierNetwork, size_bytes: float, group: GroupPlacement, passe
         return 0.0
     t = 0.0
     if g > 1:
-        t += passes * (g - 1) * (net.alpha_intra_s + size_bytes / g / net.group_intra_bytes_per_s(g))
+        t += (
+            passes * (g - 1) * (net.alpha_intra_s + size_bytes / g / net.group_intra_bytes_per_s(g))
+        )
     if k > 1:
         t += passes * (k - 1) * (net.alpha_inter_s + size_bytes / g / k / net.inter_bytes_per_s)
     return t
@@ -87,7 +89,9 @@ def all_gather_time_s(net: TwoTierNetwork, size_bytes: float, group: GroupPlacem
 
 
 def all_to_all_time_s(
-    net: TwoTierNetwork, size_bytes: float, group: GroupPlacement,
+    net: TwoTierNetwork,
+    size_bytes: float,
+    group: GroupPlacement,
     off_node_share: float | None = None,
 ) -> float:
     """All-to-all of an S-byte send buffer per rank: (n−1)·α + (n−1)/n·S/B on one node;
@@ -131,8 +135,9 @@ class AlphaBetaCollectives:
     def all_gather(self, size_bytes: float, group: GroupPlacement) -> float:
         return all_gather_time_s(self.net, size_bytes, group)
 
-    def all_to_all(self, size_bytes: float, group: GroupPlacement,
-                   off_node_share: float | None = None) -> float:
+    def all_to_all(
+        self, size_bytes: float, group: GroupPlacement, off_node_share: float | None = None
+    ) -> float:
         return all_to_all_time_s(self.net, size_bytes, group, off_node_share)
 
     def send_recv(self, size_bytes: float, tier: Tier) -> float:

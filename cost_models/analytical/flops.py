@@ -61,7 +61,10 @@ def _mlp(name: str, tokens: float, h: int, f: int, gated: bool, expert: bool) ->
     col: Split = "expert_col" if expert else "col"
     row: Split = "expert_row" if expert else "row"
     up = 2 * f if gated else f  # gate and up projections fused
-    return [GemmShape(f"{name}_up", tokens, h, up, col), GemmShape(f"{name}_down", tokens, f, h, row)]
+    return [
+        GemmShape(f"{name}_up", tokens, h, up, col),
+        GemmShape(f"{name}_down", tokens, f, h, row),
+    ]
 
 
 def attention_dims(model: ModelSpec) -> tuple[int, int]:
@@ -94,7 +97,9 @@ def layer_gemms(model: ModelSpec, is_moe: bool, tokens: float) -> list[GemmShape
         assert model.moe is not None
         moe = model.moe
         out.append(GemmShape("router", tokens, h, moe.num_experts, "rep"))
-        out += _mlp("expert", tokens * moe.top_k, h, moe.expert_ffn_hidden_size, model.gated_mlp, True)
+        out += _mlp(
+            "expert", tokens * moe.top_k, h, moe.expert_ffn_hidden_size, model.gated_mlp, True
+        )
         if moe.num_shared_experts:
             f_shared = moe.num_shared_experts * moe.shared_ffn
             out += _mlp("shared", tokens, h, f_shared, model.gated_mlp, False)

@@ -63,8 +63,10 @@ class RooflineGemm:
         flops = 2.0 * m * k * n
         useful = tile_utilisation(m, k, n) * k / (k + self.k_overhead)
         compute = flops / (self.peak_flops * self.efficiency * useful)
-        memory = (m * k + k * n + m * n) * self.bytes_per_element / (
-            self.memory_bytes_per_s * MEMORY_EFFICIENCY
+        memory = (
+            (m * k + k * n + m * n)
+            * self.bytes_per_element
+            / (self.memory_bytes_per_s * MEMORY_EFFICIENCY)
         )
         return max(compute, memory) + self.launch_s
 

@@ -83,8 +83,7 @@ def activation_terms(
         rep += 4 * tok * moe.num_experts  # fp32 router logits
         fe = moe.expert_ffn_hidden_size
         up = 2 if model.gated_mlp else 1
-        split += load_factor * moe.top_k * (
-            2 * tok * h * expert_tensor + 2 * tok * fe * (up + 1))
+        split += load_factor * moe.top_k * (2 * tok * h * expert_tensor + 2 * tok * fe * (up + 1))
         if moe.num_shared_experts:
             split += 2 * tok * moe.num_shared_experts * moe.shared_ffn * (up + 1)
     else:
@@ -119,8 +118,9 @@ def layer_activation_bytes(
     if recompute == "full":
         inp = 2.0 * (s / context) * b * model.hidden_size
         return inp / tensor if sequence_parallel else inp
-    rep, split, score = activation_terms(model, is_moe, b, s, context, flash, expert_tensor,
-                                         load_factor)
+    rep, split, score = activation_terms(
+        model, is_moe, b, s, context, flash, expert_tensor, load_factor
+    )
     if recompute == "selective":
         score = 0.0
     if sequence_parallel:

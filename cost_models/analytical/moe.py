@@ -62,8 +62,10 @@ def expert_load_shares(num_experts: int, routing: MoERoutingSpec | None) -> tupl
     if routing is not None and routing.expert_loads is not None:
         loads = routing.expert_loads
         if len(loads) != num_experts:
-            raise ValueError(f"moe_routing.expert_loads has {len(loads)} entries; the model "
-                             f"has {num_experts} routed experts")
+            raise ValueError(
+                f"moe_routing.expert_loads has {len(loads)} entries; the model "
+                f"has {num_experts} routed experts"
+            )
         total = float(sum(loads))
         return tuple(x / total for x in loads)
     alpha = routing.imbalance if routing is not None else None
@@ -85,9 +87,7 @@ class ExpertLoad:
     """Per local expert of that rank: its tokens / a balanced expert's tokens."""
 
 
-def busiest_rank_load(
-    num_experts: int, expert: int, routing: MoERoutingSpec | None
-) -> ExpertLoad:
+def busiest_rank_load(num_experts: int, expert: int, routing: MoERoutingSpec | None) -> ExpertLoad:
     """The busiest EP rank's load under the routing's shares, capacity factor and the
     contiguous expert placement (module docstring).
 
@@ -110,7 +110,7 @@ def busiest_rank_load(
     best: tuple[float, ...] = ()
     best_sum = -1.0
     for r in range(expert):
-        chunk = shares[r * local:(r + 1) * local]
+        chunk = shares[r * local : (r + 1) * local]
         total = sum(chunk)
         if total > best_sum:
             best, best_sum = chunk, total
@@ -189,8 +189,9 @@ class MoEComm:
 class CollectiveModel(Protocol):
     """What `moe_comm_s` needs of a collective model (AlphaBetaCollectives)."""
 
-    def all_to_all(self, size_bytes: float, group: GroupPlacement,
-                   off_node_share: float | None = None) -> float: ...
+    def all_to_all(
+        self, size_bytes: float, group: GroupPlacement, off_node_share: float | None = None
+    ) -> float: ...
 
     def all_gather(self, size_bytes: float, group: GroupPlacement) -> float: ...
 

@@ -112,8 +112,11 @@ class ExpertGroups:
     expert optimizer sharding."""
 
     def tiers(self) -> dict[str, str]:
-        return {"expert_tensor": self.expert_tensor.tier, "expert": self.expert.tier,
-                "expert_data": self.expert_data.tier}
+        return {
+            "expert_tensor": self.expert_tensor.tier,
+            "expert": self.expert.tier,
+            "expert_data": self.expert_data.tier,
+        }
 
 
 def place_expert_groups(

@@ -214,11 +214,22 @@ class _Extra:
 
 
 _PREFIX_FIELDS = {
-    "time": "total_s", "forward": "forward_s", "backward": "backward_s",
-    "compute": "compute_s", "recompute": "recompute_s", "tp": "tp_s", "cp": "cp_s",
-    "ep": "ep_s", "a2a": "a2a_s", "act": "activation_bytes", "params": "params",
-    "expert_params": "expert_params", "shard_params": "shard_params",
-    "weights": "weights_bytes", "grads": "grads_bytes", "optimizer": "optimizer_bytes",
+    "time": "total_s",
+    "forward": "forward_s",
+    "backward": "backward_s",
+    "compute": "compute_s",
+    "recompute": "recompute_s",
+    "tp": "tp_s",
+    "cp": "cp_s",
+    "ep": "ep_s",
+    "a2a": "a2a_s",
+    "act": "activation_bytes",
+    "params": "params",
+    "expert_params": "expert_params",
+    "shard_params": "shard_params",
+    "weights": "weights_bytes",
+    "grads": "grads_bytes",
+    "optimizer": "optimizer_bytes",
 }
 """Prefix-sum arrays evaluate() may ask for, and the per-layer record field of each."""
 
@@ -279,8 +290,9 @@ def _per_layer(by_kind: dict[bool, Any], flags: tuple[bool, ...]) -> tuple[Any, 
     return tuple(by_kind[f] for f in flags)
 
 
-_STATE_PREFIXES = frozenset({"params", "expert_params", "shard_params", "weights", "grads",
-                             "optimizer"})
+_STATE_PREFIXES = frozenset(
+    {"params", "expert_params", "shard_params", "weights", "grads", "optimizer"}
+)
 
 
 @dataclass(slots=True)
@@ -330,28 +342,32 @@ class _Context:
     layer_cores: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict)
     """The recompute-independent parts of `layer_costs` (see `_layer_core`)."""
     degree_checks: dict[tuple[Any, ...], tuple[list[Violation], list[Violation]]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
     """(rules before, rules after the per-step rules) per (t, c, d, pp, e, etp)."""
     degrees_clear: dict[tuple[Any, ...], bool] = field(default_factory=dict)
     """Per (t, c, d, pp, e, etp): no degree rule fails (`check_key`'s fast path)."""
     cost_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
     state_seqs: dict[tuple[Any, ...], _LayerSeq] = field(default_factory=dict)
     extras: dict[tuple[Any, ...], tuple[_Extra, _Extra]] = field(default_factory=dict)
-    extra_times: dict[tuple[Any, ...], tuple[tuple[float, float, float, float],
-                                             tuple[float, float, float, float]]] = field(
-        default_factory=dict)
+    extra_times: dict[
+        tuple[Any, ...], tuple[tuple[float, float, float, float], tuple[float, float, float, float]]
+    ] = field(default_factory=dict)
     extra_states: dict[tuple[Any, ...], tuple[_LayerState, _LayerState]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
     groups: dict[tuple[int, int, int, int], ParallelGroups] = field(default_factory=dict)
     p2p: dict[tuple[Any, ...], float] = field(default_factory=dict)
     inflight: dict[tuple[Any, ...], tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     group_memory: dict[tuple[Any, ...], float] = field(default_factory=dict)
     bound_times: dict[tuple[Any, ...], tuple[float, float, float, float, float, int]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
     """Step-time bound terms per (t, c, d, pp, etp, sp, b, rc, flash, e): (layers + extras,
     largest layer, smallest layer, larger extra, p2p s, micro-batches)."""
     bound_layer_terms: dict[tuple[Any, ...], tuple[float, float, float, float]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
     """The layer and extra terms of `bound_times` per (t, c, b, rc, sp, flash, etp, e)."""
     bound_optimizer: dict[tuple[Any, ...], float] = field(default_factory=dict)
     """Adam-step time of the bound per (t, c, d, pp, e, etp, zero)."""
@@ -370,9 +386,19 @@ _MAX_PROFILES = 200_000
 def _plan_key(plan: TrainingPlan) -> tuple[Any, ...]:
     p = plan.parallelism
     return (
-        p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert, p.expert_tensor,
-        p.sequence_parallel, plan.micro_batch_size, plan.zero_stage, plan.recompute,
-        plan.pipeline_schedule, plan.flash_attention,
+        p.tensor,
+        p.context,
+        p.data,
+        p.pipeline,
+        p.virtual_pipeline,
+        p.expert,
+        p.expert_tensor,
+        p.sequence_parallel,
+        plan.micro_batch_size,
+        plan.zero_stage,
+        plan.recompute,
+        plan.pipeline_schedule,
+        plan.flash_attention,
     )
 
 
@@ -518,12 +544,20 @@ class AnalyticalTrainingCostModel:
             global_batch=work.global_batch_size,
             gpus_per_node=cluster.gpus_per_node,
             gemm=RooflineGemm(
-                peak, gemm_eff, hbm, elem_bytes, cfg.kernel_launch_s,
+                peak,
+                gemm_eff,
+                hbm,
+                elem_bytes,
+                cfg.kernel_launch_s,
                 gemm_k_overhead_for(cfg, acc),
             ),
             attention=AttentionCoreModel(
-                bf16_peak, attention_efficiency(cfg, acc), acc.gemm_efficiency, hbm,
-                cfg.attention_backward_ratio, cfg.kernel_launch_s,
+                bf16_peak,
+                attention_efficiency(cfg, acc),
+                acc.gemm_efficiency,
+                hbm,
+                cfg.attention_backward_ratio,
+                cfg.kernel_launch_s,
             ),
             comm=AlphaBetaCollectives(net),
             hbm_bytes_per_s=hbm,
@@ -536,8 +570,17 @@ class AnalyticalTrainingCostModel:
         """Structural rules (no costs); see the module docstring of each rule's source."""
         p = plan.parallelism
         return self._check(
-            problem, p.tensor, p.context, p.data, p.pipeline, p.virtual_pipeline, p.expert,
-            p.expert_tensor, plan.micro_batch_size, plan.zero_stage, plan.pipeline_schedule,
+            problem,
+            p.tensor,
+            p.context,
+            p.data,
+            p.pipeline,
+            p.virtual_pipeline,
+            p.expert,
+            p.expert_tensor,
+            plan.micro_batch_size,
+            plan.zero_stage,
+            plan.pipeline_schedule,
         )
 
     def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
@@ -553,16 +596,28 @@ class AnalyticalTrainingCostModel:
             ctx.degrees_clear.get((t, c, d, pp, e, et))
             and not gbs % (b * d)
             and pp * v <= ctx.num_layers
-            and (schedule != "interleaved_1f1b" or (
-                pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp))
+            and (
+                schedule != "interleaved_1f1b"
+                or (pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp)
+            )
             and (zero < 2 or pp <= 1)
         ):
             return []
         return self._check(problem, t, c, d, pp, v, e, et, b, zero, schedule)
 
     def _check(
-        self, problem: TrainingProblem, t: int, c: int, d: int, pp: int, v: int, e: int,
-        et: int, b: int, zero: int, schedule: str,
+        self,
+        problem: TrainingProblem,
+        t: int,
+        c: int,
+        d: int,
+        pp: int,
+        v: int,
+        e: int,
+        et: int,
+        b: int,
+        zero: int,
+        schedule: str,
     ) -> list[Violation]:
         """Every rule, in a fixed order: the degree rules (cached per degrees), then the
         micro-batch, virtual pipeline, schedule and ZeRO rules, then the expert and
@@ -577,26 +632,53 @@ class AnalyticalTrainingCostModel:
         out = list(before)
         model, gbs = ctx.model, ctx.global_batch
         if gbs % (b * d):
-            out.append(Violation(kind="batch", detail=(
-                f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
-                f"data = {b} × {d} = {b * d}")))
+            out.append(
+                Violation(
+                    kind="batch",
+                    detail=(
+                        f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
+                        f"data = {b} × {d} = {b * d}"
+                    ),
+                )
+            )
         if pp * v > model.num_layers:
-            out.append(Violation(kind="divisibility", detail=(
-                f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
-                f"exceed num_layers ({model.num_layers})")))
+            out.append(
+                Violation(
+                    kind="divisibility",
+                    detail=(
+                        f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
+                        f"exceed num_layers ({model.num_layers})"
+                    ),
+                )
+            )
         if schedule == "interleaved_1f1b":
             m = gbs // (b * d) if b * d else 0
             if pp < 2:
-                out.append(Violation(kind="schedule", detail=(
-                    f"interleaved_1f1b needs pipeline >= 2 (got {pp})")))
+                out.append(
+                    Violation(
+                        kind="schedule", detail=(f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
+                    )
+                )
             elif m < pp or m % pp:
-                out.append(Violation(kind="schedule", detail=(
-                    f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
-                    f"a multiple of pipeline ({pp}) and at least pipeline")))
+                out.append(
+                    Violation(
+                        kind="schedule",
+                        detail=(
+                            f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
+                            f"a multiple of pipeline ({pp}) and at least pipeline"
+                        ),
+                    )
+                )
         if zero >= 2 and pp > 1:
-            out.append(Violation(kind="zero", detail=(
-                f"zero_stage {zero} cannot be combined with pipeline "
-                f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)")))
+            out.append(
+                Violation(
+                    kind="zero",
+                    detail=(
+                        f"zero_stage {zero} cannot be combined with pipeline "
+                        f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)"
+                    ),
+                )
+            )
         out.extend(after)
         return out
 
@@ -614,28 +696,42 @@ class AnalyticalTrainingCostModel:
             out.append(Violation(kind=kind, detail=detail))
 
         if not ctx.is_homogeneous:
-            bad("heterogeneous", "the cluster mixes node types; only homogeneous clusters "
-                "are priced for now")
+            bad(
+                "heterogeneous",
+                "the cluster mixes node types; only homogeneous clusters are priced for now",
+            )
         if world_size != ctx.num_gpus:
-            bad("divisibility", f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
-                f"= {world_size} must equal the cluster's {ctx.num_gpus} GPUs")
+            bad(
+                "divisibility",
+                f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
+                f"= {world_size} must equal the cluster's {ctx.num_gpus} GPUs",
+            )
         a = model.num_attention_heads
         if a % t:
             bad("divisibility", f"num_attention_heads ({a}) must be divisible by tensor ({t})")
         if model.mla is None and model.kv_heads % t:
-            bad("divisibility", f"num_kv_heads ({model.kv_heads}) must be divisible by "
-                f"tensor ({t})")
+            bad(
+                "divisibility", f"num_kv_heads ({model.kv_heads}) must be divisible by tensor ({t})"
+            )
         if model.ffn_hidden_size % t:
-            bad("divisibility", f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible "
-                f"by tensor ({t})")
+            bad(
+                "divisibility",
+                f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible by tensor ({t})",
+            )
         gpn = cluster.gpus_per_node
         if t > gpn and not problem.allow_tensor_across_nodes:
-            bad("topology", f"tensor ({t}) must not exceed gpus_per_node ({gpn}) unless "
-                "allow_tensor_across_nodes is set")
+            bad(
+                "topology",
+                f"tensor ({t}) must not exceed gpus_per_node ({gpn}) unless "
+                "allow_tensor_across_nodes is set",
+            )
         s = work.sequence_length
         if c > 1 and s % (2 * c):
-            bad("divisibility", f"sequence_length ({s}) must be divisible by 2 × context "
-                f"= {2 * c} (load-balanced causal context parallelism)")
+            bad(
+                "divisibility",
+                f"sequence_length ({s}) must be divisible by 2 × context "
+                f"= {2 * c} (load-balanced causal context parallelism)",
+            )
         before = out
         out = []
         if model.moe is None:
@@ -643,33 +739,53 @@ class AnalyticalTrainingCostModel:
                 bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
         else:
             if model.moe.num_experts % e:
-                bad("expert", f"moe.num_experts ({model.moe.num_experts}) must be divisible by "
-                    f"expert ({e})")
+                bad(
+                    "expert",
+                    f"moe.num_experts ({model.moe.num_experts}) must be divisible by expert ({e})",
+                )
             if (d * c * t) % (e * et):
-                bad("expert", f"expert × expert_tensor = {e} × {et} must divide data × context "
-                    f"× tensor = {d} × {c} × {t} = {d * c * t}")
+                bad(
+                    "expert",
+                    f"expert × expert_tensor = {e} × {et} must divide data × context "
+                    f"× tensor = {d} × {c} × {t} = {d * c * t}",
+                )
             fe = model.moe.expert_ffn_hidden_size
             if fe % et:
-                bad("divisibility", f"moe.expert_ffn_hidden_size ({fe}) must be divisible by "
-                    f"expert_tensor ({et})")
+                bad(
+                    "divisibility",
+                    f"moe.expert_ffn_hidden_size ({fe}) must be divisible by expert_tensor ({et})",
+                )
             if et > gpn and not problem.allow_tensor_across_nodes:
-                bad("topology", f"expert_tensor ({et}) must not exceed gpus_per_node ({gpn}) "
-                    "unless allow_tensor_across_nodes is set")
+                bad(
+                    "topology",
+                    f"expert_tensor ({et}) must not exceed gpus_per_node ({gpn}) "
+                    "unless allow_tensor_across_nodes is set",
+                )
             if model.moe.num_shared_experts:
                 fs = model.moe.num_shared_experts * model.moe.shared_ffn
                 if fs % t:
-                    bad("divisibility", f"shared expert width ({fs}) must be divisible by "
-                        f"tensor ({t})")
+                    bad(
+                        "divisibility",
+                        f"shared expert width ({fs}) must be divisible by tensor ({t})",
+                    )
             loads = work.moe_routing.expert_loads if work.moe_routing is not None else None
             if loads is not None and len(loads) != model.moe.num_experts:
-                bad("expert", f"moe_routing.expert_loads has {len(loads)} entries; the model "
-                    f"has {model.moe.num_experts} routed experts")
+                bad(
+                    "expert",
+                    f"moe_routing.expert_loads has {len(loads)} entries; the model "
+                    f"has {model.moe.num_experts} routed experts",
+                )
         if not cluster.accelerator.peak_tflops.get(work.precision) and not (
             work.precision in ("fp16", "bf16")
-            and (cluster.accelerator.peak_tflops.get("bf16") or cluster.accelerator.peak_tflops.get("fp16"))
+            and (
+                cluster.accelerator.peak_tflops.get("bf16")
+                or cluster.accelerator.peak_tflops.get("fp16")
+            )
         ):
-            bad("precision", f"{cluster.accelerator.id} has no dense {work.precision} peak in the "
-                "catalog")
+            bad(
+                "precision",
+                f"{cluster.accelerator.id} has no dense {work.precision} peak in the catalog",
+            )
         return before, out
 
     # ---- profile -----------------------------------------------------------------------
@@ -729,14 +845,26 @@ class AnalyticalTrainingCostModel:
         if group.size <= 1:
             return 0.0
         if sp:
-            raw = ctx.comm.all_gather(size_bytes, group) + ctx.comm.reduce_scatter(size_bytes, group)
+            raw = ctx.comm.all_gather(size_bytes, group) + ctx.comm.reduce_scatter(
+                size_bytes, group
+            )
         else:
             raw = ctx.comm.all_reduce(size_bytes, group)
         return raw * (1.0 - self.config.tp_comm_overlap)
 
     def _layer_cost(
-        self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, rc: str, sp: bool,
-        flash: bool, etp: int, groups: ParallelGroups, e: int = 1,
+        self,
+        ctx: _Context,
+        is_moe: bool,
+        t: int,
+        c: int,
+        b: int,
+        rc: str,
+        sp: bool,
+        flash: bool,
+        etp: int,
+        groups: ParallelGroups,
+        e: int = 1,
     ) -> _LayerCost:
         # Only the tensor and context placements enter, and they depend on (t, c) alone;
         # the expert placements depend on (e, etp) alone (`place_expert_groups`).
@@ -748,7 +876,8 @@ class AnalyticalTrainingCostModel:
         core = ctx.layer_cores.get(core_key)
         if core is None:
             core = ctx.layer_cores[core_key] = self._layer_core(
-                ctx, is_moe, t, c, b, sp, flash, etp, groups, e)
+                ctx, is_moe, t, c, b, sp, flash, etp, groups, e
+            )
         fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working, ep_dir, a2a_dir = core
         if rc == "full":  # the whole forward again, collectives included
             rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = fwd + att_f, tp_dir, cp_f, ep_dir, a2a_dir
@@ -758,8 +887,19 @@ class AnalyticalTrainingCostModel:
             rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = 0.0, 0.0, 0.0, 0.0, 0.0
         if is_moe:
             load = self._expert_load(ctx, e).load_factor
-            act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc,  # type: ignore[arg-type]
-                                         etp, load)
+            act = layer_activation_bytes(
+                ctx.model,
+                is_moe,
+                b,
+                ctx.seq,
+                t,
+                c,
+                sp,
+                flash,
+                rc,  # type: ignore[arg-type]
+                etp,
+                load,
+            )
         else:
             act = layer_activation_bytes(ctx.model, is_moe, b, ctx.seq, t, c, sp, flash, rc)  # type: ignore[arg-type]
         forward = fwd + att_f + tp_dir + cp_f + ep_dir
@@ -779,8 +919,17 @@ class AnalyticalTrainingCostModel:
         return cost
 
     def _layer_core(
-        self, ctx: _Context, is_moe: bool, t: int, c: int, b: int, sp: bool, flash: bool,
-        etp: int, groups: ParallelGroups, e: int = 1,
+        self,
+        ctx: _Context,
+        is_moe: bool,
+        t: int,
+        c: int,
+        b: int,
+        sp: bool,
+        flash: bool,
+        etp: int,
+        groups: ParallelGroups,
+        e: int = 1,
     ) -> tuple[float, float, float, float, float, float, float, float, float, float]:
         """The parts of a layer's cost that recompute does not change: (GEMM + elementwise
         forward, their backward, attention core forward, its backward, TP communication per
@@ -813,16 +962,29 @@ class AnalyticalTrainingCostModel:
             # Balanced tokens per local expert after the ETP all-gather: e·etp·(T/t)·k/E.
             balanced = e * etp * tokens_gpu * moe.top_k / moe.num_experts
             ef, eb = grouped_expert_gemm_s(
-                ctx.gemm, tuple(x * balanced for x in expert_load.local_factors), h,
-                moe.expert_ffn_hidden_size, etp, model.gated_mlp)
+                ctx.gemm,
+                tuple(x * balanced for x in expert_load.local_factors),
+                h,
+                moe.expert_ffn_hidden_size,
+                etp,
+                model.gated_mlp,
+            )
             perm = permute_bytes(load * tokens_gpu * moe.top_k * etp, h) / (
-                ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+                ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+            )
             fwd += ef + perm
             bwd += eb + BACKWARD_BYTES_RATIO * perm
             egroups = self._expert_groups(ctx, e, etp, e * etp)
             routing = ctx.problem.workload.moe_routing
-            mcomm = moe_comm_s(ctx.comm, egroups, tokens_gpu, moe.top_k, h, load,
-                               routing.max_nodes_per_token if routing is not None else None)
+            mcomm = moe_comm_s(
+                ctx.comm,
+                egroups,
+                tokens_gpu,
+                moe.top_k,
+                h,
+                load,
+                routing.max_nodes_per_token if routing is not None else None,
+            )
             ep_dir, a2a_dir = mcomm.total_s, mcomm.all_to_all_s
             tp_pairs = 2.0 if moe.num_shared_experts else 1.0
         qk, vd = attention_dims(model)
@@ -850,22 +1012,36 @@ class AnalyticalTrainingCostModel:
             routed = model.moe.top_k * model.moe.expert_ffn_hidden_size
             width += (load - 1.0) * routed
         elem_f = layer_elementwise_bytes(
-            model, tokens, tensor=t, sequence_parallel=sp,
-            ffn_hidden_size=width, gated=model.gated_mlp,
+            model,
+            tokens,
+            tensor=t,
+            sequence_parallel=sp,
+            ffn_hidden_size=width,
+            gated=model.gated_mlp,
         ) / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
         elem_b = BACKWARD_BYTES_RATIO * elem_f
         fwd += elem_f
         bwd += elem_b
         if is_moe:
-            working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none",
-                                             etp, load)
+            working = layer_activation_bytes(
+                model, is_moe, b, s, t, c, sp, flash, "none", etp, load
+            )
         else:
             working = layer_activation_bytes(model, is_moe, b, s, t, c, sp, flash, "none")
         return fwd, bwd, att_f, att_b, tp_dir, cp_f, cp_b, working, ep_dir, a2a_dir
 
     def _cost_seq(
-        self, ctx: _Context, t: int, c: int, b: int, rc: str, sp: bool, flash: bool, etp: int,
-        groups: ParallelGroups, e: int = 1,
+        self,
+        ctx: _Context,
+        t: int,
+        c: int,
+        b: int,
+        rc: str,
+        sp: bool,
+        flash: bool,
+        etp: int,
+        groups: ParallelGroups,
+        e: int = 1,
     ) -> _LayerSeq:
         """Per-layer costs of every layer (shared by every plan with these degrees)."""
         key = (t, c, b, rc, sp, flash, etp, e)
@@ -873,16 +1049,18 @@ class AnalyticalTrainingCostModel:
         if hit is not None:
             return hit
         frag = 1.0 + self.config.fragmentation_fraction
-        costs = {k: self._layer_cost(ctx, k, t, c, b, rc, sp, flash, etp, groups, e)
-                 for k in ctx.kinds}
+        costs = {
+            k: self._layer_cost(ctx, k, t, c, b, rc, sp, flash, etp, groups, e) for k in ctx.kinds
+        }
         per_layer = _per_layer(costs, ctx.moe_flags)
         hit = ctx.cost_seqs[key] = _LayerSeq(
             items=per_layer,
             public={
                 "time": _per_layer({k: x.total_s for k, x in costs.items()}, ctx.moe_flags),
                 "forward": _per_layer({k: x.forward_s for k, x in costs.items()}, ctx.moe_flags),
-                "act": _per_layer({k: x.activation_bytes * frag for k, x in costs.items()},
-                                  ctx.moe_flags),
+                "act": _per_layer(
+                    {k: x.activation_bytes * frag for k, x in costs.items()}, ctx.moe_flags
+                ),
             },
             max_working_bytes=max(x.working_bytes for x in costs.values()),
             max_params=0.0,
@@ -900,8 +1078,10 @@ class AnalyticalTrainingCostModel:
         if hit is not None:
             return hit
         model = ctx.model
-        states = {k: self._state(*self._layer_params(model, k, t, e, etp), t, shards, zero, e, etp)
-                  for k in ctx.kinds}
+        states = {
+            k: self._state(*self._layer_params(model, k, t, e, etp), t, shards, zero, e, etp)
+            for k in ctx.kinds
+        }
         per_layer = _per_layer(states, ctx.moe_flags)
         hit = ctx.state_seqs[key] = _LayerSeq(
             items=per_layer,
@@ -916,8 +1096,14 @@ class AnalyticalTrainingCostModel:
         return hit
 
     def _state(
-        self, dense_params: float, expert_params: float, t: int, shards: int, zero: int,
-        e: int, etp: int,
+        self,
+        dense_params: float,
+        expert_params: float,
+        t: int,
+        shards: int,
+        zero: int,
+        e: int,
+        etp: int,
     ) -> _LayerState:
         """State bytes of per-GPU parameters: dense ones sharded over data × context
         (`shards`), expert ones over the expert-data-parallel group
@@ -953,8 +1139,18 @@ class AnalyticalTrainingCostModel:
         return dense, routed / (e * etp)
 
     def _extras(
-        self, ctx: _Context, t: int, c: int, b: int, sp: bool, head_params_on: bool,
-        shards: int, zero: int, e: int, etp: int, groups: ParallelGroups,
+        self,
+        ctx: _Context,
+        t: int,
+        c: int,
+        b: int,
+        sp: bool,
+        head_params_on: bool,
+        shards: int,
+        zero: int,
+        e: int,
+        etp: int,
+        groups: ParallelGroups,
     ) -> tuple[_Extra, _Extra]:
         """(embedding on the first chunk, LM head + loss on the last chunk): their times
         (`_extra_times`) with their states (`_extra_states`)."""
@@ -963,18 +1159,34 @@ class AnalyticalTrainingCostModel:
         if hit is not None:
             return hit
         (emb_s, emb_tp, emb_fwd, emb_act), (head_s, head_tp, head_fwd, head_act) = (
-            self._extra_times(ctx, t, c, b, sp, groups))
-        first_state, last_state = self._extra_states(ctx, t, head_params_on, shards, zero, e,
-                                                     etp)
-        first = _Extra(compute_s=emb_s, tp_s=emb_tp, forward_s=emb_fwd, state=first_state,
-                       activation_bytes=emb_act)
-        last = _Extra(compute_s=head_s, tp_s=head_tp, forward_s=head_fwd, state=last_state,
-                      activation_bytes=head_act)
+            self._extra_times(ctx, t, c, b, sp, groups)
+        )
+        first_state, last_state = self._extra_states(ctx, t, head_params_on, shards, zero, e, etp)
+        first = _Extra(
+            compute_s=emb_s,
+            tp_s=emb_tp,
+            forward_s=emb_fwd,
+            state=first_state,
+            activation_bytes=emb_act,
+        )
+        last = _Extra(
+            compute_s=head_s,
+            tp_s=head_tp,
+            forward_s=head_fwd,
+            state=last_state,
+            activation_bytes=head_act,
+        )
         hit = ctx.extras[key] = (first, last)
         return hit
 
     def _extra_times(
-        self, ctx: _Context, t: int, c: int, b: int, sp: bool, groups: ParallelGroups,
+        self,
+        ctx: _Context,
+        t: int,
+        c: int,
+        b: int,
+        sp: bool,
+        groups: ParallelGroups,
     ) -> tuple[tuple[float, float, float, float], tuple[float, float, float, float]]:
         """(compute s, exposed TP s, forward s, activation bytes) of the embedding and of the
         LM head + loss, cached per (t, c, b, SP) (only the tensor placement enters, and it
@@ -1014,7 +1226,13 @@ class AnalyticalTrainingCostModel:
         return hit
 
     def _extra_states(
-        self, ctx: _Context, t: int, head_params_on: bool, shards: int, zero: int, e: int,
+        self,
+        ctx: _Context,
+        t: int,
+        head_params_on: bool,
+        shards: int,
+        zero: int,
+        e: int,
         etp: int,
     ) -> tuple[_LayerState, _LayerState]:
         """States of the embedding and of the LM head (when its parameters are on the last
@@ -1026,8 +1244,7 @@ class AnalyticalTrainingCostModel:
         model = ctx.model
         first = self._state(model.embedding_parameters() / t, 0.0, t, shards, zero, e, etp)
         head_params = model.vocab_size * model.hidden_size if head_params_on else 0
-        last = self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero,
-                           e, etp)
+        last = self._state(head_params / t + model.norm_parameters(), 0.0, t, shards, zero, e, etp)
         hit = ctx.extra_states[key] = (first, last)
         return hit
 
@@ -1054,8 +1271,9 @@ class AnalyticalTrainingCostModel:
         model = ctx.model
         shards = d * c
         states = self._state_seq(ctx, t, shards, zero, e, etp)
-        first, last = self._extra_states(ctx, t, not model.tie_embeddings or pp > 1, shards,
-                                         zero, e, etp)
+        first, last = self._extra_states(
+            ctx, t, not model.tie_embeddings or pp > 1, shards, zero, e, etp
+        )
         bucket = grad_bucket_bytes(shards, states.params_sum / pp) if zero < 3 else 0.0
         zero3 = zero3_working_bytes(model, t, e, etp) if zero == 3 and shards > 1 else 0.0
         fixed = self.config.runtime_context_gib * GIB + bucket + zero3
@@ -1106,7 +1324,10 @@ class AnalyticalTrainingCostModel:
         return sched + optimizer + self.config.step_overhead_s
 
     def _bound_terms(
-        self, ctx: _Context, key: tuple[Any, ...], tkey: tuple[Any, ...],
+        self,
+        ctx: _Context,
+        key: tuple[Any, ...],
+        tkey: tuple[Any, ...],
         okey: tuple[Any, ...],
     ) -> tuple[tuple[float, float, float, float, float, int], float]:
         """The parts of `step_time_lower_bound_s` that do not depend on v and the schedule
@@ -1124,7 +1345,9 @@ class AnalyticalTrainingCostModel:
                 first_x = first_t[0] + first_t[1]
                 last_x = last_t[0] + last_t[1]
                 layer_terms = ctx.bound_layer_terms[lkey] = (
-                    times.total + first_x + last_x, times.largest, times.smallest,
+                    times.total + first_x + last_x,
+                    times.largest,
+                    times.smallest,
                     max(first_x, last_x),
                 )
             p2p = self._p2p(ctx, t, c, b, sp, groups) if pp > 1 else 0.0
@@ -1133,13 +1356,16 @@ class AnalyticalTrainingCostModel:
         if optimizer is None:
             shards = d * c
             states = self._state_seq(ctx, t, shards, zero, e, etp)
-            first_s, last_s = self._extra_states(ctx, t, not ctx.model.tie_embeddings or pp > 1,
-                                                 shards, zero, e, etp)
-            shard_total = (states.prefix("shard_params")[-1] + first_s.shard_params
-                           + last_s.shard_params)
+            first_s, last_s = self._extra_states(
+                ctx, t, not ctx.model.tie_embeddings or pp > 1, shards, zero, e, etp
+            )
+            shard_total = (
+                states.prefix("shard_params")[-1] + first_s.shard_params + last_s.shard_params
+            )
             hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
             optimizer = ctx.bound_optimizer[okey] = (
-                shard_total / pp * self.config.optimizer_bytes_per_param / hbm)
+                shard_total / pp * self.config.optimizer_bytes_per_param / hbm
+            )
         return terms, optimizer
 
     def _inflight(
@@ -1170,8 +1396,9 @@ class AnalyticalTrainingCostModel:
         p2p = self._p2p(ctx, t, c, b, sp, groups) if pp > 1 else 0.0
         return groups, cost_seq, state_seq, first, last, p2p, m
 
-    def _p2p(self, ctx: _Context, t: int, c: int, b: int, sp: bool,
-             groups: ParallelGroups) -> float:
+    def _p2p(
+        self, ctx: _Context, t: int, c: int, b: int, sp: bool, groups: ParallelGroups
+    ) -> float:
         """One boundary send/recv between pipeline chunks, seconds."""
         p2p_key = (t, c, b, sp, groups.pipeline.tier)
         p2p_hit = ctx.p2p.get(p2p_key)
@@ -1217,9 +1444,17 @@ class AnalyticalTrainingCostModel:
             usable_bytes=ctx.usable_bytes,
         )
         return _Profiled(
-            public=public, groups=groups, costs=cost_seq, states=state_seq, first=first,
-            last=last, p2p_s=p2p, runtime_bytes=runtime, bucket_bytes=bucket,
-            zero3_working_bytes=zero3, recompute_working_bytes=rc_work,
+            public=public,
+            groups=groups,
+            costs=cost_seq,
+            states=state_seq,
+            first=first,
+            last=last,
+            p2p_s=p2p,
+            runtime_bytes=runtime,
+            bucket_bytes=bucket,
+            zero3_working_bytes=zero3,
+            recompute_working_bytes=rc_work,
         )
 
     # ---- evaluate ----------------------------------------------------------------------
@@ -1233,19 +1468,29 @@ class AnalyticalTrainingCostModel:
         violations = self.check_key(problem, PlanKey.of(plan))
         p = plan.parallelism
         if p.world_size != problem.num_gpus:
-            raise InfeasiblePlan("divisibility", violations[0].detail if violations else
-                                 f"plan uses {p.world_size} GPUs, cluster has {problem.num_gpus}")
+            raise InfeasiblePlan(
+                "divisibility",
+                violations[0].detail
+                if violations
+                else f"plan uses {p.world_size} GPUs, cluster has {problem.num_gpus}",
+            )
         model = problem.model
         L, pp, v = model.num_layers, p.pipeline, p.virtual_pipeline
         stages = plan.stage_layers
         if stages is None:
-            raise InfeasiblePlan("divisibility", "stage_layers must be set to evaluate a plan "
-                                 f"(pipeline × virtual_pipeline = {pp * v} entries summing to "
-                                 f"num_layers = {L})")
+            raise InfeasiblePlan(
+                "divisibility",
+                "stage_layers must be set to evaluate a plan "
+                f"(pipeline × virtual_pipeline = {pp * v} entries summing to "
+                f"num_layers = {L})",
+            )
         if len(stages) != pp * v or sum(stages) != L or min(stages) < 1:
-            raise InfeasiblePlan("divisibility", f"stage_layers {stages} must have {pp * v} "
-                                 f"positive entries summing to num_layers ({L}); "
-                                 f"they sum to {sum(stages)}")
+            raise InfeasiblePlan(
+                "divisibility",
+                f"stage_layers {stages} must have {pp * v} "
+                f"positive entries summing to num_layers ({L}); "
+                f"they sum to {sum(stages)}",
+            )
         ctx = self._context(problem)
         prof = self._profiled(ctx, _plan_key(plan))
         cfg, pub = self.config, prof.public
@@ -1253,8 +1498,9 @@ class AnalyticalTrainingCostModel:
         bounds = list(accumulate(stages, initial=0))
 
         # [rank] -> [start, end) layer ranges of its chunks, in local order
-        rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)]
-                       for j in range(pp)]
+        rank_ranges = [
+            [(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)
+        ]
 
         arrays = {name: prof.prefix(name) for name in _PREFIX_FIELDS}
 
@@ -1266,6 +1512,7 @@ class AnalyticalTrainingCostModel:
                 lo, hi = single[rank]
                 return 0.0 + (arr[hi] - arr[lo])
         else:
+
             def chunk_sum(name: str, rank: int) -> float:
                 arr = arrays[name]
                 return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
@@ -1313,8 +1560,9 @@ class AnalyticalTrainingCostModel:
         params[-1] += prof.last.state.params
         shard_params[-1] += prof.last.state.shard_params
 
-        dp_exposed, dp_raw = self._data_parallel_s(ctx, prof, plan, params, fwd_rank, bwd_rank, m,
-                                                   expert_params)
+        dp_exposed, dp_raw = self._data_parallel_s(
+            ctx, prof, plan, params, fwd_rank, bwd_rank, m, expert_params
+        )
         hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
         optimizer_s = max(sp_ * cfg.optimizer_bytes_per_param / hbm for sp_ in shard_params)
         step = sched.step_s + dp_exposed + optimizer_s + cfg.step_overhead_s
@@ -1360,20 +1608,33 @@ class AnalyticalTrainingCostModel:
             other = prof.runtime_bytes + prof.bucket_bytes + frag * acts
             total = weights + grads + opt + acts + other
             totals.append(total)
-            by_stage.append(StageMemory(
-                weights_gib=_gib(weights), gradients_gib=_gib(grads), optimizer_gib=_gib(opt),
-                activations_gib=_gib(acts), other_gib=_gib(other), total_gib=_gib(total),
-            ))
+            by_stage.append(
+                StageMemory(
+                    weights_gib=_gib(weights),
+                    gradients_gib=_gib(grads),
+                    optimizer_gib=_gib(opt),
+                    activations_gib=_gib(acts),
+                    other_gib=_gib(other),
+                    total_gib=_gib(total),
+                )
+            )
             if total > usable:
-                violations.append(Violation(kind="memory", detail=(
-                    f"pipeline rank {j} needs {_gib(total):.1f} GiB of {_gib(usable):.2f} GiB "
-                    f"usable (weights {_gib(weights):.1f}, gradients {_gib(grads):.1f}, optimizer "
-                    f"{_gib(opt):.1f}, activations {_gib(acts):.1f}, other {_gib(other):.1f})"
-                )))
+                violations.append(
+                    Violation(
+                        kind="memory",
+                        detail=(
+                            f"pipeline rank {j} needs {_gib(total):.1f} GiB of {_gib(usable):.2f} GiB "
+                            f"usable (weights {_gib(weights):.1f}, gradients {_gib(grads):.1f}, optimizer "
+                            f"{_gib(opt):.1f}, activations {_gib(acts):.1f}, other {_gib(other):.1f})"
+                        ),
+                    )
+                )
         peak = max(totals)
         acc = problem.cluster.accelerator
         memory = MemoryReport(
-            peak_gib=_gib(peak), capacity_gib=acc.memory_gib, usable_gib=_gib(usable),
+            peak_gib=_gib(peak),
+            capacity_gib=acc.memory_gib,
+            usable_gib=_gib(usable),
             by_stage=by_stage,
         )
 
@@ -1408,13 +1669,22 @@ class AnalyticalTrainingCostModel:
         if model.moe is not None:
             details["expert_parallel"] = self._moe_details(ctx, prof, plan, crit, chunk_sum, m)
         return TrainingEstimate(
-            plan=plan, feasible=not violations, violations=violations, metrics=metrics,
-            memory=memory, details=details,
+            plan=plan,
+            feasible=not violations,
+            violations=violations,
+            metrics=metrics,
+            memory=memory,
+            details=details,
         )
 
     def _moe_details(
-        self, ctx: _Context, prof: _Profiled, plan: TrainingPlan, crit: int,
-        chunk_sum: Any, m: int,
+        self,
+        ctx: _Context,
+        prof: _Profiled,
+        plan: TrainingPlan,
+        crit: int,
+        chunk_sum: Any,
+        m: int,
     ) -> dict[str, Any]:
         """Expert-parallel figures for explanations: the all-to-all time of one MoE layer per
         micro-batch (forward + backward + recomputed forward), the tiers its groups cross, the
@@ -1422,8 +1692,7 @@ class AnalyticalTrainingCostModel:
         p = plan.parallelism
         moe_layer = next(i for i, f in enumerate(ctx.moe_flags) if f)
         cost = prof.costs.items[moe_layer]
-        groups = self._expert_groups(ctx, p.expert, p.expert_tensor,
-                                     p.data * p.context * p.tensor)
+        groups = self._expert_groups(ctx, p.expert, p.expert_tensor, p.data * p.context * p.tensor)
         return {
             "all_to_all_s_per_layer": cost.a2a_s,
             "expert_comm_s_per_layer": cost.ep_s,
@@ -1470,8 +1739,9 @@ class AnalyticalTrainingCostModel:
         moe_states = expert_params is not None and any(expert_params)
         egroup = None
         if moe_states:
-            egroup = self._expert_groups(ctx, p.expert, p.expert_tensor,
-                                         p.data * p.context * p.tensor).expert_data
+            egroup = self._expert_groups(
+                ctx, p.expert, p.expert_tensor, p.data * p.context * p.tensor
+            ).expert_data
             if egroup.size <= 1:
                 egroup = None
         if group.size <= 1 and egroup is None:
@@ -1492,7 +1762,10 @@ class AnalyticalTrainingCostModel:
                 if zero == 0:
                     ar = comm.all_reduce(grad, group)
                 else:
-                    rs, ag = comm.reduce_scatter(grad, group), comm.all_gather(2.0 * n_params, group)
+                    rs, ag = (
+                        comm.reduce_scatter(grad, group),
+                        comm.all_gather(2.0 * n_params, group),
+                    )
                 if egroup is not None:
                     e_grad = n_exp * cfg.grad_reduce_bytes
                     if zero == 0:
@@ -1525,7 +1798,8 @@ class AnalyticalTrainingCostModel:
                 raw = m * (rs + 2 * ag)
                 hide = cfg.zero3_overlap
                 exp = m * (
-                    max(0.0, ag - hide * fwd_rank[j]) + max(0.0, ag - hide * bwd_rank[j])
+                    max(0.0, ag - hide * fwd_rank[j])
+                    + max(0.0, ag - hide * bwd_rank[j])
                     + max(0.0, rs - hide * bwd_rank[j])
                 )
             worst_exp, worst_raw = max(worst_exp, exp), max(worst_raw, raw)

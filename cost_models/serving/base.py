@@ -130,5 +130,10 @@ class ServingCostModel(Protocol):
     ) -> InstanceCost: ...
 
 
-__all__ = ["InstanceCost", "IterationBatch", "ServingCostModel", "VirtualEngineCost",
-           "pipeline_engines"]
+__all__ = [
+    "InstanceCost",
+    "IterationBatch",
+    "ServingCostModel",
+    "VirtualEngineCost",
+    "pipeline_engines",
+]

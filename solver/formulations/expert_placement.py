@@ -146,11 +146,16 @@ class LayerPlacement:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rank_experts": self.rank_experts, "replicas": self.replicas,
-            "rank_loads": self.rank_loads, "imbalance": self.imbalance,
-            "cross_node_traffic": self.cross_node_traffic, "status": self.status.value,
-            "gap": self.gap, "lower_bound": self.lower_bound,
-            "solve_time_s": self.solve_time_s, "baselines": self.baselines,
+            "rank_experts": self.rank_experts,
+            "replicas": self.replicas,
+            "rank_loads": self.rank_loads,
+            "imbalance": self.imbalance,
+            "cross_node_traffic": self.cross_node_traffic,
+            "status": self.status.value,
+            "gap": self.gap,
+            "lower_bound": self.lower_bound,
+            "solve_time_s": self.solve_time_s,
+            "baselines": self.baselines,
             "method": self.method,
         }
 
@@ -168,37 +173,51 @@ class PlacementResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status.value, "gap": self.gap, "max_imbalance": self.max_imbalance,
+            "status": self.status.value,
+            "gap": self.gap,
+            "max_imbalance": self.max_imbalance,
             "layers": [layer.to_dict() for layer in self.layers],
-            "solve_time_s": self.solve_time_s, "traffic_model": self.traffic_model,
+            "solve_time_s": self.solve_time_s,
+            "traffic_model": self.traffic_model,
         }
 
 
-def baseline_placements(request: ExpertPlacementRequest, loads: Sequence[float]
-                        ) -> dict[str, Placement]:
+def baseline_placements(
+    request: ExpertPlacementRequest, loads: Sequence[float]
+) -> dict[str, Placement]:
     """The three baselines of `solver.placement_baselines` on one layer."""
     ranks, redundant = request.num_ranks, request.num_redundant
     return {
         "round_robin": round_robin(loads, ranks, redundant),
         "greedy": greedy_lpt(loads, ranks, redundant),
-        "eplb": eplb_hierarchical(loads, ranks, request.ranks_per_node, redundant,
-                                  request.num_groups),
+        "eplb": eplb_hierarchical(
+            loads, ranks, request.ranks_per_node, redundant, request.num_groups
+        ),
     }
 
 
-def search_placement(request: ExpertPlacementRequest, loads: Sequence[float],
-                     deadline: float | None = None, greedy: Placement | None = None
-                     ) -> Placement | None:
+def search_placement(
+    request: ExpertPlacementRequest,
+    loads: Sequence[float],
+    deadline: float | None = None,
+    greedy: Placement | None = None,
+) -> Placement | None:
     """The heuristic of `solver.placement_baselines.dual_search` on one layer (per node with
     `grouped_dual_search` under group-limited routing; None when the groups do not split
     evenly over the nodes). Not a baseline: it hints CP-SAT and is the fallback answer.
     `greedy`: `greedy_lpt`'s placement of this layer when already computed."""
     if request.num_groups is not None:
-        return grouped_dual_search(loads, request.num_ranks, request.ranks_per_node,
-                                   request.num_redundant, request.num_groups,
-                                   deadline=deadline)
-    return dual_search(loads, request.num_ranks, request.num_redundant, deadline=deadline,
-                       greedy=greedy)
+        return grouped_dual_search(
+            loads,
+            request.num_ranks,
+            request.ranks_per_node,
+            request.num_redundant,
+            request.num_groups,
+            deadline=deadline,
+        )
+    return dual_search(
+        loads, request.num_ranks, request.num_redundant, deadline=deadline, greedy=greedy
+    )
 
 
 def solve_expert_placement(
@@ -226,10 +245,20 @@ def solve_expert_placement(
     for index, loads in enumerate(request.loads):
         remaining = max(0.0, deadline - time.monotonic())
         budget_s = remaining / (request.num_layers - index)
-        coactivation = (request.coactivation[index - 1]
-                        if request.coactivation is not None and index > 0 else None)
-        layer = _solve_layer(request, loads, budget_s, previous, coactivation,
-                             num_workers=num_workers, random_seed=random_seed)
+        coactivation = (
+            request.coactivation[index - 1]
+            if request.coactivation is not None and index > 0
+            else None
+        )
+        layer = _solve_layer(
+            request,
+            loads,
+            budget_s,
+            previous,
+            coactivation,
+            num_workers=num_workers,
+            random_seed=random_seed,
+        )
         layers.append(layer)
         previous = layer.rank_experts
     all_optimal = all(layer.status is SolveStatus.OPTIMAL for layer in layers)
@@ -290,23 +319,32 @@ def _scale(loads: Sequence[float], max_copies: int) -> float:
 
 def _scaled_max_load(layer: _Layer, placement: Placement) -> int:
     counts = replica_counts(placement, len(layer.loads))
-    return max(sum(round(layer.scale * layer.loads[e] / counts[e]) for e in held)
-               for held in placement)
+    return max(
+        sum(round(layer.scale * layer.loads[e] / counts[e]) for e in held) for held in placement
+    )
 
 
 def _valid(request: ExpertPlacementRequest, placement: Placement) -> bool:
     try:
-        verify_placement(placement, num_experts=request.num_experts,
-                         num_redundant=request.num_redundant,
-                         ranks_per_node=request.ranks_per_node, num_groups=request.num_groups)
+        verify_placement(
+            placement,
+            num_experts=request.num_experts,
+            num_redundant=request.num_redundant,
+            ranks_per_node=request.ranks_per_node,
+            num_groups=request.num_groups,
+        )
     except AssertionError:
         return False
     return True
 
 
-def _traffic(request: ExpertPlacementRequest, loads: Sequence[float], placement: Placement,
-             previous: Placement | None, coactivation: Sequence[Sequence[float]] | None
-             ) -> float:
+def _traffic(
+    request: ExpertPlacementRequest,
+    loads: Sequence[float],
+    placement: Placement,
+    previous: Placement | None,
+    coactivation: Sequence[Sequence[float]] | None,
+) -> float:
     if request.coactivation is not None:
         if previous is None or coactivation is None:
             return 0.0
@@ -342,8 +380,9 @@ def _piece_bound(pieces: Sequence[Sequence[float]], copies: int) -> float:
     return candidates[lo]
 
 
-def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copies: int,
-                       t: float, parts: int) -> bool:
+def _crowding_feasible(
+    loads: Sequence[float], ranks: int, copies: int, max_copies: int, t: float, parts: int
+) -> bool:
     """The necessary condition of `_crowding_bound` at max rank load t, j = `parts`.
 
     Every copy must fit (r_e ≥ m_e = max(1, ⌈w_e/t⌉) ≤ K) and the Σ r_e = E + R copies must
@@ -375,8 +414,9 @@ def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copi
     need = big - (parts - 1) * ranks  # big pieces the spare copies must save
     if need <= 0:
         return True
-    items = sorted((item for item in items if item[0] <= spare),
-                   key=lambda item: (-item[1] / item[0], item[0]))
+    items = sorted(
+        (item for item in items if item[0] <= spare), key=lambda item: (-item[1] / item[0], item[0])
+    )
     whole = relaxed = 0.0
     left = fill = float(spare)
     for cost, value in items:
@@ -399,8 +439,9 @@ def _crowding_feasible(loads: Sequence[float], ranks: int, copies: int, max_copi
     return saved[spare] >= need
 
 
-def _crowding_bound(loads: Sequence[float], ranks: int, copies: int, max_copies: int,
-                    slots: int, start: float) -> float:
+def _crowding_bound(
+    loads: Sequence[float], ranks: int, copies: int, max_copies: int, slots: int, start: float
+) -> float:
     r"""A lower bound on the max rank load from the pieces that cannot share a rank.
 
     Claim: if a placement has max rank load ≤ t then, for every j ≥ 2, at most (j − 1)·G of
@@ -440,8 +481,16 @@ def _float_lower_bound(request: ExpertPlacementRequest, loads: Sequence[float]) 
     placement's max rank load is at least this."""
     bound = _plain_bound(loads, request.num_ranks, request.num_redundant, _max_copies(request))
     if request.num_groups is not None:
-        bound = max(bound, _group_bound(loads, request.num_ranks, request.ranks_per_node,
-                                        request.num_redundant, request.num_groups))
+        bound = max(
+            bound,
+            _group_bound(
+                loads,
+                request.num_ranks,
+                request.ranks_per_node,
+                request.num_redundant,
+                request.num_groups,
+            ),
+        )
     return bound
 
 
@@ -457,14 +506,15 @@ def _plain_bound(loads: Sequence[float], ranks: int, redundant: int, max_copies:
         ordered = sorted(loads)
         others = slots - 1
         for w in loads:
-            smallest = ordered[:others + 1]
+            smallest = ordered[: others + 1]
             rest = sum(smallest) - (w if w in smallest else smallest[-1])
             bound = max(bound, w + rest)
     return _crowding_bound(loads, ranks, copies, max_copies, slots, bound)
 
 
-def _group_bound(loads: Sequence[float], ranks: int, ranks_per_node: int, redundant: int,
-                 groups: int) -> float:
+def _group_bound(
+    loads: Sequence[float], ranks: int, ranks_per_node: int, redundant: int, groups: int
+) -> float:
     """A lower bound on the max rank load from group-limited routing.
 
     Each group γ (s = E / groups experts, load W_γ) sits on one node, and a node holds at
@@ -479,7 +529,7 @@ def _group_bound(loads: Sequence[float], ranks: int, ranks_per_node: int, redund
     """
     size = len(loads) // groups
     slots = (len(loads) + redundant) // ranks
-    per_group = [list(loads[c * size:(c + 1) * size]) for c in range(groups)]
+    per_group = [list(loads[c * size : (c + 1) * size]) for c in range(groups)]
     totals = sorted(sum(group) for group in per_group)
     least = -(-slots // size)
     bound = 0.0
@@ -487,11 +537,12 @@ def _group_bound(loads: Sequence[float], ranks: int, ranks_per_node: int, redund
         load = sum(group)
         others = list(totals)
         others.remove(load)
-        bound = max(bound, (load + sum(others[:least - 1])) / ranks_per_node)
+        bound = max(bound, (load + sum(others[: least - 1])) / ranks_per_node)
         if size >= slots:
             alone = ranks_per_node * slots - size
-            bound = max(bound, _plain_bound(group, ranks_per_node, alone,
-                                            min(ranks_per_node, 1 + alone)))
+            bound = max(
+                bound, _plain_bound(group, ranks_per_node, alone, min(ranks_per_node, 1 + alone))
+            )
     return bound
 
 
@@ -512,8 +563,7 @@ def _solve_layer(
     float_bound = _float_lower_bound(request, loads)
     cells = request.num_experts * request.num_ranks
     share = SEARCH_SHARE if cells <= MAX_MODEL_CELLS else SEARCH_ALONE_SHARE
-    searched = search_placement(request, loads, started + share * budget_s,
-                                baselines["greedy"])
+    searched = search_placement(request, loads, started + share * budget_s, baselines["greedy"])
     if searched is not None and _valid(request, searched):
         valid["search"] = searched
 
@@ -522,20 +572,29 @@ def _solve_layer(
 
     best_name = min(valid, key=lambda n: key(valid[n])) if valid else None
 
-    def answer(p: Placement, status: SolveStatus, gap: float, bound: float,
-               method: str) -> LayerPlacement:
-        verify_placement(p, num_experts=request.num_experts,
-                         num_redundant=request.num_redundant,
-                         ranks_per_node=request.ranks_per_node, num_groups=request.num_groups)
+    def answer(
+        p: Placement, status: SolveStatus, gap: float, bound: float, method: str
+    ) -> LayerPlacement:
+        verify_placement(
+            p,
+            num_experts=request.num_experts,
+            num_redundant=request.num_redundant,
+            ranks_per_node=request.ranks_per_node,
+            num_groups=request.num_groups,
+        )
         per_rank = rank_loads(loads, p)
         counts = replica_counts(p, request.num_experts)
         return LayerPlacement(
             rank_experts=p,
             replicas={str(e): c for e, c in enumerate(counts) if c > 1},
-            rank_loads=per_rank, imbalance=imbalance(per_rank),
+            rank_loads=per_rank,
+            imbalance=imbalance(per_rank),
             cross_node_traffic=_traffic(request, loads, p, previous, coactivation),
-            status=status, gap=gap, lower_bound=bound,
-            solve_time_s=time.monotonic() - started, baselines=baseline_imbalance,
+            status=status,
+            gap=gap,
+            lower_bound=bound,
+            solve_time_s=time.monotonic() - started,
+            baselines=baseline_imbalance,
             method=method,
         )
 
@@ -556,8 +615,15 @@ def _solve_layer(
     hint = valid[best_name] if best_name is not None else None
     layer = _layer_data(request, loads, hint, float_bound)
     cp_sat_deadline = started + budget_s - min(CP_SAT_MARGIN_S, CP_SAT_MARGIN_SHARE * budget_s)
-    solved = _run_cp_sat(layer, hint, cp_sat_deadline, previous, coactivation,
-                         num_workers=num_workers, random_seed=random_seed)
+    solved = _run_cp_sat(
+        layer,
+        hint,
+        cp_sat_deadline,
+        previous,
+        coactivation,
+        num_workers=num_workers,
+        random_seed=random_seed,
+    )
     if solved is None:
         return fallback()
     placement, status, t_scaled, bound_scaled = solved
@@ -573,15 +639,27 @@ def _solve_layer(
     return chosen
 
 
-def _layer_data(request: ExpertPlacementRequest, loads: Sequence[float],
-                hint: Placement | None, float_bound: float = 0.0) -> _Layer:
+def _layer_data(
+    request: ExpertPlacementRequest,
+    loads: Sequence[float],
+    hint: Placement | None,
+    float_bound: float = 0.0,
+) -> _Layer:
     """Scale the loads and bound every replica count (module docstring, "Domains")."""
     max_copies = _max_copies(request)
     scale = _scale(loads, max_copies)
-    layer = _Layer(loads=loads, num_ranks=request.num_ranks,
-                   ranks_per_node=request.ranks_per_node, num_redundant=request.num_redundant,
-                   num_groups=request.num_groups, scale=scale, q=[], lo=[], hi=[],
-                   float_bound=float_bound)
+    layer = _Layer(
+        loads=loads,
+        num_ranks=request.num_ranks,
+        ranks_per_node=request.ranks_per_node,
+        num_redundant=request.num_redundant,
+        num_groups=request.num_groups,
+        scale=scale,
+        q=[],
+        lo=[],
+        hi=[],
+        float_bound=float_bound,
+    )
 
     def q(e: int, k: int) -> int:
         return round(scale * loads[e] / k)
@@ -604,8 +682,7 @@ def _scaled_lower_bound(layer: _Layer) -> int:
     """LB of the module docstring, in scaled units."""
     experts, ranks = len(layer.loads), layer.num_ranks
     total = sum(min(k * qk for k, qk in layer.q[e].items()) for e in range(experts))
-    pieces = [[layer.q[e][k] for k in range(layer.lo[e], layer.hi[e] + 1)]
-              for e in range(experts)]
+    pieces = [[layer.q[e][k] for k in range(layer.lo[e], layer.hi[e] + 1)] for e in range(experts)]
     # `_piece_bound` on the pruned domains: counts below lo_e are excluded, so shift them
     copies = experts + layer.num_redundant - sum(k - 1 for k in layer.lo)
     bound = max(-(-total // ranks), int(_piece_bound(pieces, copies)))
@@ -613,7 +690,7 @@ def _scaled_lower_bound(layer: _Layer) -> int:
         single = [layer.q[e][1] for e in range(experts)]
         ordered = sorted(single)
         for w in single:
-            smallest = ordered[:layer.slots]
+            smallest = ordered[: layer.slots]
             rest = sum(smallest) - (w if w in smallest else smallest[-1])
             bound = max(bound, w + rest)
     # the float bound in scaled units: a rank's scaled load is σ·L exactly when the scaling
@@ -626,7 +703,8 @@ def _exact_scale(layer: _Layer) -> bool:
     """σ·w_e/k is an integer for every count k ≤ max hi_e: integer loads and an integer σ
     that lcm(1..max hi_e) divides (`_scale`'s exact case)."""
     if layer.scale != float(round(layer.scale)) or not all(
-            float(w).is_integer() for w in layer.loads):
+        float(w).is_integer() for w in layer.loads
+    ):
         return False
     return round(layer.scale) % math.lcm(*range(1, max(layer.hi, default=1) + 1)) == 0
 
@@ -646,14 +724,20 @@ def _run_cp_sat(
     experts, ranks, per_node = len(layer.loads), layer.num_ranks, layer.ranks_per_node
     model = cp_model.CpModel()
     # z[e, k] == 1 iff expert e has k copies (only for experts whose count is not fixed)
-    z = {(e, k): model.new_bool_var(f"z_{e}_{k}")
-         for e in range(experts) if layer.hi[e] > layer.lo[e]
-         for k in range(layer.lo[e], layer.hi[e] + 1)}
+    z = {
+        (e, k): model.new_bool_var(f"z_{e}_{k}")
+        for e in range(experts)
+        if layer.hi[e] > layer.lo[e]
+        for k in range(layer.lo[e], layer.hi[e] + 1)
+    }
     # x[e, g] == 1 iff a copy of expert e sits on rank g
     x = {(e, g): model.new_bool_var(f"x_{e}_{g}") for e in range(experts) for g in range(ranks)}
     lower = _scaled_lower_bound(layer)
-    upper = _scaled_max_load(layer, hint) if hint is not None else sum(
-        max(qe.values()) for qe in layer.q)
+    upper = (
+        _scaled_max_load(layer, hint)
+        if hint is not None
+        else sum(max(qe.values()) for qe in layer.q)
+    )
     t = model.new_int_var(min(lower, upper), upper, "T")
     copies: list[Any] = []
     per_copy: list[Any] = []
@@ -694,8 +778,11 @@ def _run_cp_sat(
     if layer.num_groups is not None:  # (g)
         size = experts // layer.num_groups
         nodes = layer.num_nodes
-        h = {(c, n): model.new_bool_var(f"h_{c}_{n}")
-             for c in range(layer.num_groups) for n in range(nodes)}
+        h = {
+            (c, n): model.new_bool_var(f"h_{c}_{n}")
+            for c in range(layer.num_groups)
+            for n in range(nodes)
+        }
         for c in range(layer.num_groups):
             model.add_exactly_one(h[c, n] for n in range(nodes)).with_name(f"g_group_{c}")
         for (e, g), var in x.items():
@@ -752,8 +839,13 @@ def _solver(time_s: float, num_workers: int, random_seed: int) -> cp_model.CpSol
     return solver
 
 
-def _add_hint(model: cp_model.CpModel, layer: _Layer, placement: Placement,
-              x: dict[tuple[int, int], Any], z: dict[tuple[int, int], Any]) -> None:
+def _add_hint(
+    model: cp_model.CpModel,
+    layer: _Layer,
+    placement: Placement,
+    x: dict[tuple[int, int], Any],
+    z: dict[tuple[int, int], Any],
+) -> None:
     """Hint `placement`, its ranks reordered inside each node by decreasing scaled load so
     that it satisfies the symmetry breaking (h)."""
     counts = replica_counts(placement, len(layer.loads))
@@ -770,13 +862,15 @@ def _add_hint(model: cp_model.CpModel, layer: _Layer, placement: Placement,
         model.add_hint(var, counts[e] == k)
 
 
-def _decode(solver: cp_model.CpSolver, x: dict[tuple[int, int], Any], experts: int,
-            ranks: int) -> Placement:
+def _decode(
+    solver: cp_model.CpSolver, x: dict[tuple[int, int], Any], experts: int, ranks: int
+) -> Placement:
     return [[e for e in range(experts) if solver.boolean_value(x[e, g])] for g in range(ranks)]
 
 
-def _traffic_terms(layer: _Layer, previous: Placement | None,
-                   coactivation: Sequence[Sequence[float]] | None) -> int | None:
+def _traffic_terms(
+    layer: _Layer, previous: Placement | None, coactivation: Sequence[Sequence[float]] | None
+) -> int | None:
     """Stage-2 variables, or None when the traffic cannot depend on the placement."""
     nodes = layer.num_nodes
     if nodes == 1 or layer.num_groups is not None and coactivation is None:
@@ -836,4 +930,3 @@ def _add_traffic_objective(
                     model.add(v <= c_ij * nodes_x).with_name(f"k_count_{i}_{j}_{n}")
                 terms.append(v)
     return sum(terms)
-

@@ -175,14 +175,16 @@ def clear_bound_memo() -> None:
 
 def _seq_stats(values: Sequence[float]) -> _SeqStats:
     return _memo_by_identity(  # type: ignore[no-any-return]
-        _SEQ_STATS, values,
+        _SEQ_STATS,
+        values,
         lambda xs: _SeqStats(sum(xs), min(xs), max(xs), tuple(sorted(xs))),
     )
 
 
 def _min_inflight(rows: tuple[tuple[int, ...], ...]) -> int:
     return _memo_by_identity(  # type: ignore[no-any-return]
-        _MIN_INFLIGHT, rows, lambda rs: min(min(row) for row in rs))
+        _MIN_INFLIGHT, rows, lambda rs: min(min(row) for row in rs)
+    )
 
 
 def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> float:
@@ -265,15 +267,17 @@ def _rounded_seq(values: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
     """(the rounded per-layer tuple, whether its entries are all equal), remembered for the
     very tuple object (profiles of one search share them)."""
     return _memo_by_identity(  # type: ignore[no-any-return]
-        _ROUNDED_SEQS, values, lambda xs: _with_uniform(_rounded_tuple(xs)))
+        _ROUNDED_SEQS, values, lambda xs: _with_uniform(_rounded_tuple(xs))
+    )
 
 
 def _with_uniform(rounded: tuple[float, ...]) -> tuple[tuple[float, ...], bool]:
     return rounded, rounded.count(rounded[0]) == len(rounded)
 
 
-def _inflight_key(rows: tuple[tuple[int, ...], ...], pipeline: int,
-                  virtual: int) -> tuple[tuple[int, ...], ...]:
+def _inflight_key(
+    rows: tuple[tuple[int, ...], ...], pipeline: int, virtual: int
+) -> tuple[tuple[int, ...], ...]:
     """The in-flight counts the program reads (first `virtual` of the first `pipeline`
     rows), remembered per rows object once their shape is checked.
 
@@ -287,10 +291,10 @@ def _inflight_key(rows: tuple[tuple[int, ...], ...], pipeline: int,
             raise SpecError(
                 "profile.inflight_microbatches",
                 f"must have {pipeline} rows of {virtual} entries for pipeline {pipeline} × "
-                f"virtual {virtual}", [len(r) for r in rows],
+                f"virtual {virtual}",
+                [len(r) for r in rows],
             )
-        key = by_shape[(pipeline, virtual)] = tuple(
-            tuple(row[:virtual]) for row in rows[:pipeline])
+        key = by_shape[(pipeline, virtual)] = tuple(tuple(row[:virtual]) for row in rows[:pipeline])
     return key  # type: ignore[no-any-return]
 
 
@@ -308,31 +312,48 @@ def _rounded_key(
         layers = (times, states, acts)
     rnd = _round_memo
     key = (
-        len(times), pipeline, virtual, layers, rnd(profile.first_extra_time_s),
-        rnd(profile.last_extra_time_s), rnd(profile.first_extra_state_bytes),
-        rnd(profile.last_extra_state_bytes), rnd(profile.first_extra_activation_bytes),
-        rnd(profile.last_extra_activation_bytes), rnd(profile.p2p_time_s),
-        rnd(profile.fixed_bytes), math.inf if ignore_memory else rnd(profile.usable_bytes),
+        len(times),
+        pipeline,
+        virtual,
+        layers,
+        rnd(profile.first_extra_time_s),
+        rnd(profile.last_extra_time_s),
+        rnd(profile.first_extra_state_bytes),
+        rnd(profile.last_extra_state_bytes),
+        rnd(profile.first_extra_activation_bytes),
+        rnd(profile.last_extra_activation_bytes),
+        rnd(profile.p2p_time_s),
+        rnd(profile.fixed_bytes),
+        math.inf if ignore_memory else rnd(profile.usable_bytes),
         _inflight_key(profile.inflight_microbatches, pipeline, virtual),
     )
     return key, (times, states, acts)
 
 
 def _profile_of_key(
-    key: tuple[Any, ...], seqs: tuple[tuple[float, ...], ...],
+    key: tuple[Any, ...],
+    seqs: tuple[tuple[float, ...], ...],
     inflight: tuple[tuple[int, ...], ...],
 ) -> LayerProfile:
     """The rounded profile of a `_rounded_key` (equal to `_rounded_profile`'s)."""
-    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed,
-     usable, _) = key
+    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed, usable, _) = key
     times, states, acts = seqs
     return LayerProfile(
-        layer_time_s=times, layer_forward_time_s=(), layer_state_bytes=states,
-        layer_activation_bytes=acts, first_extra_time_s=first_t, last_extra_time_s=last_t,
-        first_extra_state_bytes=first_s, last_extra_state_bytes=last_s,
-        first_extra_activation_bytes=first_a, last_extra_activation_bytes=last_a,
-        p2p_time_s=p2p, fixed_bytes=fixed, inflight_microbatches=inflight,
-        num_microbatches=0, usable_bytes=usable,
+        layer_time_s=times,
+        layer_forward_time_s=(),
+        layer_state_bytes=states,
+        layer_activation_bytes=acts,
+        first_extra_time_s=first_t,
+        last_extra_time_s=last_t,
+        first_extra_state_bytes=first_s,
+        last_extra_state_bytes=last_s,
+        first_extra_activation_bytes=first_a,
+        last_extra_activation_bytes=last_a,
+        p2p_time_s=p2p,
+        fixed_bytes=fixed,
+        inflight_microbatches=inflight,
+        num_microbatches=0,
+        usable_bytes=usable,
     )
 
 
@@ -367,14 +388,26 @@ def _cache_key(rp: LayerProfile, pipeline: int, virtual: int) -> tuple[Any, ...]
     num_layers = len(rp.layer_time_s)
     if _is_uniform(rp):
         layers: tuple[Any, ...] = (
-            rp.layer_time_s[0], rp.layer_state_bytes[0], rp.layer_activation_bytes[0]
+            rp.layer_time_s[0],
+            rp.layer_state_bytes[0],
+            rp.layer_activation_bytes[0],
         )
     else:
         layers = (rp.layer_time_s, rp.layer_state_bytes, rp.layer_activation_bytes)
     return (
-        num_layers, pipeline, virtual, layers, rp.first_extra_time_s, rp.last_extra_time_s,
-        rp.first_extra_state_bytes, rp.last_extra_state_bytes, rp.first_extra_activation_bytes,
-        rp.last_extra_activation_bytes, rp.p2p_time_s, rp.fixed_bytes, rp.usable_bytes,
+        num_layers,
+        pipeline,
+        virtual,
+        layers,
+        rp.first_extra_time_s,
+        rp.last_extra_time_s,
+        rp.first_extra_state_bytes,
+        rp.last_extra_state_bytes,
+        rp.first_extra_activation_bytes,
+        rp.last_extra_activation_bytes,
+        rp.p2p_time_s,
+        rp.fixed_bytes,
+        rp.usable_bytes,
         tuple(tuple(row[:virtual]) for row in rp.inflight_microbatches[:pipeline]),
     )
 
@@ -445,11 +478,15 @@ class PartitionSolver:
                     if len(self._cache) > self._cache_size:
                         self._cache.popitem(last=False)
         if hit.stage_layers is None:
-            return PartitionResult(hit.status, None, hit.max_rank_time_s, hit.gap, hit.method,
-                                   from_cache)
+            return PartitionResult(
+                hit.status, None, hit.max_rank_time_s, hit.gap, hit.method, from_cache
+            )
         return PartitionResult(
-            hit.status, list(hit.stage_layers),
-            max(rank_times_s(profile, pipeline, hit.stage_layers)), hit.gap, hit.method,
+            hit.status,
+            list(hit.stage_layers),
+            max(rank_times_s(profile, pipeline, hit.stage_layers)),
+            hit.gap,
+            hit.method,
             from_cache,
         )
 
@@ -473,7 +510,11 @@ def solve_stage_partition(
 ) -> PartitionResult:
     """`PartitionSolver.solve` on the process-wide solver."""
     return _DEFAULT_SOLVER.solve(
-        profile, pipeline, virtual, time_limit_s=time_limit_s, ignore_memory=ignore_memory,
+        profile,
+        pipeline,
+        virtual,
+        time_limit_s=time_limit_s,
+        ignore_memory=ignore_memory,
         method=method,
     )
 
@@ -507,7 +548,8 @@ def _is_nonnegative(rp: LayerProfile) -> bool:
     """Every per-layer number and in-flight count ≥ 0: segment sums then grow with the
     segment, which the exact algorithms below rely on."""
     return (
-        min(rp.layer_time_s) >= 0.0 and min(rp.layer_state_bytes) >= 0.0
+        min(rp.layer_time_s) >= 0.0
+        and min(rp.layer_state_bytes) >= 0.0
         and min(rp.layer_activation_bytes) >= 0.0
         and min(min(row) for row in rp.inflight_microbatches) >= 0
     )
@@ -565,8 +607,7 @@ def _solve_dp_exact(rp: LayerProfile, p: int) -> PartitionResult:
                 if last < 0:
                     continue
                 if (times[end] - times[last]) + e_j <= t_max and (
-                    (states[end] - states[last]) + i_j * (acts[end] - acts[last]) + m_j
-                    <= limit
+                    (states[end] - states[last]) + i_j * (acts[end] - acts[last]) + m_j <= limit
                 ):
                     par[end] = last
             if max(par) < 0:
@@ -575,12 +616,14 @@ def _solve_dp_exact(rp: LayerProfile, p: int) -> PartitionResult:
             prev = [0 if k >= 0 else -1 for k in par]
         return parents if parents[-1][num_layers] >= 0 else None
 
-    candidates = sorted({
-        (times[end] - times[start]) + e_j
-        for e_j in set(e)
-        for start in range(num_layers)
-        for end in range(start + 1, min(num_layers, start + longest) + 1)
-    })
+    candidates = sorted(
+        {
+            (times[end] - times[start]) + e_j
+            for e_j in set(e)
+            for start in range(num_layers)
+            for end in range(start + 1, min(num_layers, start + longest) + 1)
+        }
+    )
     best = reach_parents(candidates[-1])
     if best is None:
         return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="dp_exact")
@@ -610,7 +653,10 @@ def _rank_extras(rp: LayerProfile, pipeline: int) -> tuple[list[float], list[flo
     e[0] += rp.first_extra_time_s
     e[pipeline - 1] += rp.last_extra_time_s
     m = [rp.fixed_bytes] * pipeline
-    m[0] += rp.first_extra_state_bytes + rp.inflight_microbatches[0][0] * rp.first_extra_activation_bytes
+    m[0] += (
+        rp.first_extra_state_bytes
+        + rp.inflight_microbatches[0][0] * rp.first_extra_activation_bytes
+    )
     m[pipeline - 1] += rp.last_extra_state_bytes + rp.last_extra_activation_bytes
     return e, m
 
@@ -652,8 +698,15 @@ def _solve_uniform_exact(rp: LayerProfile, p: int, v: int) -> PartitionResult:
     groups = []
     for e_j, group_caps in by_e.items():
         group_caps.sort()
-        groups.append((e_j, group_caps, list(accumulate(group_caps, initial=0)),
-                       group_caps[0], len(group_caps)))
+        groups.append(
+            (
+                e_j,
+                group_caps,
+                list(accumulate(group_caps, initial=0)),
+                group_caps[0],
+                len(group_caps),
+            )
+        )
 
     def feasible(t_max: float) -> bool:
         total = 0
@@ -693,15 +746,18 @@ def _solve_uniform_exact(rp: LayerProfile, p: int, v: int) -> PartitionResult:
             heapq.heappush(heap, (-(tau * n[j] + e[j]), j))
     stage_layers = [0] * (p * v)
     for j in range(p):
-        per_chunk = _spread(n[j], rp.inflight_microbatches[j][:v], alpha, sigma,
-                            rp.usable_bytes - m_const[j])
+        per_chunk = _spread(
+            n[j], rp.inflight_microbatches[j][:v], alpha, sigma, rp.usable_bytes - m_const[j]
+        )
         for k in range(v):
             stage_layers[j + k * p] = per_chunk[k]
     obj = max(tau * n[j] + e[j] for j in range(p))
     return PartitionResult(SolveStatus.OPTIMAL, stage_layers, obj, 0.0, method="uniform_exact")
 
 
-def _spread(total: int, infl: Sequence[int], alpha: float, sigma: float, budget: float) -> list[int]:
+def _spread(
+    total: int, infl: Sequence[int], alpha: float, sigma: float, budget: float
+) -> list[int]:
     """Split a rank's layers over its chunks as evenly as possible, then move layers to the
     chunk with the fewest in-flight micro-batches until (d) holds."""
     v = len(infl)
@@ -772,7 +828,8 @@ def _head_configs(rp: LayerProfile, p: int, v: int, head: int) -> list[_HeadConf
                 j = c % p
                 const_time[j] += times[end] - times[start]
                 base[j] += (states[end] - states[start]) + rows[j][c // p] * (
-                    acts[end] - acts[start])
+                    acts[end] - acts[start]
+                )
             lo, cheapest = [0] * p, [math.inf] * p
             for c in range(size, chunks):  # free chunks: k..C−1
                 j = c % p
@@ -784,10 +841,13 @@ def _head_configs(rp: LayerProfile, p: int, v: int, head: int) -> list[_HeadConf
             if sum(lo) > body or max(b - limit for b in base) > 0:
                 continue
             cap = [
-                lo[j] if math.isinf(cheapest[j])  # no free chunk on rank j: lo = 0
-                else body if cheapest[j] <= 0 or math.isinf(usable)
-                else min(body, lo[j] + math.floor(
-                    (usable - base[j]) / cheapest[j] * (1 + _EPS) + _EPS))
+                lo[j]
+                if math.isinf(cheapest[j])  # no free chunk on rank j: lo = 0
+                else body
+                if cheapest[j] <= 0 or math.isinf(usable)
+                else min(
+                    body, lo[j] + math.floor((usable - base[j]) / cheapest[j] * (1 + _EPS) + _EPS)
+                )
                 for j in range(p)
             ]
             if sum(cap) >= body:
@@ -823,8 +883,10 @@ def _solve_head_exact(rp: LayerProfile, p: int, v: int, head: int) -> PartitionR
         if tau <= 0:
             hi = list(cfg.cap)
         else:
-            hi = [min(cfg.cap[j], math.floor((t_max - cfg.const_time[j]) / tau + 1e-7))
-                  for j in range(p)]
+            hi = [
+                min(cfg.cap[j], math.floor((t_max - cfg.const_time[j]) / tau + 1e-7))
+                for j in range(p)
+            ]
         if any(hi[j] < cfg.lo[j] for j in range(p)) or sum(hi) < body:
             return None
         return hi
@@ -834,8 +896,13 @@ def _solve_head_exact(rp: LayerProfile, p: int, v: int, head: int) -> PartitionR
         floor_t = max(cfg.const_time[j] + tau * cfg.lo[j] for j in range(p))
         if floor_t >= best_t:
             continue
-        cands = sorted({cfg.const_time[j] + tau * q for j in range(p)
-                        for q in range(cfg.lo[j], cfg.cap[j] + 1)})
+        cands = sorted(
+            {
+                cfg.const_time[j] + tau * q
+                for j in range(p)
+                for q in range(cfg.lo[j], cfg.cap[j] + 1)
+            }
+        )
         lo, hi = 0, len(cands) - 1  # cands[hi] (every hi_j = cap_j) is admissible
         if tau <= 0:
             lo = hi = 0
@@ -874,7 +941,9 @@ def _solve_head_exact(rp: LayerProfile, p: int, v: int, head: int) -> PartitionR
             continue
         need = [0 if c == k and start_k < head else 1 for c in free]
         slopes = [sigma + rows[j][c // p] * alpha for c in free]
-        budget = rp.usable_bytes - (cfg.base_bytes[j] - sum(m * s for m, s in zip(need, slopes, strict=True)))
+        budget = rp.usable_bytes - (
+            cfg.base_bytes[j] - sum(m * s for m, s in zip(need, slopes, strict=True))
+        )
         per_chunk = _spread_free(n[j], need, [stage_layers[c] for c in free], slopes, budget)
         for c, cnt in zip(free, per_chunk, strict=True):
             stage_layers[c] += cnt
@@ -882,8 +951,9 @@ def _solve_head_exact(rp: LayerProfile, p: int, v: int, head: int) -> PartitionR
     return PartitionResult(SolveStatus.OPTIMAL, stage_layers, obj, 0.0, method="head_exact")
 
 
-def _spread_free(total: int, need: list[int], fixed: list[int], slopes: list[float],
-                 budget: float) -> list[int]:
+def _spread_free(
+    total: int, need: list[int], fixed: list[int], slopes: list[float], budget: float
+) -> list[int]:
     """Split `total` body layers over a rank's free chunks: at least `need` each, evening
     out the chunk sizes (`fixed` head layers + body layers), then moving layers to the
     cheapest chunk (least bytes per layer) until they fit in `budget` bytes. The end point
@@ -912,13 +982,16 @@ def _spread_free(total: int, need: list[int], fixed: list[int], slopes: list[flo
 def _make_solver(time_limit_s: float) -> Any:
     limit = max(0.01, time_limit_s)
     try:
-        solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP,
-                            random_seed=0)
+        solver = pulp.HiGHS(
+            msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP, random_seed=0
+        )
         if solver.available():
             return solver
     except Exception:  # pragma: no cover - highspy missing or broken
         pass
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP)  # pragma: no cover
+    return pulp.PULP_CBC_CMD(
+        msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP
+    )  # pragma: no cover
 
 
 def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> PartitionResult:
@@ -930,7 +1003,9 @@ def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> Partiti
     # coefficient is O(1) and HiGHS's absolute tolerances (1e-7..1e-9) are relative ones
     e, m_const = _rank_extras(rp, p)
     time_scale = 1.0 / max(sum(rp.layer_time_s) + sum(e), 1e-300)
-    mem_scale = 1.0 / rp.usable_bytes if math.isfinite(rp.usable_bytes) and rp.usable_bytes > 0 else 1.0
+    mem_scale = (
+        1.0 / rp.usable_bytes if math.isfinite(rp.usable_bytes) and rp.usable_bytes > 0 else 1.0
+    )
     tau = [t * time_scale for t in rp.layer_time_s]
     sigma = [s * mem_scale for s in rp.layer_state_bytes]
     alpha = [a * mem_scale for a in rp.layer_activation_bytes]
@@ -947,12 +1022,17 @@ def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> Partiti
         chunk_act = {c: alpha[0] * count_vars[c] for c in range(chunks)}
     else:
         x = _add_cumulative_vars(prob, chunks, num_layers)
-        chunk_time = {c: pulp.lpSum(tau[lyr] * x[lyr, c] for lyr in range(num_layers))
-                      for c in range(chunks)}
-        chunk_state = {c: pulp.lpSum(sigma[lyr] * x[lyr, c] for lyr in range(num_layers))
-                       for c in range(chunks)}
-        chunk_act = {c: pulp.lpSum(alpha[lyr] * x[lyr, c] for lyr in range(num_layers))
-                     for c in range(chunks)}
+        chunk_time = {
+            c: pulp.lpSum(tau[lyr] * x[lyr, c] for lyr in range(num_layers)) for c in range(chunks)
+        }
+        chunk_state = {
+            c: pulp.lpSum(sigma[lyr] * x[lyr, c] for lyr in range(num_layers))
+            for c in range(chunks)
+        }
+        chunk_act = {
+            c: pulp.lpSum(alpha[lyr] * x[lyr, c] for lyr in range(num_layers))
+            for c in range(chunks)
+        }
     # objective
     prob += t_max
     # constraints (c): rank time, (d): rank memory
@@ -962,8 +1042,7 @@ def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> Partiti
         if math.isfinite(usable):
             prob += (
                 pulp.lpSum(
-                    chunk_state[c] + rp.inflight_microbatches[j][c // p] * chunk_act[c]
-                    for c in own
+                    chunk_state[c] + rp.inflight_microbatches[j][c // p] * chunk_act[c] for c in own
                 )
                 + m_const[j]
                 <= usable,
@@ -974,9 +1053,7 @@ def _solve_ilp(rp: LayerProfile, p: int, v: int, time_limit_s: float) -> Partiti
     prob.solve(solver)
     # decode
     has_solution = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
-    if prob.status == pulp.LpStatusInfeasible or (
-        prob.sol_status == pulp.LpSolutionInfeasible
-    ):
+    if prob.status == pulp.LpStatusInfeasible or (prob.sol_status == pulp.LpSolutionInfeasible):
         return PartitionResult(SolveStatus.INFEASIBLE, None, None, None)
     if not has_solution:
         return PartitionResult(SolveStatus.TIMEOUT, None, None, None)
@@ -1006,8 +1083,10 @@ def _mip_gap(prob: pulp.LpProblem) -> float | None:
 
 def _add_count_vars(prob: pulp.LpProblem, chunks: int, num_layers: int) -> dict[int, Any]:
     # n[c]: number of layers of chunk c; (b) n[c] >= 1 as a bound
-    n = {c: pulp.LpVariable(f"n_{c}", lowBound=1, upBound=num_layers, cat="Integer")
-         for c in range(chunks)}
+    n = {
+        c: pulp.LpVariable(f"n_{c}", lowBound=1, upBound=num_layers, cat="Integer")
+        for c in range(chunks)
+    }
     # (a) every layer in exactly one chunk
     prob += pulp.lpSum(n.values()) == num_layers, "a_sum_layers"
     return n

@@ -99,8 +99,9 @@ def search(
         raise SpecError("top_k", "must be at least 1", top_k)
     solver = solver or default_solver()
     stats = SearchStats()
-    monitor = Monitor(constraints.time_limit_s, progress, should_stop,
-                      total_candidates(problem, constraints))
+    monitor = Monitor(
+        constraints.time_limit_s, progress, should_stop, total_candidates(problem, constraints)
+    )
     top = TopK(top_k)
     try:
         if is_lazy_capable(cost_model):
@@ -140,8 +141,7 @@ def _lazy(
     solver: PartitionSolver,
 ) -> None:
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
-    heap: list[Queued] = screen_light(
-        problem, cost_model, constraints, stats, monitor)
+    heap: list[Queued] = screen_light(problem, cost_model, constraints, stats, monitor)
     heapq.heapify(heap)
     heappop, heappush = heapq.heappop, heapq.heappush
     while heap:

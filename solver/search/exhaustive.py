@@ -40,8 +40,9 @@ def exhaustive_search(
         raise SpecError("top_k", "must be at least 1", top_k)
     solver = solver or default_solver()
     stats = SearchStats()
-    monitor = Monitor(constraints.time_limit_s, progress, should_stop,
-                      total_candidates(problem, constraints))
+    monitor = Monitor(
+        constraints.time_limit_s, progress, should_stop, total_candidates(problem, constraints)
+    )
     top = TopK(top_k)
     try:
         screened = screen(problem, cost_model, constraints, stats, monitor, memory_bound=False)

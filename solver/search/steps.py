@@ -215,7 +215,8 @@ def is_lazy_capable(cost_model: TrainingCostModel) -> bool:
     """True when the cost model offers the keyed entry points and the bounds that let the
     search profile candidates only when their turn comes."""
     return isinstance(cost_model, KeyedTrainingCostModel) and isinstance(
-        cost_model, BoundedTrainingCostModel)
+        cost_model, BoundedTrainingCostModel
+    )
 
 
 def screen_light(
@@ -264,8 +265,9 @@ def screen_light(
             for zero in zeros:
                 fits = fits_by_zero.get(zero)
                 for rc, rci in rc_index:
-                    pkey = new_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule,
-                                             flash))
+                    pkey = new_key(
+                        PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash)
+                    )
                     violations = check_key(problem, pkey)
                     if violations:
                         stats.rule_rejected += 1
@@ -278,9 +280,12 @@ def screen_light(
                         if not fits:
                             memory_bound += 1
                             continue
-                    append((step_bound(problem, pkey) * slack,
-                            (d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, key_layers,
-                             flash)))
+                    append(
+                        (
+                            step_bound(problem, pkey) * slack,
+                            (d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, key_layers, flash),
+                        )
+                    )
     stats.enumerated += n - counted
     if memory_bound:
         stats.add_pruned("memory_bound", memory_bound)
@@ -289,7 +294,9 @@ def screen_light(
 
 
 def refine(
-    problem: TrainingProblem, cost_model: TrainingCostModel, pkey: PlanKey,
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    pkey: PlanKey,
     stage_layers: tuple[int, ...] | None,
 ) -> tuple[str | None, LayerProfile | None, float]:
     """Profile a pending candidate: (prune reason or None, its profile, the solver's own
@@ -299,9 +306,8 @@ def refine(
     except InfeasiblePlan as exc:
         return f"rule:{exc.kind}", None, 0.0
     pp, v = pkey[3], pkey[4]
-    if (
-        stage_layers is None
-        and memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (1.0 + BOUND_SAFETY)
+    if stage_layers is None and memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (
+        1.0 + BOUND_SAFETY
     ):
         return "memory_bound", profile, 0.0
     if stage_layers is not None:
@@ -314,8 +320,9 @@ def refine(
 def plan_key_of(key: tuple[Any, ...]) -> PlanKey:
     """The plan key of a canonical key (`Candidate.key()`)."""
     d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, _, flash = key
-    return _new_plan_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, RECOMPUTE_OPTIONS[rci],
-                                   schedule, flash))
+    return _new_plan_key(
+        PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, RECOMPUTE_OPTIONS[rci], schedule, flash)
+    )
 
 
 def candidate_of_key(pkey: PlanKey, stage_layers: tuple[int, ...] | None) -> Candidate:
@@ -338,8 +345,17 @@ screening loop makes one per candidate)."""
 def _memory_group(cand: Candidate) -> tuple[Any, ...]:
     """The fields a `group_memory_lower_bound_bytes` group shares (all but micro-batch,
     recompute, virtual pipeline and schedule)."""
-    return (cand.data, cand.tensor, cand.pipeline, cand.context, cand.expert,
-            cand.expert_tensor, cand.sequence_parallel, cand.zero_stage, cand.flash_attention)
+    return (
+        cand.data,
+        cand.tensor,
+        cand.pipeline,
+        cand.context,
+        cand.expert,
+        cand.expert_tensor,
+        cand.sequence_parallel,
+        cand.zero_stage,
+        cand.flash_attention,
+    )
 
 
 def _dims(cand: Candidate, cache: dict[tuple[Any, ...], ParallelDims]) -> ParallelDims:
@@ -375,7 +391,9 @@ def split_screened(
     if cand.stage_layers is not None:
         return cand.stage_layers, None
     res = solver.solve(
-        item.profile, cand.pipeline, cand.virtual_pipeline,
+        item.profile,
+        cand.pipeline,
+        cand.virtual_pipeline,
         time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
     )
     if res.from_cache:
@@ -443,7 +461,7 @@ class TopK:
     def push(self, key: tuple[Any, ...], est: TrainingEstimate) -> None:
         self._seq += 1
         bisect.insort(self._items, (est.metrics.step_time_s, key, self._seq, est))
-        del self._items[self.k:]
+        del self._items[self.k :]
 
     def estimates(self) -> list[TrainingEstimate]:
         return [item[3] for item in self._items]
@@ -470,8 +488,10 @@ def finish(top: TopK, stats: SearchStats, monitor: Monitor) -> SearchResult:
     """Rank, explain and time the result."""
     estimates = validated_estimates(top)
     sentences = explain(estimates)
-    plans = [RankedPlan(rank=i + 1, estimate=est, explanation=sentences[i])
-             for i, est in enumerate(estimates)]
+    plans = [
+        RankedPlan(rank=i + 1, estimate=est, explanation=sentences[i])
+        for i, est in enumerate(estimates)
+    ]
     stats.best_step_time_s = estimates[0].metrics.step_time_s if estimates else None
     stats.wall_time_s = time.perf_counter() - monitor.start
     if monitor.progress is not None:

@@ -91,8 +91,7 @@ def request_stream(workload: ServingWorkload) -> list[Request]:
         rows = trace_stream(workload.trace)
         if len(rows) < 2 or rows[-1].arrival_s <= rows[0].arrival_s:
             # No rate to rescale: spread the trace's requests one second apart.
-            return [Request(float(i), r.prompt_tokens, r.output_tokens)
-                    for i, r in enumerate(rows)]
+            return [Request(float(i), r.prompt_tokens, r.output_tokens) for i, r in enumerate(rows)]
         return unit_rate_stream(rows)
     assert workload.prompt_tokens is not None and workload.output_tokens is not None
     rng = random.Random(f"meshplan-serving-lengths:{workload.seed}")
@@ -118,8 +117,9 @@ class InstanceCosts:
         self.cost_model = cost_model
         self._cache: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
 
-    def get(self, tensor: int, pipeline: int, expert: int, precision: str,
-            tier: str = "inter") -> InstanceCost:
+    def get(
+        self, tensor: int, pipeline: int, expert: int, precision: str, tier: str = "inter"
+    ) -> InstanceCost:
         """The instance's costs; raises InfeasiblePlan (cached) when it cannot run."""
         key = (tensor, pipeline, expert, precision, tier)
         hit = self._cache.get(key)
@@ -127,7 +127,11 @@ class InstanceCosts:
             wl = self.problem.workload
             try:
                 hit = self.cost_model.instance_cost(
-                    self.problem.model, self.problem.cluster, tensor, pipeline, expert,
+                    self.problem.model,
+                    self.problem.cluster,
+                    tensor,
+                    pipeline,
+                    expert,
                     precision,  # type: ignore[arg-type]
                     kv_format(wl, precision),  # type: ignore[arg-type]
                     memory_utilization=self.problem.memory_utilization,
@@ -171,8 +175,12 @@ def unit_kv_transfer_tier(mode: str, unit_gpus: int, gpus_per_node: int) -> str:
     return "intra" if unit_gpus <= gpus_per_node else "inter"
 
 
-def node_replicas(instance_gpus: int, gpus_per_node: int, cluster_gpus: int,
-                  objective: str = "max_goodput_per_gpu") -> int:
+def node_replicas(
+    instance_gpus: int,
+    gpus_per_node: int,
+    cluster_gpus: int,
+    objective: str = "max_goodput_per_gpu",
+) -> int:
     """Colocated instances of one unit: as many as fill a node (at least one). Pricing every
     layout on about a node's worth of GPUs behind one router keeps layouts comparable: a
     p-stage instance runs p schedulers behind its own router (`pipeline_engines`), so a unit
@@ -184,13 +192,15 @@ def node_replicas(instance_gpus: int, gpus_per_node: int, cluster_gpus: int,
     return max(1, min(gpus_per_node, cluster_gpus) // instance_gpus)
 
 
-def colocated_unit(plan: ServingPlan, gpus_per_node: int, cluster_gpus: int,
-                   objective: str = "max_goodput_per_gpu") -> tuple[int, int]:
+def colocated_unit(
+    plan: ServingPlan, gpus_per_node: int, cluster_gpus: int, objective: str = "max_goodput_per_gpu"
+) -> tuple[int, int]:
     """(units, instances per unit) of a colocated plan: `node_replicas` per unit when the
     count is a multiple of it, else the largest common divisor of the two."""
     inst = plan.instances[0]
-    per = math.gcd(inst.count, node_replicas(inst.parallelism.num_gpus, gpus_per_node,
-                                             cluster_gpus, objective))
+    per = math.gcd(
+        inst.count, node_replicas(inst.parallelism.num_gpus, gpus_per_node, cluster_gpus, objective)
+    )
     return inst.count // per, per
 
 
@@ -200,8 +210,10 @@ def unit_gpus(plan: ServingPlan, gpus_per_node: int = 8, cluster_gpus: int = 8) 
         _, per = colocated_unit(plan, gpus_per_node, cluster_gpus)
         return per * plan.instances[0].parallelism.num_gpus
     _, per_p, per_d = _disaggregated_unit(plan)
-    return (per_p * plan.instance("prefill").parallelism.num_gpus
-            + per_d * plan.instance("decode").parallelism.num_gpus)
+    return (
+        per_p * plan.instance("prefill").parallelism.num_gpus
+        + per_d * plan.instance("decode").parallelism.num_gpus
+    )
 
 
 def kv_transfer_tier(plan: ServingPlan, gpus_per_node: int) -> str:
@@ -215,18 +227,34 @@ def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list
     inside a node (the all-reduce of every layer runs on the scale-up fabric)."""
     out = []
     if plan.gpus_used > problem.num_gpus:
-        out.append(Violation(kind="topology", detail=(
-            f"the plan uses {plan.gpus_used} GPUs; the cluster has {problem.num_gpus}")))
+        out.append(
+            Violation(
+                kind="topology",
+                detail=(f"the plan uses {plan.gpus_used} GPUs; the cluster has {problem.num_gpus}"),
+            )
+        )
     for inst in plan.instances:
         p = inst.parallelism
         if p.tensor * p.expert > problem.cluster.gpus_per_node:
-            out.append(Violation(kind="topology", detail=(
-                f"{inst.role} instance: tensor × expert = {p.tensor * p.expert} exceeds the "
-                f"{problem.cluster.gpus_per_node} GPUs of a node")))
+            out.append(
+                Violation(
+                    kind="topology",
+                    detail=(
+                        f"{inst.role} instance: tensor × expert = {p.tensor * p.expert} exceeds the "
+                        f"{problem.cluster.gpus_per_node} GPUs of a node"
+                    ),
+                )
+            )
         if p.pipeline > problem.model.num_layers:
-            out.append(Violation(kind="divisibility", detail=(
-                f"{inst.role} instance: pipeline {p.pipeline} exceeds the model's "
-                f"{problem.model.num_layers} layers")))
+            out.append(
+                Violation(
+                    kind="divisibility",
+                    detail=(
+                        f"{inst.role} instance: pipeline {p.pipeline} exceeds the model's "
+                        f"{problem.model.num_layers} layers"
+                    ),
+                )
+            )
     return out
 
 
@@ -237,49 +265,78 @@ def _disaggregated_unit(plan: ServingPlan) -> tuple[int, int, int]:
     return g, cp // g, cd // g
 
 
-def plan_goodput(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
-                 stream: list[Request]) -> tuple[float, GoodputResult]:
+def plan_goodput(
+    problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts, stream: list[Request]
+) -> tuple[float, GoodputResult]:
     """(the plan's goodput in requests/s, the unit's bisection result)."""
     slo = problem.slo
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
     if plan.mode == "colocated":
         inst = plan.instances[0]
-        units, per = colocated_unit(plan, problem.cluster.gpus_per_node, problem.num_gpus,
-                                    problem.workload.objective)
-        res = goodput_colocated(stream, costs.of(inst, tier), per, inst.max_batch_size,
-                                inst.chunk_size, slo, rel_tol=GOODPUT_REL_TOL)
+        units, per = colocated_unit(
+            plan, problem.cluster.gpus_per_node, problem.num_gpus, problem.workload.objective
+        )
+        res = goodput_colocated(
+            stream,
+            costs.of(inst, tier),
+            per,
+            inst.max_batch_size,
+            inst.chunk_size,
+            slo,
+            rel_tol=GOODPUT_REL_TOL,
+        )
         return units * res.goodput_rps, res
     units, per_p, per_d = _disaggregated_unit(plan)
     pre, dec = plan.instance("prefill"), plan.instance("decode")
-    res = goodput_disaggregated(stream, costs.of(pre, tier), per_p, pre.chunk_size,
-                                costs.of(dec, tier), per_d, dec.max_batch_size, slo,
-                                rel_tol=GOODPUT_REL_TOL)
+    res = goodput_disaggregated(
+        stream,
+        costs.of(pre, tier),
+        per_p,
+        pre.chunk_size,
+        costs.of(dec, tier),
+        per_d,
+        dec.max_batch_size,
+        slo,
+        rel_tol=GOODPUT_REL_TOL,
+    )
     return units * res.goodput_rps, res
 
 
-def simulate_plan(plan: ServingPlan, costs: InstanceCosts, requests: list[Request],
-                  gpus_per_node: int) -> SimResult:
+def simulate_plan(
+    plan: ServingPlan, costs: InstanceCosts, requests: list[Request], gpus_per_node: int
+) -> SimResult:
     """Simulate the whole plan on `requests` (arrival times already at the rate)."""
     tier = kv_transfer_tier(plan, gpus_per_node)
     if plan.mode == "colocated":
         inst = plan.instances[0]
-        return simulate_colocated(requests, costs.of(inst, tier), inst.count,
-                                  inst.max_batch_size, inst.chunk_size)
+        return simulate_colocated(
+            requests, costs.of(inst, tier), inst.count, inst.max_batch_size, inst.chunk_size
+        )
     pre, dec = plan.instance("prefill"), plan.instance("decode")
-    return simulate_disaggregated(requests, costs.of(pre, tier), pre.count, pre.chunk_size,
-                                  costs.of(dec, tier), dec.count, dec.max_batch_size)
+    return simulate_disaggregated(
+        requests,
+        costs.of(pre, tier),
+        pre.count,
+        pre.chunk_size,
+        costs.of(dec, tier),
+        dec.count,
+        dec.max_batch_size,
+    )
 
 
 def _ms(x: float) -> float:
     return x * 1e3 if math.isfinite(x) else 1e12
 
 
-def _instance_details(inst: ServingInstance, cost: InstanceCost,
-                      mean_prompt: float, mean_output: float) -> dict[str, Any]:
+def _instance_details(
+    inst: ServingInstance, cost: InstanceCost, mean_prompt: float, mean_output: float
+) -> dict[str, Any]:
     ctx = round(mean_prompt + mean_output / 2)
     p = max(1, round(mean_prompt))
-    batch = min(inst.max_batch_size,
-                max(1, int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))))
+    batch = min(
+        inst.max_batch_size,
+        max(1, int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))),
+    )
     return {
         "role": inst.role,
         "gpus": inst.parallelism.num_gpus,
@@ -288,27 +345,33 @@ def _instance_details(inst: ServingInstance, cost: InstanceCost,
         "kv_capacity_tokens": cost.kv_capacity_tokens,
         "kv_limited_batch": int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output)),
         "decode_step_ms_batch_1": cost.iteration_time_s(IterationBatch(1, ctx)) * 1e3,
-        f"decode_step_ms_batch_{batch}": cost.iteration_time_s(
-            IterationBatch(batch, batch * ctx)) * 1e3,
-        "prefill_ms_mean_prompt": cost.iteration_time_s(
-            IterationBatch(0, 0, p, p * (p + 1) / 2, 1)) * 1e3,
+        f"decode_step_ms_batch_{batch}": cost.iteration_time_s(IterationBatch(batch, batch * ctx))
+        * 1e3,
+        "prefill_ms_mean_prompt": cost.iteration_time_s(IterationBatch(0, 0, p, p * (p + 1) / 2, 1))
+        * 1e3,
     }
 
 
-def _isolated(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
-              prompt: int, output: int) -> tuple[float, float]:
+def _isolated(
+    problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts, prompt: int, output: int
+) -> tuple[float, float]:
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
     if plan.mode == "colocated":
         inst = plan.instances[0]
         return isolated_latency_colocated(costs.of(inst, tier), prompt, output, inst.chunk_size)
     pre, dec = plan.instance("prefill"), plan.instance("decode")
-    return isolated_latency_disaggregated(costs.of(pre, tier), pre.chunk_size,
-                                          costs.of(dec, tier), prompt, output)
+    return isolated_latency_disaggregated(
+        costs.of(pre, tier), pre.chunk_size, costs.of(dec, tier), prompt, output
+    )
 
 
-def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts,
-                  stream: list[Request] | None = None,
-                  unit_goodput: GoodputResult | None = None) -> ServingEstimate:
+def evaluate_plan(
+    problem: ServingProblem,
+    plan: ServingPlan,
+    costs: InstanceCosts,
+    stream: list[Request] | None = None,
+    unit_goodput: GoodputResult | None = None,
+) -> ServingEstimate:
     """Price `plan`: goodput (bisection on simulated SLO attainment), then the latencies at
     the workload's rate (or at the goodput when none is given). `unit_goodput`: the goodput
     of the plan's unit when already known (the search passes it), with the same stream."""
@@ -323,15 +386,28 @@ def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCos
     stream = stream if stream is not None else request_stream(problem.workload)
     mean_prompt, mean_output = mean_lengths(stream)
     for inst, cost in inst_costs:
-        need = (max(r.prompt_tokens for r in stream) if inst.role == "prefill"
-                else max(r.prompt_tokens + r.output_tokens for r in stream))
+        need = (
+            max(r.prompt_tokens for r in stream)
+            if inst.role == "prefill"
+            else max(r.prompt_tokens + r.output_tokens for r in stream)
+        )
         if cost.kv_capacity_tokens < need:
-            violations.append(Violation(kind="memory", detail=(
-                f"{inst.role} instance: its KV cache holds {cost.kv_capacity_tokens} tokens, "
-                f"less than the longest request ({need} tokens)")))
-    units = (colocated_unit(plan, problem.cluster.gpus_per_node, problem.num_gpus,
-                            problem.workload.objective)[0]
-             if plan.mode == "colocated" else _disaggregated_unit(plan)[0])
+            violations.append(
+                Violation(
+                    kind="memory",
+                    detail=(
+                        f"{inst.role} instance: its KV cache holds {cost.kv_capacity_tokens} tokens, "
+                        f"less than the longest request ({need} tokens)"
+                    ),
+                )
+            )
+    units = (
+        colocated_unit(
+            plan, problem.cluster.gpus_per_node, problem.num_gpus, problem.workload.objective
+        )[0]
+        if plan.mode == "colocated"
+        else _disaggregated_unit(plan)[0]
+    )
     if unit_goodput is not None:
         goodput, unit = units * unit_goodput.goodput_rps, unit_goodput
     else:
@@ -345,21 +421,34 @@ def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCos
         # conservative figure, so a plan may carry a rate somewhat above it
         attained = sim.attainment(problem.slo.ttft_s, problem.slo.tpot_s)
         if not problem.slo.met_by(sim):
-            violations.append(Violation(kind="slo", detail=(
-                f"at the arrival rate {rate:.3g} requests/s only {attained:.1%} of requests "
-                f"meet the SLO (P{problem.slo.percentile:g} needed); the plan's goodput is "
-                f"{goodput:.3g} requests/s")))
+            violations.append(
+                Violation(
+                    kind="slo",
+                    detail=(
+                        f"at the arrival rate {rate:.3g} requests/s only {attained:.1%} of requests "
+                        f"meet the SLO (P{problem.slo.percentile:g} needed); the plan's goodput is "
+                        f"{goodput:.3g} requests/s"
+                    ),
+                )
+            )
     elif unit.result is not None:
         sim, scale, measured_at = unit.result, units, goodput
     else:
         low = max(unit.upper_bound_rps, 1e-6) * LOW_LOAD_FRACTION
-        sim = simulate_plan(plan, costs, scale_stream(stream, low * units),
-                            problem.cluster.gpus_per_node)
+        sim = simulate_plan(
+            plan, costs, scale_stream(stream, low * units), problem.cluster.gpus_per_node
+        )
         scale, measured_at = 1, low * units
         ttft, tpot = _isolated(problem, plan, costs, round(mean_prompt), round(mean_output))
-        violations.append(Violation(kind="slo", detail=(
-            f"no arrival rate meets the SLO at P{problem.slo.percentile:g}: a request of mean "
-            f"length alone sees TTFT {ttft * 1e3:.1f} ms and TPOT {tpot * 1e3:.2f} ms")))
+        violations.append(
+            Violation(
+                kind="slo",
+                detail=(
+                    f"no arrival rate meets the SLO at P{problem.slo.percentile:g}: a request of mean "
+                    f"length alone sees TTFT {ttft * 1e3:.1f} ms and TPOT {tpot * 1e3:.2f} ms"
+                ),
+            )
+        )
     slo = problem.slo
     gpus = plan.gpus_used
     decode_cost = next(c for inst, c in inst_costs if inst.role != "prefill")
@@ -392,7 +481,8 @@ def evaluate_plan(problem: ServingProblem, plan: ServingPlan, costs: InstanceCos
         "kv_transfer_tier": tier if plan.mode == "disaggregated" else None,
         "mean_prompt_tokens": mean_prompt,
         "mean_output_tokens": mean_output,
-        "instances": [_instance_details(inst, cost, mean_prompt, mean_output)
-                      for inst, cost in inst_costs],
+        "instances": [
+            _instance_details(inst, cost, mean_prompt, mean_output) for inst, cost in inst_costs
+        ],
     }
     return ServingEstimate(plan, not violations, violations, metrics, details)

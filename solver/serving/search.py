@@ -114,8 +114,7 @@ PREFILL_CHUNKS: tuple[int | None, ...] = (None, 2048, 8192)
 """Token budgets of prefill-only instances (None: every waiting prompt in one pass)."""
 MAX_RATIO = 8
 """Largest prefill or decode instance count of a disaggregated unit."""
-FIXED_KEYS = ("mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size",
-              "precision")
+FIXED_KEYS = ("mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size", "precision")
 """`constraints.fixed` keys a serving search understands."""
 
 
@@ -132,14 +131,15 @@ class Layout:
     def gpus(self) -> int:
         return self.tensor * self.pipeline * self.expert
 
-    def instance(self, role: str, count: int, max_batch: int, chunk: int | None
-                 ) -> ServingInstance:
+    def instance(self, role: str, count: int, max_batch: int, chunk: int | None) -> ServingInstance:
         return ServingInstance(
             role=role,
             count=count,
-            parallelism=ServingParallelism(tensor=self.tensor, pipeline=self.pipeline,
-                                           expert=self.expert),
-            max_batch_size=max_batch, chunk_size=chunk,
+            parallelism=ServingParallelism(
+                tensor=self.tensor, pipeline=self.pipeline, expert=self.expert
+            ),
+            max_batch_size=max_batch,
+            chunk_size=chunk,
             precision=self.precision,
         )
 
@@ -177,15 +177,22 @@ class Candidate:
 
     def plan(self, units: int) -> ServingPlan:
         if self.mode == "colocated":
-            return ServingPlan(mode="colocated", instances=[
-                self.layout.instance("both", units * self.replicas, self.max_batch,
-                                     self.chunk)])
+            return ServingPlan(
+                mode="colocated",
+                instances=[
+                    self.layout.instance("both", units * self.replicas, self.max_batch, self.chunk)
+                ],
+            )
         assert self.prefill is not None
-        return ServingPlan(mode="disaggregated", instances=[
-            self.prefill.instance("prefill", units * self.prefill_count, MAX_BATCH,
-                                  self.prefill_chunk),
-            self.layout.instance("decode", units * self.decode_count, self.max_batch, None),
-        ])
+        return ServingPlan(
+            mode="disaggregated",
+            instances=[
+                self.prefill.instance(
+                    "prefill", units * self.prefill_count, MAX_BATCH, self.prefill_chunk
+                ),
+                self.layout.instance("decode", units * self.decode_count, self.max_batch, None),
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -234,11 +241,15 @@ def layouts(problem: ServingProblem, fixed: dict[str, Any]) -> list[Layout]:
     """Instance layouts of the space (before the cost model's memory check)."""
     node = problem.cluster.gpus_per_node
     n = problem.num_gpus
-    precisions = ([fixed["precision"]] if "precision" in fixed
-                  else list(problem.workload.weight_formats))
+    precisions = (
+        [fixed["precision"]] if "precision" in fixed else list(problem.workload.weight_formats)
+    )
     tensors = [fixed["tensor"]] if "tensor" in fixed else _divisors(node)
-    pipelines = ([fixed["pipeline"]] if "pipeline" in fixed
-                 else [p for p in _powers_of_two(n) if p <= problem.model.num_layers])
+    pipelines = (
+        [fixed["pipeline"]]
+        if "pipeline" in fixed
+        else [p for p in _powers_of_two(n) if p <= problem.model.num_layers]
+    )
     moe = problem.model.moe
     if "expert" in fixed:
         experts = [fixed["expert"]]
@@ -258,8 +269,9 @@ def layouts(problem: ServingProblem, fixed: dict[str, Any]) -> list[Layout]:
     return out
 
 
-def batch_options(cost: InstanceCost, mean_prompt: float, mean_output: float,
-                  fixed: dict[str, Any]) -> list[int]:
+def batch_options(
+    cost: InstanceCost, mean_prompt: float, mean_output: float, fixed: dict[str, Any]
+) -> list[int]:
     """Max batch sizes worth trying: powers of two from MIN_BATCH below the KV-cache limit,
     and the limit itself (a larger max batch behaves like the limit)."""
     if "max_batch_size" in fixed:
@@ -273,8 +285,9 @@ def batch_options(cost: InstanceCost, mean_prompt: float, mean_output: float,
     return sorted(out)
 
 
-def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: float,
-                           mean_output: float, tpot_s: float | None) -> float:
+def decode_phase_bound_rps(
+    cost: InstanceCost, max_batch: int, mean_prompt: float, mean_output: float, tpot_s: float | None
+) -> float:
     """Closed-form bound on the requests/s a decode-only instance finishes under a TPOT
     target: max b / ((o − 1) · step(b)) at the mean context p + o/2 over the batches b ≤ the
     max batch and the KV limit whose step meets the target.
@@ -326,8 +339,15 @@ def decode_phase_bound_rps(cost: InstanceCost, max_batch: int, mean_prompt: floa
 # ---- the search ----------------------------------------------------------------------------
 def _family(cand: Candidate) -> tuple[Any, ...]:
     """Candidates that differ only in their max batch: at most one of them is ranked."""
-    return (cand.mode, cand.layout, cand.chunk, cand.prefill, cand.prefill_chunk,
-            cand.prefill_count, cand.decode_count)
+    return (
+        cand.mode,
+        cand.layout,
+        cand.chunk,
+        cand.prefill,
+        cand.prefill_chunk,
+        cand.prefill_count,
+        cand.decode_count,
+    )
 
 
 class _Top:
@@ -337,8 +357,7 @@ class _Top:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self.best: dict[tuple[Any, ...],
-                        tuple[float, int, Candidate, GoodputResult | None]] = {}
+        self.best: dict[tuple[Any, ...], tuple[float, int, Candidate, GoodputResult | None]] = {}
         self.counter = 0
 
     def _ranked(self) -> list[tuple[float, int, Candidate, GoodputResult | None]]:
@@ -352,12 +371,15 @@ class _Top:
         self.counter += 1
         key = _family(cand)
         old = self.best.get(key)
-        if (old is None or score > old[0] + 1e-12
-                or (abs(score - old[0]) <= 1e-12 and cand.max_batch < old[2].max_batch)):
+        if (
+            old is None
+            or score > old[0] + 1e-12
+            or (abs(score - old[0]) <= 1e-12 and cand.max_batch < old[2].max_batch)
+        ):
             self.best[key] = (score, self.counter, cand, res)
 
     def best_first(self) -> list[tuple[float, Candidate, GoodputResult | None]]:
-        return [(s, c, r) for s, _, c, r in self._ranked()[:self.k]]
+        return [(s, c, r) for s, _, c, r in self._ranked()[: self.k]]
 
 
 @dataclass
@@ -379,15 +401,15 @@ class _Context:
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
     try:
-        return ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision,
-                             tier)
+        return ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision, tier)
     except InfeasiblePlan as exc:
         ctx.stats.add_pruned(f"rule:{exc.kind}")
         return None
 
 
-def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
-                          ) -> Iterator[tuple[float, Candidate, bool]]:
+def _colocated_candidates(
+    ctx: _Context, fixed: dict[str, Any]
+) -> Iterator[tuple[float, Candidate, bool]]:
     chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(CHUNKS)
     for layout in layouts(ctx.problem, fixed):
         cost = _cost(ctx, layout)
@@ -397,17 +419,27 @@ def _colocated_candidates(ctx: _Context, fixed: dict[str, Any]
         if cost.kv_capacity_tokens < longest:
             ctx.stats.add_pruned("rule:memory")
             continue
-        replicas = node_replicas(layout.gpus, ctx.problem.cluster.gpus_per_node,
-                                 ctx.problem.num_gpus, ctx.problem.workload.objective)
+        replicas = node_replicas(
+            layout.gpus,
+            ctx.problem.cluster.gpus_per_node,
+            ctx.problem.num_gpus,
+            ctx.problem.workload.objective,
+        )
         for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
             for chunk in chunks:
                 ctx.stats.enumerated += 1
-                ub = capacity_upper_bound_rps(cost, replicas, batch, chunk, ctx.mean_prompt,
-                                              ctx.mean_output)
+                ub = capacity_upper_bound_rps(
+                    cost, replicas, batch, chunk, ctx.mean_prompt, ctx.mean_output
+                )
                 # decodes must also meet the TPOT target: the decode-phase bound caps the
                 # batch a colocated instance can usefully run (prefill chunks only slow it)
-                ub = min(ub, replicas * decode_phase_bound_rps(
-                    cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s))
+                ub = min(
+                    ub,
+                    replicas
+                    * decode_phase_bound_rps(
+                        cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s
+                    ),
+                )
                 cand = Candidate("colocated", layout, batch, chunk, replicas=replicas)
                 yield ub / cand.gpus, cand, True
 
@@ -416,8 +448,7 @@ PHASE_REL_TOL = 0.05
 """Relative width of the prefill-phase bisection (the bound takes the bracket's upper end)."""
 
 
-def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count: int
-                        ) -> float:
+def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count: int) -> float:
     """An upper bound on the goodput of a disaggregated unit whose prefill pool is `count`
     instances of `layout`: the pool's goodput under the TTFT target alone, simulated with the
     disaggregated simulator on one-token requests (they finish at their prefill, so their
@@ -429,12 +460,12 @@ def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count:
     hit = ctx.prefill_pools.get(key)
     if hit is not None:
         return hit
-    cost = ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision,
-                         "inter")
+    cost = ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision, "inter")
     prompts_only = [Request(r.arrival_s, r.prompt_tokens, 1) for r in ctx.stream]
     slo = SLOTarget(ttft_s=ctx.slo.ttft_s, tpot_s=None, percentile=ctx.slo.percentile)
-    res = goodput_disaggregated(prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo,
-                                rel_tol=PHASE_REL_TOL)
+    res = goodput_disaggregated(
+        prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo, rel_tol=PHASE_REL_TOL
+    )
     ctx.stats.solver_calls += res.evaluations
     if res.limited_by == "slo":
         bound = min(res.upper_bound_rps, res.goodput_rps * (1.0 + PHASE_REL_TOL))
@@ -444,8 +475,9 @@ def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count:
     return bound
 
 
-def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
-                              ) -> Iterator[tuple[float, Candidate, bool]]:
+def _disaggregated_candidates(
+    ctx: _Context, fixed: dict[str, Any]
+) -> Iterator[tuple[float, Candidate, bool]]:
     """Disaggregated units with a first bound: the prefill side is bounded by the pool's
     closed-form capacity (`prefill_rate_rps` × count) until `_refine` simulates the pool."""
     problem = ctx.problem
@@ -473,8 +505,9 @@ def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
             ctx.stats.add_pruned("rule:memory")
             continue
         for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
-            bound = decode_phase_bound_rps(cost, batch, ctx.mean_prompt, ctx.mean_output,
-                                           ctx.slo.tpot_s)
+            bound = decode_phase_bound_rps(
+                cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s
+            )
             if bound > 0:
                 decode.append((layout, batch, bound))
     num_gpus = problem.num_gpus
@@ -491,18 +524,19 @@ def _disaggregated_candidates(ctx: _Context, fixed: dict[str, Any]
                         continue
                     ctx.stats.enumerated += 1
                     bound = min(p_rate, b * d_rate) / gpus
-                    cand = Candidate("disaggregated", d_layout, batch, None, p_layout, chunk,
-                                     a, b)
+                    cand = Candidate("disaggregated", d_layout, batch, None, p_layout, chunk, a, b)
                     yield bound, cand, a == 1
 
 
 def _refine(ctx: _Context, cand: Candidate) -> float:
     """The tighter bound per GPU of a disaggregated unit: its prefill pool simulated."""
     assert cand.prefill is not None
-    cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
-                         cand.layout.precision, "inter")
-    d_rate = decode_phase_bound_rps(cost, cand.max_batch, ctx.mean_prompt, ctx.mean_output,
-                                    ctx.slo.tpot_s)
+    cost = ctx.costs.get(
+        cand.layout.tensor, cand.layout.pipeline, cand.layout.expert, cand.layout.precision, "inter"
+    )
+    d_rate = decode_phase_bound_rps(
+        cost, cand.max_batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s
+    )
     p_rate = _prefill_pool_bound(ctx, cand.prefill, cand.prefill_chunk, cand.prefill_count)
     return min(p_rate, cand.decode_count * d_rate) / cand.gpus
 
@@ -511,38 +545,66 @@ def _tier(ctx: _Context, cand: Candidate) -> str:
     return unit_kv_transfer_tier(cand.mode, cand.gpus, ctx.problem.cluster.gpus_per_node)
 
 
-def _unit_goodput(ctx: _Context, cand: Candidate, rate: float | None = None,
-                  known_good: float | None = None) -> GoodputResult | bool:
+def _unit_goodput(
+    ctx: _Context, cand: Candidate, rate: float | None = None, known_good: float | None = None
+) -> GoodputResult | bool:
     """The unit's goodput (bisection, starting below `known_good`, a rate seen to meet the
     SLO); with `rate`, only whether the SLO holds there."""
     tier = _tier(ctx, cand)
-    decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
-                                cand.layout.precision, tier)
+    decode_cost = ctx.costs.get(
+        cand.layout.tensor, cand.layout.pipeline, cand.layout.expert, cand.layout.precision, tier
+    )
     if cand.mode == "colocated":
         if rate is not None:
-            sim = simulate_colocated(scale_stream(ctx.stream, rate), decode_cost,
-                                     cand.replicas, cand.max_batch, cand.chunk,
-                                     stop=ctx.slo.stop_rule(len(ctx.stream)))
+            sim = simulate_colocated(
+                scale_stream(ctx.stream, rate),
+                decode_cost,
+                cand.replicas,
+                cand.max_batch,
+                cand.chunk,
+                stop=ctx.slo.stop_rule(len(ctx.stream)),
+            )
             ctx.stats.solver_calls += 1
             return ctx.slo.met_by(sim)
-        res = goodput_colocated(ctx.stream, decode_cost, cand.replicas, cand.max_batch,
-                                cand.chunk, ctx.slo, rel_tol=GOODPUT_REL_TOL,
-                                known_good=known_good)
+        res = goodput_colocated(
+            ctx.stream,
+            decode_cost,
+            cand.replicas,
+            cand.max_batch,
+            cand.chunk,
+            ctx.slo,
+            rel_tol=GOODPUT_REL_TOL,
+            known_good=known_good,
+        )
     else:
         assert cand.prefill is not None
         pre = cand.prefill
         prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
         if rate is not None:
             sim = simulate_disaggregated(
-                scale_stream(ctx.stream, rate), prefill_cost, cand.prefill_count,
-                cand.prefill_chunk, decode_cost, cand.decode_count, cand.max_batch,
-                stop=ctx.slo.stop_rule(len(ctx.stream)))
+                scale_stream(ctx.stream, rate),
+                prefill_cost,
+                cand.prefill_count,
+                cand.prefill_chunk,
+                decode_cost,
+                cand.decode_count,
+                cand.max_batch,
+                stop=ctx.slo.stop_rule(len(ctx.stream)),
+            )
             ctx.stats.solver_calls += 1
             return ctx.slo.met_by(sim)
-        res = goodput_disaggregated(ctx.stream, prefill_cost, cand.prefill_count,
-                                    cand.prefill_chunk, decode_cost, cand.decode_count,
-                                    cand.max_batch, ctx.slo, rel_tol=GOODPUT_REL_TOL,
-                                    known_good=known_good)
+        res = goodput_disaggregated(
+            ctx.stream,
+            prefill_cost,
+            cand.prefill_count,
+            cand.prefill_chunk,
+            decode_cost,
+            cand.decode_count,
+            cand.max_batch,
+            ctx.slo,
+            rel_tol=GOODPUT_REL_TOL,
+            known_good=known_good,
+        )
     ctx.stats.solver_calls += res.evaluations
     return res
 
@@ -591,8 +653,11 @@ def _needed_rate(problem: ServingProblem, cand: Candidate, threshold: float) -> 
 
 
 def _bound_score(problem: ServingProblem, cand: Candidate, bound_per_gpu: float) -> float:
-    return _score(problem, cand, bound_per_gpu * cand.gpus) if math.isfinite(
-        bound_per_gpu) else math.inf
+    return (
+        _score(problem, cand, bound_per_gpu * cand.gpus)
+        if math.isfinite(bound_per_gpu)
+        else math.inf
+    )
 
 
 # ---- min_latency ---------------------------------------------------------------------------
@@ -600,8 +665,9 @@ IDLE_PERCENTILE = 90.0
 """min_latency ranks by this percentile of the end-to-end latency."""
 
 
-def _per_request(ctx: _Context, key: tuple[Any, ...], fn: Callable[[int, int], float]
-                 ) -> FloatArray:
+def _per_request(
+    ctx: _Context, key: tuple[Any, ...], fn: Callable[[int, int], float]
+) -> FloatArray:
     """`fn(prompt, output)` for every request of the stream (cached under `key`; lengths
     repeat, so each distinct pair is computed once)."""
     hit = ctx.idle_parts.get(key)
@@ -643,15 +709,21 @@ def _idle_latency(ctx: _Context, cand: Candidate) -> float | None:
     if key in ctx.idle:
         return ctx.idle[key]
     front_cost, back_cost = _layout_cost(ctx, front), _layout_cost(ctx, cand.layout)
-    ttft = _per_request(ctx, ("prefill", front, front_chunk),
-                        lambda p, _o: isolated_prefill_s(front_cost, p, front_chunk))
-    after = _per_request(ctx, ("decode", cand.layout),
-                         lambda p, o: isolated_decode_total_s(back_cost, p, o))
+    ttft = _per_request(
+        ctx,
+        ("prefill", front, front_chunk),
+        lambda p, _o: isolated_prefill_s(front_cost, p, front_chunk),
+    )
+    after = _per_request(
+        ctx, ("decode", cand.layout), lambda p, o: isolated_decode_total_s(back_cost, p, o)
+    )
     if cand.mode == "disaggregated":
         xfer_cost = _layout_cost(ctx, front, tier)
         after = after + _per_request(
-            ctx, ("transfer", front, tier),
-            lambda p, o: xfer_cost.kv_transfer_time_s(p) if o > 1 else 0.0)
+            ctx,
+            ("transfer", front, tier),
+            lambda p, o: xfer_cost.kv_transfer_time_s(p) if o > 1 else 0.0,
+        )
     outputs = _per_request(ctx, ("outputs",), lambda _p, o: float(o))
     ok = np.ones(ttft.shape, dtype=bool)
     if ctx.slo.ttft_s is not None:
@@ -672,8 +744,9 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
     mp, mo = ctx.mean_prompt, ctx.mean_output
     back = _layout_cost(ctx, cand.layout)
     if cand.mode == "colocated":
-        return capacity_upper_bound_rps(back, units * cand.replicas, cand.max_batch,
-                                        cand.chunk, mp, mo)
+        return capacity_upper_bound_rps(
+            back, units * cand.replicas, cand.max_batch, cand.chunk, mp, mo
+        )
     assert cand.prefill is not None
     # the bound is min(prefill instances × one's rate, decode instances × one's rate):
     # each side's per-instance rate is computed once per (layouts, chunk, batch)
@@ -683,18 +756,20 @@ def _plan_capacity_rps(ctx: _Context, cand: Candidate) -> float:
         front = _layout_cost(ctx, cand.prefill)
         many = 1 << 30
         rates = (
-            capacity_upper_bound_disaggregated_rps(front, 1, cand.prefill_chunk, back, many,
-                                                   cand.max_batch, mp, mo),
-            capacity_upper_bound_disaggregated_rps(front, many, cand.prefill_chunk, back, 1,
-                                                   cand.max_batch, mp, mo),
+            capacity_upper_bound_disaggregated_rps(
+                front, 1, cand.prefill_chunk, back, many, cand.max_batch, mp, mo
+            ),
+            capacity_upper_bound_disaggregated_rps(
+                front, many, cand.prefill_chunk, back, 1, cand.max_batch, mp, mo
+            ),
         )
         ctx.side_rates[key] = rates
     return min(units * cand.prefill_count * rates[0], units * cand.decode_count * rates[1])
 
 
-def _pareto_instance_counts(ctx: _Context,
-                            candidates: Iterator[tuple[float, Candidate, bool]]
-                            ) -> Iterator[tuple[float, Candidate, bool]]:
+def _pareto_instance_counts(
+    ctx: _Context, candidates: Iterator[tuple[float, Candidate, bool]]
+) -> Iterator[tuple[float, Candidate, bool]]:
     """min_latency, disaggregated: of the prefill:decode ratios of one (prefill layout and
     chunk, decode layout and max batch), keep those whose whole-cluster plan is not
     dominated in instance counts. A plan with at least as many prefill and as many decode
@@ -737,20 +812,29 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
             return latency
     units = max(1, ctx.problem.num_gpus // cand.gpus)
     tier = _tier(ctx, cand)
-    decode_cost = ctx.costs.get(cand.layout.tensor, cand.layout.pipeline, cand.layout.expert,
-                                cand.layout.precision, tier)
+    decode_cost = ctx.costs.get(
+        cand.layout.tensor, cand.layout.pipeline, cand.layout.expert, cand.layout.precision, tier
+    )
     requests = scale_stream(ctx.stream, rate / units)
     stop = ctx.slo.stop_rule(len(ctx.stream))
     if cand.mode == "colocated":
-        sim = simulate_colocated(requests, decode_cost, cand.replicas, cand.max_batch,
-                                 cand.chunk, stop=stop)
+        sim = simulate_colocated(
+            requests, decode_cost, cand.replicas, cand.max_batch, cand.chunk, stop=stop
+        )
     else:
         assert cand.prefill is not None
         pre = cand.prefill
         prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
-        sim = simulate_disaggregated(requests, prefill_cost, cand.prefill_count,
-                                     cand.prefill_chunk, decode_cost, cand.decode_count,
-                                     cand.max_batch, stop=stop)
+        sim = simulate_disaggregated(
+            requests,
+            prefill_cost,
+            cand.prefill_count,
+            cand.prefill_chunk,
+            decode_cost,
+            cand.decode_count,
+            cand.max_batch,
+            stop=stop,
+        )
     ctx.stats.solver_calls += 1
     if not ctx.slo.met_by(sim):
         return None
@@ -782,8 +866,7 @@ def serving_search(
     mean_prompt, mean_output = mean_lengths(stream)
     costs = InstanceCosts(problem, cost_model)
     monitor = Monitor(time_limit_s, progress, should_stop, 0)
-    ctx = _Context(problem, costs, stream, problem.slo, mean_prompt, mean_output, stats,
-                   monitor)
+    ctx = _Context(problem, costs, stream, problem.slo, mean_prompt, mean_output, stats, monitor)
     modes = [fixed["mode"]] if "mode" in fixed else ["colocated", "disaggregated"]
     top = _Top(top_k)
     min_latency = problem.workload.objective == "min_latency"
@@ -794,8 +877,11 @@ def serving_search(
         # reaches the top, then it goes back into the heap
         heap: list[tuple[float, int, Candidate, bool]] = []
         for mode in modes:
-            gen = (_colocated_candidates(ctx, fixed) if mode == "colocated"
-                   else _disaggregated_candidates(ctx, fixed))
+            gen = (
+                _colocated_candidates(ctx, fixed)
+                if mode == "colocated"
+                else _disaggregated_candidates(ctx, fixed)
+            )
             if min_latency and mode == "disaggregated":
                 gen = _pareto_instance_counts(ctx, gen)
             for bound, cand, final in gen:
@@ -819,8 +905,9 @@ def serving_search(
             bound_score = -neg_bound
             threshold = top.threshold()
             if bound_score <= threshold or bound_score == -math.inf:
-                stats.add_pruned("throughput_bound" if not min_latency else "latency_bound",
-                                 len(heap))
+                stats.add_pruned(
+                    "throughput_bound" if not min_latency else "latency_bound", len(heap)
+                )
                 break
             heapq.heappop(heap)
             if not final:
@@ -864,9 +951,10 @@ def serving_search(
     except Stopped as stop:
         stats.status = stop.status  # type: ignore[assignment]
     ranked = _finish(ctx, top)
-    plans = [replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1,
-                                                                 ranked))
-             for i, r in enumerate(ranked)]
+    plans = [
+        replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1, ranked))
+        for i, r in enumerate(ranked)
+    ]
     stats.wall_time_s = time.perf_counter() - started
     return ServingSearchResult(plans, stats)
 
@@ -878,8 +966,9 @@ def _finish(ctx: _Context, top: _Top) -> list[RankedServingPlan]:
         est = evaluate_plan(ctx.problem, cand.plan(units), ctx.costs, ctx.stream, res)
         if ctx.problem.workload.objective == "min_latency":
             est.details["ranked_e2e_latency_s_p90"] = -score
-            est.details["ranked_at"] = ("idle" if ctx.problem.target_rate_rps is None
-                                        else "arrival_rate")
+            est.details["ranked_at"] = (
+                "idle" if ctx.problem.target_rate_rps is None else "arrival_rate"
+            )
         out.append(RankedServingPlan(0, est, ""))
     return out
 
@@ -892,11 +981,13 @@ def _describe(plan: ServingPlan) -> str:
         chunk = f", chunk {inst.chunk_size}" if inst.chunk_size else ""
         batch = f", max batch {inst.max_batch_size}" if inst.role != "prefill" else ""
         return f"{inst.count} × {inst.role} [{layout}{batch}{chunk}]"
+
     return f"{plan.mode}: " + " + ".join(one(i) for i in plan.instances)
 
 
-def explain_serving(problem: ServingProblem, est: ServingEstimate, rank: int,
-                    ranked: list[RankedServingPlan]) -> str:
+def explain_serving(
+    problem: ServingProblem, est: ServingEstimate, rank: int, ranked: list[RankedServingPlan]
+) -> str:
     """Why this plan: its goodput, what limits it, its memory, and how it compares with the
     best plan of a different layout."""
     m = est.metrics
@@ -908,40 +999,66 @@ def explain_serving(problem: ServingProblem, est: ServingEstimate, rank: int,
         targets.append(f"TTFT ≤ {slo.ttft_ms:g} ms")
     if slo.tpot_ms is not None:
         targets.append(f"TPOT ≤ {slo.tpot_ms:g} ms")
-    text = [f"{_describe(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
-            f"requests/s ({m.goodput_rps_per_gpu:.3g} per GPU) with P{slo.percentile:g} "
-            f"{' and '.join(targets) or 'no SLO'}; at {m.arrival_rate_rps:.3g} requests/s "
-            f"P90 TTFT {m.ttft_ms_p90:.0f} ms, P90 TPOT {m.tpot_ms_p90:.1f} ms"]
+    text = [
+        f"{_describe(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
+        f"requests/s ({m.goodput_rps_per_gpu:.3g} per GPU) with P{slo.percentile:g} "
+        f"{' and '.join(targets) or 'no SLO'}; at {m.arrival_rate_rps:.3g} requests/s "
+        f"P90 TTFT {m.ttft_ms_p90:.0f} ms, P90 TPOT {m.tpot_ms_p90:.1f} ms"
+    ]
     insts = est.details.get("instances", [])
     for d in insts:
-        text.append(f"{d['role']} instance: weights {d['weights_gib']:.1f} GiB and KV cache "
-                    f"{d['kv_cache_gib']:.1f} GiB per GPU ({d['kv_capacity_tokens']} tokens, "
-                    f"{d['kv_limited_batch']} requests of mean length); decode step "
-                    f"{d['decode_step_ms_batch_1']:.1f} ms alone, prefill of the mean prompt "
-                    f"{d['prefill_ms_mean_prompt']:.0f} ms")
+        text.append(
+            f"{d['role']} instance: weights {d['weights_gib']:.1f} GiB and KV cache "
+            f"{d['kv_cache_gib']:.1f} GiB per GPU ({d['kv_capacity_tokens']} tokens, "
+            f"{d['kv_limited_batch']} requests of mean length); decode step "
+            f"{d['decode_step_ms_batch_1']:.1f} ms alone, prefill of the mean prompt "
+            f"{d['prefill_ms_mean_prompt']:.0f} ms"
+        )
     limited = est.details.get("goodput_limited_by")
     if limited == "capacity_bound":
         text.append("the SLO holds up to the throughput capacity: goodput is capacity-bound")
     elif limited == "slo":
-        text.append("goodput ends where the SLO percentile breaks (queueing and batch growth "
-                    "stretch TTFT/TPOT), below the throughput capacity "
-                    f"{est.details.get('capacity_upper_bound_rps', 0):.3g} requests/s")
+        text.append(
+            "goodput ends where the SLO percentile breaks (queueing and batch growth "
+            "stretch TTFT/TPOT), below the throughput capacity "
+            f"{est.details.get('capacity_upper_bound_rps', 0):.3g} requests/s"
+        )
     if rank == 1:
-        other = next((r.estimate for r in ranked[1:]
-                      if _describe_layout(r.estimate.plan) != _describe_layout(est.plan)
-                      and r.estimate.metrics is not None), None)
+        other = next(
+            (
+                r.estimate
+                for r in ranked[1:]
+                if _describe_layout(r.estimate.plan) != _describe_layout(est.plan)
+                and r.estimate.metrics is not None
+            ),
+            None,
+        )
         if other is not None and other.metrics is not None:
             ratio = m.goodput_rps_per_gpu / max(other.metrics.goodput_rps_per_gpu, 1e-12)
-            text.append(f"the best other layout, {_describe(other.plan)}, reaches "
-                        f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU "
-                        f"({ratio:.2f}× less efficient than this plan)" if ratio >= 1 else
-                        f"the best other layout, {_describe(other.plan)}, reaches "
-                        f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU")
+            text.append(
+                f"the best other layout, {_describe(other.plan)}, reaches "
+                f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU "
+                f"({ratio:.2f}× less efficient than this plan)"
+                if ratio >= 1
+                else f"the best other layout, {_describe(other.plan)}, reaches "
+                f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU"
+            )
     for v in est.violations:
         text.append(f"violation ({v.kind}): {v.detail}")
     return "; ".join(text) + "."
 
 
 def _describe_layout(plan: ServingPlan) -> tuple[Any, ...]:
-    return (plan.mode, tuple((i.role, i.parallelism.tensor, i.parallelism.pipeline,
-                              i.parallelism.expert, i.precision) for i in plan.instances))
+    return (
+        plan.mode,
+        tuple(
+            (
+                i.role,
+                i.parallelism.tensor,
+                i.parallelism.pipeline,
+                i.parallelism.expert,
+                i.precision,
+            )
+            for i in plan.instances
+        ),
+    )

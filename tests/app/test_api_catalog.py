@@ -21,9 +21,17 @@ def test_hardware_list_has_the_contract_fields(client: Any) -> None:
     ids = [a["id"] for a in items]
     assert "h100-sxm" in ids and len(ids) == len(set(ids))
     for accelerator in items:
-        for member in ("id", "name", "vendor", "memory_gib", "memory_bandwidth_gb_s",
-                       "peak_tflops", "scale_up_bandwidth_gb_s", "scale_out_bandwidth_gb_s",
-                       "sources"):
+        for member in (
+            "id",
+            "name",
+            "vendor",
+            "memory_gib",
+            "memory_bandwidth_gb_s",
+            "peak_tflops",
+            "scale_up_bandwidth_gb_s",
+            "scale_out_bandwidth_gb_s",
+            "sources",
+        ):
             assert member in accelerator, (accelerator["id"], member)
         assert accelerator["sources"], accelerator["id"]
 
@@ -53,14 +61,23 @@ def test_model_presets_list_and_read(client: Any) -> None:
 
 
 def test_unknown_preset_is_a_404_problem(client: Any) -> None:
-    assert_problem(client.get("/v1/model-presets/llama9-1t"), 404,
-                   path="/v1/model-presets/llama9-1t")
+    assert_problem(
+        client.get("/v1/model-presets/llama9-1t"), 404, path="/v1/model-presets/llama9-1t"
+    )
 
 
 def test_models_resolve_explicit_spec_counts_parameters(client: Any) -> None:
-    spec = {"name": "small", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-            "num_kv_heads": 2, "ffn_hidden_size": 128, "vocab_size": 100, "gated_mlp": True,
-            "tie_embeddings": False}
+    spec = {
+        "name": "small",
+        "num_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_kv_heads": 2,
+        "ffn_hidden_size": 128,
+        "vocab_size": 100,
+        "gated_mlp": True,
+        "tie_embeddings": False,
+    }
     body = client.post("/v1/models/resolve", json={"model": spec}).json()
     # per layer: attention h·a·d + 2·h·g·d + a·d·h = 64·64 + 2·64·32 + 64·64 = 12288,
     # gated MLP 3·64·128 = 24576, two RMSNorms 128 → 36992; ×2 layers = 73984;
@@ -82,8 +99,14 @@ def test_models_resolve_unknown_preset_names_the_field(client: Any) -> None:
 
 
 def test_models_resolve_kv_heads_must_divide_heads(client: Any) -> None:
-    spec = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 6, "num_kv_heads": 4,
-            "ffn_hidden_size": 128, "vocab_size": 100}
+    spec = {
+        "num_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 6,
+        "num_kv_heads": 4,
+        "ffn_hidden_size": 128,
+        "vocab_size": 100,
+    }
     body = assert_problem(client.post("/v1/models/resolve", json={"model": spec}), 422)
     assert any(f.startswith("model") for f in error_fields(body))
     assert "divisible" in body["detail"]
@@ -97,10 +120,20 @@ def test_cost_models_list(client: Any) -> None:
 def test_openapi_and_docs(client: Any) -> None:
     spec = client.get("/openapi.json").json()
     paths = spec["paths"]
-    for path in ("/v1/health", "/v1/hardware", "/v1/hardware/{accelerator_id}",
-                 "/v1/model-presets", "/v1/model-presets/{name}", "/v1/models/resolve",
-                 "/v1/estimate", "/v1/searches", "/v1/searches/{search_id}",
-                 "/v1/searches/{search_id}/plans", "/v1/plans/{plan_id}", "/v1/cost-models"):
+    for path in (
+        "/v1/health",
+        "/v1/hardware",
+        "/v1/hardware/{accelerator_id}",
+        "/v1/model-presets",
+        "/v1/model-presets/{name}",
+        "/v1/models/resolve",
+        "/v1/estimate",
+        "/v1/searches",
+        "/v1/searches/{search_id}",
+        "/v1/searches/{search_id}/plans",
+        "/v1/plans/{plan_id}",
+        "/v1/cost-models",
+    ):
         assert path in paths, path
     assert paths["/v1/searches"]["post"]["summary"].startswith("Start a plan search")
     assert "delete" in paths["/v1/searches/{search_id}"]

@@ -130,11 +130,17 @@ def test_every_response_carries_a_request_id(client: Any) -> None:
     assert first and second and first != second
 
 
-def test_mixed_accelerators_are_a_422_naming_the_node_groups(client: Any, tiny: dict[str, Any]) -> None:
+def test_mixed_accelerators_are_a_422_naming_the_node_groups(
+    client: Any, tiny: dict[str, Any]
+) -> None:
     body = {
         **tiny,
-        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1},
-                                    {"accelerator": "a100-80gb", "num_nodes": 1}]},
+        "cluster": {
+            "node_groups": [
+                {"accelerator": "h100-sxm", "num_nodes": 1},
+                {"accelerator": "a100-80gb", "num_nodes": 1},
+            ]
+        },
     }
     problem = assert_problem(client.post("/v1/searches", json=body), 422, path="/v1/searches")
     assert error_fields(problem) == ["cluster.node_groups"]
@@ -148,8 +154,11 @@ def test_precision_the_accelerator_lacks_is_a_422(client: Any, tiny: dict[str, A
         "cluster": {"node_groups": [{"accelerator": "v100-32gb", "num_nodes": 1}]},
         "workload": {**tiny["workload"], "precision": "fp8"},
     }
-    problem = assert_problem(client.post("/v1/estimate", json={**body, "plan": {
-        "parallelism": {"data": 8}}}), 422, path="/v1/estimate")
+    problem = assert_problem(
+        client.post("/v1/estimate", json={**body, "plan": {"parallelism": {"data": 8}}}),
+        422,
+        path="/v1/estimate",
+    )
     assert error_fields(problem) == ["workload.precision"]
     assert problem["errors"][0]["value"] == "fp8"
 
@@ -158,14 +167,21 @@ def test_moe_routing_must_match_the_model(client: Any) -> None:
     body = {
         "model": {"preset": "mixtral-8x7b"},
         "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2}]},
-        "workload": {"kind": "training", "global_batch_size": 64, "sequence_length": 4096,
-                     "moe_routing": {"expert_loads": [1, 2, 3], "optimize_placement": True}},
+        "workload": {
+            "kind": "training",
+            "global_batch_size": 64,
+            "sequence_length": 4096,
+            "moe_routing": {"expert_loads": [1, 2, 3], "optimize_placement": True},
+        },
     }
     problem = assert_problem(client.post("/v1/searches", json=body), 422)
     assert error_fields(problem) == ["workload.moe_routing.expert_loads"]
     assert "8 routed experts" in problem["detail"]
-    dense = {**body, "model": {"preset": "llama3-8b"},
-             "workload": {**body["workload"], "moe_routing": {"imbalance": 1.0}}}
+    dense = {
+        **body,
+        "model": {"preset": "llama3-8b"},
+        "workload": {**body["workload"], "moe_routing": {"imbalance": 1.0}},
+    }
     problem = assert_problem(client.post("/v1/searches", json=dense), 422)
     assert error_fields(problem) == ["workload.moe_routing"]
     assert client.get("/v1/searches").json()["items"] == []

@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 from app_support import assert_problem, error_fields
 
-STAGE_FIELDS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib",
-                "other_gib", "total_gib")
+STAGE_FIELDS = (
+    "weights_gib",
+    "gradients_gib",
+    "optimizer_gib",
+    "activations_gib",
+    "other_gib",
+    "total_gib",
+)
 
 
 def test_estimate_shape_and_identities(client: Any, tiny: dict[str, Any]) -> None:
@@ -19,8 +25,15 @@ def test_estimate_shape_and_identities(client: Any, tiny: dict[str, Any]) -> Non
     body = response.json()
     assert body["feasible"] is True and body["violations"] == []
     metrics = body["metrics"]
-    for member in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
-                   "peak_memory_gib", "bubble_fraction", "time_breakdown_s"):
+    for member in (
+        "step_time_s",
+        "tokens_per_s",
+        "model_tflops_per_gpu",
+        "mfu",
+        "peak_memory_gib",
+        "bubble_fraction",
+        "time_breakdown_s",
+    ):
         assert member in metrics
     # 8 sequences × 512 tokens per step
     assert metrics["tokens_per_s"] == pytest.approx(8 * 512 / metrics["step_time_s"], rel=1e-6)
@@ -90,7 +103,10 @@ def test_estimate_unknown_accelerator(client: Any, tiny: dict[str, Any]) -> None
 
 
 def test_estimate_bad_cost_model_config(client: Any, tiny: dict[str, Any]) -> None:
-    body = {**tiny, "plan": {"parallelism": {"data": 4}},
-            "cost_model": {"name": "analytical", "config": {"no_such_option": 1}}}
+    body = {
+        **tiny,
+        "plan": {"parallelism": {"data": 4}},
+        "cost_model": {"name": "analytical", "config": {"no_such_option": 1}},
+    }
     problem = assert_problem(client.post("/v1/estimate", json=body), 422)
     assert any(f.startswith("cost_model.config") for f in error_fields(problem))

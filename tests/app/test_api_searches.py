@@ -11,12 +11,10 @@ from app_support import assert_problem, error_fields, wait_for
 
 BIG = {
     "model": {"preset": "llama3-405b"},
-    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128,
-                                 "gpus_per_node": 8}]},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]},
     "workload": {"kind": "training", "global_batch_size": 2048, "sequence_length": 8192},
     "constraints": {"time_limit_s": 30},
 }
-
 
 
 def test_create_answers_202_with_location_then_succeeds(client: Any, tiny: dict[str, Any]) -> None:
@@ -63,9 +61,21 @@ def test_plans_are_ranked_best_first_with_the_contract_fields(
     assert 1 <= len(items) <= 5
     assert [p["rank"] for p in items] == list(range(1, len(items) + 1))
     for plan in items:
-        for member in ("id", "search_id", "rank", "parallelism", "micro_batch_size",
-                       "zero_stage", "recompute", "pipeline_schedule", "stage_layers",
-                       "flash_attention", "metrics", "memory", "explanation"):
+        for member in (
+            "id",
+            "search_id",
+            "rank",
+            "parallelism",
+            "micro_batch_size",
+            "zero_stage",
+            "recompute",
+            "pipeline_schedule",
+            "stage_layers",
+            "flash_attention",
+            "metrics",
+            "memory",
+            "explanation",
+        ):
             assert member in plan, member
         par = plan["parallelism"]
         assert par["data"] * par["tensor"] * par["pipeline"] * par["context"] == 4
@@ -73,8 +83,7 @@ def test_plans_are_ranked_best_first_with_the_contract_fields(
         assert len(plan["stage_layers"]) == par["pipeline"] * par["virtual_pipeline"]
         metrics = plan["metrics"]
         # tokens/s is the global batch's tokens over the step time: 8 × 512 / step_time_s
-        assert metrics["tokens_per_s"] == pytest.approx(8 * 512 / metrics["step_time_s"],
-                                                        rel=1e-6)
+        assert metrics["tokens_per_s"] == pytest.approx(8 * 512 / metrics["step_time_s"], rel=1e-6)
         assert plan["memory"]["peak_gib"] <= plan["memory"]["capacity_gib"]
         assert plan["search_id"] == search["id"]
         assert plan["explanation"]
@@ -137,8 +146,9 @@ def test_fixed_fields_are_honoured(client: Any, tiny: dict[str, Any]) -> None:
 
 
 # ---- bad inputs: 422 before anything is stored -------------------------------------------
-def _assert_rejected(client: Any, body: dict[str, Any], field: str, url: str = "/v1/searches",
-                     status: int = 422) -> dict[str, Any]:
+def _assert_rejected(
+    client: Any, body: dict[str, Any], field: str, url: str = "/v1/searches", status: int = 422
+) -> dict[str, Any]:
     problem = assert_problem(client.post(url, json=body), status)
     assert field in error_fields(problem), (field, problem)
     assert client.get("/v1/searches").json()["total"] == 0
@@ -180,8 +190,9 @@ def test_top_k_out_of_range(client: Any, tiny: dict[str, Any]) -> None:
 
 
 def test_time_limit_above_the_service_maximum(client: Any, tiny: dict[str, Any]) -> None:
-    _assert_rejected(client, {**tiny, "constraints": {"time_limit_s": 601}},
-                     "constraints.time_limit_s")
+    _assert_rejected(
+        client, {**tiny, "constraints": {"time_limit_s": 601}}, "constraints.time_limit_s"
+    )
 
 
 def test_unknown_objective(client: Any, tiny: dict[str, Any]) -> None:

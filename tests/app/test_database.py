@@ -57,8 +57,12 @@ def pg_url() -> Iterator[str]:
 
 def _store(session: Session) -> str:
     record = crud.create_search(
-        session=session, request={"r": 1}, problem={"p": 1}, request_hash="h" * 64,
-        cost_model_name="analytical", cost_model_version="1",
+        session=session,
+        request={"r": 1},
+        problem={"p": 1},
+        request_hash="h" * 64,
+        cost_model_name="analytical",
+        cost_model_version="1",
     )
     return record.id
 
@@ -109,9 +113,13 @@ def _check_state_changes(url: str) -> None:
             assert crud.cancel_search(session=session, search_id=search_id)
             # the worker's final write loses to the cancel but keeps its plans
             plan = PlanRecord(search_id=search_id, rank=1, plan={}, metrics={}, memory={})
-            final = crud.finish_search(session=session, search_id=search_id,
-                                       status=SearchStatus.SUCCEEDED, stats={"n": 1},
-                                       plans=[plan])
+            final = crud.finish_search(
+                session=session,
+                search_id=search_id,
+                status=SearchStatus.SUCCEEDED,
+                stats={"n": 1},
+                plans=[plan],
+            )
             assert final == "cancelled"
             assert crud.list_plans(session=session, search_id=search_id, limit=10)[1] == 1
             assert not crud.cancel_search(session=session, search_id=search_id)

@@ -89,8 +89,7 @@ def test_step_time_must_be_positive(client: Any, tiny: dict[str, Any]) -> None:
 def test_notes_are_at_most_4000_characters(client: Any, tiny: dict[str, Any]) -> None:
     plan = _plans(client, tiny)[0]
     assert _post(client, plan["id"], {"step_time_s": 1.0, "notes": "x" * 4000}).status_code == 201
-    body = assert_problem(_post(client, plan["id"], {"step_time_s": 1.0, "notes": "x" * 4001}),
-                          422)
+    body = assert_problem(_post(client, plan["id"], {"step_time_s": 1.0, "notes": "x" * 4001}), 422)
     assert error_fields(body) == ["notes"]
 
 
@@ -101,7 +100,8 @@ def test_peak_memory_above_capacity_is_rejected(client: Any, tiny: dict[str, Any
     ok = _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": limit - 0.01})
     assert ok.status_code == 201, ok.text
     body = assert_problem(
-        _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": limit + 0.01}), 422)
+        _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": limit + 0.01}), 422
+    )
     assert error_fields(body) == ["peak_memory_gib"]
 
 
@@ -111,8 +111,9 @@ def test_peak_memory_per_rank_names_the_rank(client: Any, tiny: dict[str, Any]) 
     ranks = plan["parallelism"]["pipeline"]
     values = [10.0] * ranks
     values[-1] = 90.0  # above 1.05 × 79.65 = 83.63 GiB
-    body = assert_problem(_post(client, plan["id"], {"step_time_s": 1.0,
-                                                     "peak_memory_gib": values}), 422)
+    body = assert_problem(
+        _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": values}), 422
+    )
     assert error_fields(body) == [f"peak_memory_gib.{ranks - 1}"]
     ok = _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": [10.0] * ranks})
     assert ok.status_code == 201 and ok.json()["peak_memory_gib"] == [10.0] * ranks
@@ -121,17 +122,18 @@ def test_peak_memory_per_rank_names_the_rank(client: Any, tiny: dict[str, Any]) 
 def test_peak_memory_must_be_positive(client: Any, tiny: dict[str, Any]) -> None:
     plan = _plans(client, tiny)[0]
     for value in (0, -1.0, [1.0, -1.0], "a lot"):
-        body = assert_problem(_post(client, plan["id"], {"step_time_s": 1.0,
-                                                         "peak_memory_gib": value}), 422)
+        body = assert_problem(
+            _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": value}), 422
+        )
         assert error_fields(body) == ["peak_memory_gib"]
 
 
 def test_peak_memory_list_needs_one_value_per_rank(client: Any, tiny: dict[str, Any]) -> None:
     plan = _plans(client, tiny)[0]
     ranks = plan["parallelism"]["pipeline"]
-    body = assert_problem(_post(client, plan["id"], {"step_time_s": 1.0,
-                                                     "peak_memory_gib": [1.0] * (ranks + 1)}),
-                          422)
+    body = assert_problem(
+        _post(client, plan["id"], {"step_time_s": 1.0, "peak_memory_gib": [1.0] * (ranks + 1)}), 422
+    )
     assert error_fields(body) == ["peak_memory_gib"]
 
 
@@ -169,8 +171,9 @@ def test_calibration_without_measurements_is_the_analytical_model(
     assert body["error_before"] is None and body["error_after"] is None
     plan = {"parallelism": {"data": 2, "pipeline": 2}, "stage_layers": [2, 2]}
     plain = client.post("/v1/estimate", json={**tiny, "plan": plan}).json()
-    calibrated = client.post("/v1/estimate", json={**tiny, "plan": plan,
-                                                   "cost_model": {"name": "calibrated"}}).json()
+    calibrated = client.post(
+        "/v1/estimate", json={**tiny, "plan": plan, "cost_model": {"name": "calibrated"}}
+    ).json()
     assert calibrated["metrics"] == plain["metrics"]
     assert calibrated["calibration"]["num_samples"] == 0
     assert plain["calibration"] is None
@@ -195,10 +198,20 @@ def test_measured_runs_move_the_calibrated_predictions(client: Any, tiny: dict[s
     assert {s["plan_id"] for s in fit["samples"]} == {p["id"] for p in plans}
 
     for plan in plans:
-        fields = {k: plan[k] for k in ("parallelism", "micro_batch_size", "zero_stage",
-                                       "recompute", "pipeline_schedule", "stage_layers")}
-        body = client.post("/v1/estimate", json={**tiny, "plan": fields,
-                                                 "cost_model": {"name": "calibrated"}}).json()
+        fields = {
+            k: plan[k]
+            for k in (
+                "parallelism",
+                "micro_batch_size",
+                "zero_stage",
+                "recompute",
+                "pipeline_schedule",
+                "stage_layers",
+            )
+        }
+        body = client.post(
+            "/v1/estimate", json={**tiny, "plan": fields, "cost_model": {"name": "calibrated"}}
+        ).json()
         calibration = body["calibration"]
         assert calibration["num_samples"] == 3
         assert calibration["error_after"]["mean"] < calibration["error_before"]["mean"]

@@ -27,8 +27,11 @@ def _store(settings: Any, body: dict[str, Any], *, status: str, attempts: int) -
     prepared = planning.prepare_search(SearchCreate.model_validate(body), settings)
     with Session(engine, expire_on_commit=False) as session:
         record = SearchRecord(
-            status=status, attempts=attempts, request=prepared.request,
-            problem=prepared.problem, request_hash=prepared.request_hash,
+            status=status,
+            attempts=attempts,
+            request=prepared.request,
+            problem=prepared.problem,
+            request_hash=prepared.request_hash,
             cost_model_name=prepared.cost_model_name,
             cost_model_version=prepared.cost_model_version,
         )
@@ -75,12 +78,14 @@ def test_a_clean_shutdown_requeues_running_searches(
     settings_factory: Any, tiny: dict[str, Any]
 ) -> None:
     settings = settings_factory()
-    big = {"model": {"preset": "llama3-405b"},
-           "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128,
-                                        "gpus_per_node": 8}]},
-           "workload": {"kind": "training", "global_batch_size": 2048,
-                        "sequence_length": 8192},
-           "constraints": {"time_limit_s": 30}}
+    big = {
+        "model": {"preset": "llama3-405b"},
+        "cluster": {
+            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]
+        },
+        "workload": {"kind": "training", "global_batch_size": 2048, "sequence_length": 8192},
+        "constraints": {"time_limit_s": 30},
+    }
     with TestClient(create_app(settings)) as client:
         search_id = client.post("/v1/searches", json=big).json()["id"]
         deadline = time.monotonic() + 10

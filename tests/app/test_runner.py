@@ -31,9 +31,14 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
 
 def _queued(engine: Engine) -> str:
     with Session(engine, expire_on_commit=False) as session:
-        return crud.create_search(session=session, request={}, problem={"p": 1},
-                                  request_hash="0" * 64, cost_model_name="analytical",
-                                  cost_model_version="1").id
+        return crud.create_search(
+            session=session,
+            request={},
+            problem={"p": 1},
+            request_hash="0" * 64,
+            cost_model_name="analytical",
+            cost_model_version="1",
+        ).id
 
 
 def _record(engine: Engine, search_id: str) -> Any:
@@ -42,8 +47,13 @@ def _record(engine: Engine, search_id: str) -> Any:
 
 
 def _run(engine: Engine, search_id: str, run: Any, interval_s: float = 0.0) -> str | None:
-    return execute_search(search_id, engine=engine, stop_event=threading.Event(),
-                          progress_interval_s=interval_s, run=run)
+    return execute_search(
+        search_id,
+        engine=engine,
+        stop_event=threading.Event(),
+        progress_interval_s=interval_s,
+        run=run,
+    )
 
 
 def test_domain_errors_are_stored_as_problems(engine: Engine) -> None:

@@ -27,18 +27,29 @@ def a100() -> AcceleratorSpec:
 def llama_problem() -> TrainingProblem:
     """Llama-3-70B on 8 nodes × 8 H100, 1024 × 4096-token sequences."""
     return TrainingProblem(
-        model=llama3_70b(), cluster=make_cluster(make_h100(), 8),
+        model=llama3_70b(),
+        cluster=make_cluster(make_h100(), 8),
         workload=TrainingWorkload(global_batch_size=1024, sequence_length=4096),
     )
 
 
 @pytest.fixture
 def problem_factory() -> Callable[..., TrainingProblem]:
-    def build(model: ModelSpec, acc: AcceleratorSpec, num_nodes: int, gbs: int, seq: int,
-              precision: str = "bf16", gpus_per_node: int = 8) -> TrainingProblem:
+    def build(
+        model: ModelSpec,
+        acc: AcceleratorSpec,
+        num_nodes: int,
+        gbs: int,
+        seq: int,
+        precision: str = "bf16",
+        gpus_per_node: int = 8,
+    ) -> TrainingProblem:
         return TrainingProblem(
-            model=model, cluster=make_cluster(acc, num_nodes, gpus_per_node),
-            workload=TrainingWorkload(global_batch_size=gbs, sequence_length=seq,
-                                      precision=precision),  # type: ignore[arg-type]
+            model=model,
+            cluster=make_cluster(acc, num_nodes, gpus_per_node),
+            workload=TrainingWorkload(
+                global_batch_size=gbs, sequence_length=seq, precision=precision
+            ),  # type: ignore[arg-type]
         )
+
     return build

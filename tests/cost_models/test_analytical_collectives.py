@@ -33,8 +33,12 @@ def test_reduce_scatter_and_all_gather_are_half() -> None:
 def test_hierarchical_all_reduce_two_nodes() -> None:
     # 16 GPUs = 2 nodes × 8: 2·7/8·S/B_nvl + 2·(1/2)·(S/8)/B_nic + 14 α_intra + 2 α_inter
     g = GroupPlacement(16, 8, 2, "inter")
-    expected = (2 * 7 / 8 * GIB / (450e9 * 0.82) + 2 * 0.5 * (GIB / 8) / (50e9 * 0.97)
-                + 14 * 10e-6 + 2 * 30e-6)
+    expected = (
+        2 * 7 / 8 * GIB / (450e9 * 0.82)
+        + 2 * 0.5 * (GIB / 8) / (50e9 * 0.97)
+        + 14 * 10e-6
+        + 2 * 30e-6
+    )
     assert all_reduce_time_s(H100, GIB, g) == pytest.approx(expected, rel=1e-12)
 
 
@@ -58,15 +62,18 @@ def test_send_recv_and_mesh_peer_bandwidth() -> None:
     assert send_recv_time_s(mesh, 64e9, "intra") == pytest.approx(1.0 + 10e-6)
     g4 = place_group(4, 1, 8)
     assert all_reduce_time_s(mesh, 1e9, g4) == pytest.approx(
-        2 * 3 / 4 * 1e9 / (3 * 64e9) + 6 * 10e-6)
+        2 * 3 / 4 * 1e9 / (3 * 64e9) + 6 * 10e-6
+    )
     # the full 8-GPU mesh gets 7 links = 448
     assert all_reduce_time_s(mesh, 1e9, place_group(8, 1, 8)) == pytest.approx(
-        2 * 7 / 8 * 1e9 / 448e9 + 14 * 10e-6)
+        2 * 7 / 8 * 1e9 / 448e9 + 14 * 10e-6
+    )
 
 
 def test_all_to_all_intra_and_inter() -> None:
     assert all_to_all_time_s(H100, GIB, place_group(8, 1, 8)) == pytest.approx(
-        7 * 10e-6 + 7 / 8 * GIB / (450e9 * 0.82))
+        7 * 10e-6 + 7 / 8 * GIB / (450e9 * 0.82)
+    )
     # 16 ranks on 2 nodes: half the bytes leave the node through one NIC (the slow part)
     t = all_to_all_time_s(H100, GIB, GroupPlacement(16, 8, 2, "inter"))
     assert t == pytest.approx(15 * 30e-6 + 8 / 16 * GIB / (50e9 * 0.97))
@@ -75,12 +82,12 @@ def test_all_to_all_intra_and_inter() -> None:
 @pytest.mark.parametrize(
     ("size", "stride", "gpn", "expected"),
     [
-        (8, 1, 8, (8, 1, "intra")),      # tp=8 on 8-GPU nodes
+        (8, 1, 8, (8, 1, "intra")),  # tp=8 on 8-GPU nodes
         (4, 1, 8, (4, 1, "intra")),
-        (2, 8, 8, (1, 2, "inter")),      # dp group behind tp=8 spans nodes
-        (4, 2, 8, (4, 1, "intra")),      # dp=4 behind tp=2 fits a node
-        (8, 2, 8, (4, 2, "inter")),      # dp=8 behind tp=2: 4 per node on 2 nodes
-        (16, 1, 8, (8, 2, "inter")),     # tensor across nodes
+        (2, 8, 8, (1, 2, "inter")),  # dp group behind tp=8 spans nodes
+        (4, 2, 8, (4, 1, "intra")),  # dp=4 behind tp=2 fits a node
+        (8, 2, 8, (4, 2, "inter")),  # dp=8 behind tp=2: 4 per node on 2 nodes
+        (16, 1, 8, (8, 2, "inter")),  # tensor across nodes
         (4, 16, 8, (1, 4, "inter")),
     ],
 )

@@ -44,10 +44,21 @@ def test_gqa_gated_layer_flops() -> None:
 
 
 def test_moe_layers_cost_top_k_experts_and_differ_from_dense() -> None:
-    moe = MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, num_shared_experts=1,
-                  num_dense_layers=1)
-    m = ModelSpec(num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
-                  vocab_size=1000, moe=moe)
+    moe = MoESpec(
+        num_experts=8,
+        top_k=2,
+        expert_ffn_hidden_size=1024,
+        num_shared_experts=1,
+        num_dense_layers=1,
+    )
+    m = ModelSpec(
+        num_layers=4,
+        hidden_size=512,
+        num_attention_heads=8,
+        ffn_hidden_size=2048,
+        vocab_size=1000,
+        moe=moe,
+    )
     T = 100
     attn = 2 * T * 512 * (512 + 2 * 512) + 2 * T * 512 * 512
     dense = attn + 2 * T * 3 * 512 * 2048

@@ -52,11 +52,16 @@ def test_flash_attention_causal_half_and_context_split() -> None:
     b, s, heads, d = 1, 4096, 8, 128
     full = 2 * b * s * s * heads * (2 * d)
     assert att.forward_time_s(b, s, heads, d, d, 1, True) == pytest.approx(
-        0.5 * full / (989.4e12 * 0.6))
+        0.5 * full / (989.4e12 * 0.6)
+    )
     assert att.forward_time_s(b, s, heads, d, d, 4, True) == pytest.approx(
-        0.5 * full / 4 / (989.4e12 * 0.6))
+        0.5 * full / 4 / (989.4e12 * 0.6)
+    )
     assert att.backward_time_s(b, s, heads, d, d, 1, True) == pytest.approx(
-        2.5 * 0.5 * full / (989.4e12 * 0.6))
+        2.5 * 0.5 * full / (989.4e12 * 0.6)
+    )
     # the unfused path computes the whole s² and streams the scores through HBM
     unfused = att.forward_time_s(b, s, heads, d, d, 1, False)
-    assert unfused == pytest.approx(full / (989.4e12 * 0.803) + 6 * 2 * heads * s * s / (3350e9 * 0.8))
+    assert unfused == pytest.approx(
+        full / (989.4e12 * 0.803) + 6 * 2 * heads * s * s / (3350e9 * 0.8)
+    )

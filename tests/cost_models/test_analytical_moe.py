@@ -20,8 +20,13 @@ from cost_models.base import PlanKey, TrainingProblem
 from specs.model import ModelSpec, MoESpec
 from specs.workload import MoERoutingSpec, TrainingWorkload
 
-NET = TwoTierNetwork(intra_bytes_per_s=400e9, inter_bytes_per_s=40e9,
-                     intra_peer_bytes_per_s=None, alpha_intra_s=10e-6, alpha_inter_s=30e-6)
+NET = TwoTierNetwork(
+    intra_bytes_per_s=400e9,
+    inter_bytes_per_s=40e9,
+    intra_peer_bytes_per_s=None,
+    alpha_intra_s=10e-6,
+    alpha_inter_s=30e-6,
+)
 COMM = AlphaBetaCollectives(NET)
 # 4096 tokens on the GPU, top-2, h = 4096: S = 4096·2·4096·2 B = 67,108,864 B per direction
 S = 67_108_864.0
@@ -96,32 +101,44 @@ def test_routing_spec_rules() -> None:
     with pytest.raises(ValueError, match="non-negative"):
         MoERoutingSpec(expert_loads=[1, -1])
     # dense requests dump as before the field existed (request hashes unchanged)
-    assert "moe_routing" not in TrainingWorkload(global_batch_size=8, sequence_length=8).model_dump()
+    assert (
+        "moe_routing" not in TrainingWorkload(global_batch_size=8, sequence_length=8).model_dump()
+    )
 
 
 def _model(layers: int = 2) -> ModelSpec:
     # h 1024, 8 heads (MHA): attention 4·h² = 4,194,304; router h·E = 8192; expert 3·h·f_e =
     # 6,291,456, 8 routed = 50,331,648; two RMSNorms 2048 per layer
-    return ModelSpec(name="t", num_layers=layers, hidden_size=1024, num_attention_heads=8,
-                     ffn_hidden_size=2048, vocab_size=32000,
-                     moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=2048))
+    return ModelSpec(
+        name="t",
+        num_layers=layers,
+        hidden_size=1024,
+        num_attention_heads=8,
+        ffn_hidden_size=2048,
+        vocab_size=32000,
+        moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=2048),
+    )
 
 
 def _problem(routing: MoERoutingSpec | None = None) -> TrainingProblem:
     return TrainingProblem(
-        model=_model(), cluster=make_cluster(make_h100(), 2),
-        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048,
-                                  moe_routing=routing))
+        model=_model(),
+        cluster=make_cluster(make_h100(), 2),
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048, moe_routing=routing),
+    )
 
 
-@pytest.mark.parametrize(("zero", "expected"), [
-    # tensor 2, data 8 (16 GPUs), EP 4, ETP 2: dense per GPU (4,194,304 + 8192)/2 + 2048 =
-    # 2,103,296 sharded over data 8; experts 50,331,648/8 = 6,291,456 over the
-    # expert-data group 8·2/(4·2) = 2
-    (0, 2_103_296 * 18 + 6_291_456 * 18),
-    (1, 2_103_296 * (6 + 12 / 8) + 6_291_456 * (6 + 12 / 2)),   # 91,272,192
-    (3, 2_103_296 * 18 / 8 + 6_291_456 * 18 / 2),               # 61,355,520
-])
+@pytest.mark.parametrize(
+    ("zero", "expected"),
+    [
+        # tensor 2, data 8 (16 GPUs), EP 4, ETP 2: dense per GPU (4,194,304 + 8192)/2 + 2048 =
+        # 2,103,296 sharded over data 8; experts 50,331,648/8 = 6,291,456 over the
+        # expert-data group 8·2/(4·2) = 2
+        (0, 2_103_296 * 18 + 6_291_456 * 18),
+        (1, 2_103_296 * (6 + 12 / 8) + 6_291_456 * (6 + 12 / 2)),  # 91,272,192
+        (3, 2_103_296 * 18 / 8 + 6_291_456 * 18 / 2),  # 61,355,520
+    ],
+)
 def test_expert_state_bytes_by_ep_etp_zero(zero: int, expected: float) -> None:
     cm = AnalyticalTrainingCostModel()
     key = PlanKey(2, 1, 8, 1, 1, 4, 2, True, 1, zero, "none", "1f1b", True)
@@ -135,8 +152,11 @@ def test_imbalance_and_capacity_scale_the_moe_layer() -> None:
     key = PlanKey(1, 1, 16, 1, 1, 4, 1, False, 1, 1, "none", "1f1b", True)
     plan = key.to_plan([2])
     times = {}
-    for name, routing in [("balanced", None), ("zipf", MoERoutingSpec(imbalance=1.0)),
-                          ("dropped", MoERoutingSpec(imbalance=1.0, capacity_factor=1.0))]:
+    for name, routing in [
+        ("balanced", None),
+        ("zipf", MoERoutingSpec(imbalance=1.0)),
+        ("dropped", MoERoutingSpec(imbalance=1.0, capacity_factor=1.0)),
+    ]:
         est = AnalyticalTrainingCostModel().evaluate(_problem(routing), plan)
         times[name] = (est.metrics.step_time_s, est.details["expert_parallel"])
     # Zipf over 8 experts on EP 4: rank 0 holds experts 0-1, share (1 + 1/2)/H_8 = 0.5518 → λ

@@ -31,28 +31,42 @@ GIB = 1024**3
 def _moe_model() -> ModelSpec:
     # 2 dense layers, then MoE every other layer: three runs of two layer kinds
     return ModelSpec(
-        name="tiny-moe", num_layers=12, hidden_size=2048, num_attention_heads=16,
-        num_kv_heads=4, ffn_hidden_size=8192, vocab_size=32000,
-        moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1408, num_dense_layers=2,
-                    layer_frequency=2),
+        name="tiny-moe",
+        num_layers=12,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_kv_heads=4,
+        ffn_hidden_size=8192,
+        vocab_size=32000,
+        moe=MoESpec(
+            num_experts=8,
+            top_k=2,
+            expert_ffn_hidden_size=1408,
+            num_dense_layers=2,
+            layer_frequency=2,
+        ),
     )
 
 
 def _problems() -> list[tuple[TrainingProblem, dict[str, Any]]]:
     dense = TrainingProblem(
-        model=llama3_70b(), cluster=make_cluster(make_h100(), 4),
+        model=llama3_70b(),
+        cluster=make_cluster(make_h100(), 4),
         workload=TrainingWorkload(global_batch_size=256, sequence_length=4096),
     )
     moe = TrainingProblem(
-        model=_moe_model(), cluster=make_cluster(make_h100(), 2),
+        model=_moe_model(),
+        cluster=make_cluster(make_h100(), 2),
         workload=TrainingWorkload(global_batch_size=64, sequence_length=2048),
     )
     # the folded MoE space (every expert / expert-tensor degree) under a skewed, dropless
     # router: the busiest expert-parallel rank sets the MoE layers' pace
     skewed = TrainingProblem(
-        model=_moe_model(), cluster=make_cluster(make_h100(), 2),
-        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048,
-                                  moe_routing=MoERoutingSpec(imbalance=1.0)),
+        model=_moe_model(),
+        cluster=make_cluster(make_h100(), 2),
+        workload=TrainingWorkload(
+            global_batch_size=64, sequence_length=2048, moe_routing=MoERoutingSpec(imbalance=1.0)
+        ),
     )
     return [(dense, {}), (moe, {"expert": 2}), (skewed, {})]
 
@@ -126,9 +140,19 @@ def test_group_memory_lower_bound_holds_for_every_member(case: int) -> None:
     groups: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for cand in candidates(problem, SearchConstraints(max_virtual_pipeline=3, fixed=fixed)):
         if not cm.check_key(problem, _key(cand)):
-            groups[(cand.data, cand.tensor, cand.pipeline, cand.context, cand.expert,
-                    cand.expert_tensor, cand.sequence_parallel, cand.zero_stage,
-                    cand.flash_attention)].append(cand)
+            groups[
+                (
+                    cand.data,
+                    cand.tensor,
+                    cand.pipeline,
+                    cand.context,
+                    cand.expert,
+                    cand.expert_tensor,
+                    cand.sequence_parallel,
+                    cand.zero_stage,
+                    cand.flash_attention,
+                )
+            ].append(cand)
     rng = random.Random(2)
     checked = 0
     for members in rng.sample(list(groups.values()), min(25, len(groups))):
@@ -152,8 +176,11 @@ def test_group_memory_bound_is_states_plus_fixed_for_a_hand_case() -> None:
     key = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "full", "1f1b", True)
     model = problem.model
     per_gpu_params = (
-        model.num_layers * ((model.attention_parameters() + model.dense_mlp_parameters()) / 8
-                            + 2 * model.norm_parameters())
+        model.num_layers
+        * (
+            (model.attention_parameters() + model.dense_mlp_parameters()) / 8
+            + 2 * model.norm_parameters()
+        )
         + model.embedding_parameters() / 8
         + (model.vocab_size * model.hidden_size / 8 + model.norm_parameters())
     )
@@ -173,29 +200,50 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     expected = ["divisibility", "divisibility", "topology", "batch", "divisibility", "zero"]
     assert [v.kind for v in cm.check_key(problem, bad)] == expected
     # same degrees, valid step fields: only the degree rules (cached) remain
-    assert [v.kind for v in cm.check_key(problem, bad._replace(virtual_pipeline=1,
-                                                               micro_batch_size=1,
-                                                               zero_stage=1))] == expected[:3]
+    assert [
+        v.kind
+        for v in cm.check_key(
+            problem, bad._replace(virtual_pipeline=1, micro_batch_size=1, zero_stage=1)
+        )
+    ] == expected[:3]
     # valid degrees, then only the per-step rules: the fast path must not hide them
     ok = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "none", "1f1b", True)
     assert cm.check_key(problem, ok) == []
     assert [v.kind for v in cm.check_key(problem, ok._replace(micro_batch_size=3))] == ["batch"]
     # interleaving with pipeline 1, and with 256 / (1 · 2) = 128 micro-batches on pipeline 16
-    assert [v.kind for v in cm.check_key(problem, ok._replace(
-        pipeline_schedule="interleaved_1f1b", virtual_pipeline=2))] == ["schedule"]
-    assert cm.check_key(problem, PlanKey(8, 1, 2, 2, 2, 1, 1, True, 1, 1, "none",
-                                         "interleaved_1f1b", True)) == []
+    assert [
+        v.kind
+        for v in cm.check_key(
+            problem, ok._replace(pipeline_schedule="interleaved_1f1b", virtual_pipeline=2)
+        )
+    ] == ["schedule"]
+    assert (
+        cm.check_key(
+            problem, PlanKey(8, 1, 2, 2, 2, 1, 1, True, 1, 1, "none", "interleaved_1f1b", True)
+        )
+        == []
+    )
     m_bad = PlanKey(8, 1, 2, 2, 2, 1, 1, True, 128, 1, "none", "interleaved_1f1b", True)
     assert [v.kind for v in cm.check_key(problem, m_bad)] == ["schedule"]  # m = 1 < 2
-    assert [v.kind for v in cm.check_key(problem, ok._replace(
-        data=1, pipeline=4, zero_stage=3))] == ["zero"]
+    assert [
+        v.kind for v in cm.check_key(problem, ok._replace(data=1, pipeline=4, zero_stage=3))
+    ] == ["zero"]
     # every answer equals the plain check() of a fresh model (no cache involved)
     for key in (bad, ok, m_bad, ok._replace(micro_batch_size=3)):
         fresh = AnalyticalTrainingCostModel()
         assert cm.check_key(problem, key) == fresh._check(
-            problem, key.tensor, key.context, key.data, key.pipeline, key.virtual_pipeline,
-            key.expert, key.expert_tensor, key.micro_batch_size, key.zero_stage,
-            key.pipeline_schedule)
+            problem,
+            key.tensor,
+            key.context,
+            key.data,
+            key.pipeline,
+            key.virtual_pipeline,
+            key.expert,
+            key.expert_tensor,
+            key.micro_batch_size,
+            key.zero_stage,
+            key.pipeline_schedule,
+        )
 
 
 @pytest.mark.parametrize("case", [0, 1, 2])
@@ -206,8 +254,14 @@ def test_bounds_do_not_depend_on_the_order_of_questions(case: int) -> None:
     problem, fixed = _problems()[case]
     keys = [_key(c) for c in _sample(problem, fixed, 300, seed=3)]
     first = AnalyticalTrainingCostModel()
-    answers = [(first.check_key(problem, k), first.group_memory_lower_bound_bytes(problem, k),
-                first.step_time_lower_bound_s(problem, k)) for k in keys]
+    answers = [
+        (
+            first.check_key(problem, k),
+            first.group_memory_lower_bound_bytes(problem, k),
+            first.step_time_lower_bound_s(problem, k),
+        )
+        for k in keys
+    ]
     other = AnalyticalTrainingCostModel()
     order = list(range(len(keys)))
     random.Random(4).shuffle(order)
@@ -215,6 +269,9 @@ def test_bounds_do_not_depend_on_the_order_of_questions(case: int) -> None:
         key = keys[i]
         if not answers[i][0]:
             other.profile_key(problem, key)
-        got = (other.check_key(problem, key), other.group_memory_lower_bound_bytes(problem, key),
-               other.step_time_lower_bound_s(problem, key))
+        got = (
+            other.check_key(problem, key),
+            other.group_memory_lower_bound_bytes(problem, key),
+            other.step_time_lower_bound_s(problem, key),
+        )
         assert got == answers[i], key

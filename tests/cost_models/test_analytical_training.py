@@ -29,8 +29,15 @@ def _plan(stage_layers: list[int] | None = None, **kw: Any) -> TrainingPlan:
     return TrainingPlan(parallelism=ParallelDims(**dims), stage_layers=stage_layers, **kw)
 
 
-LLAMA_PLAN = {"data": 2, "tensor": 8, "pipeline": 4, "sequence_parallel": True, "micro_batch_size": 1,
-                  "zero_stage": 1, "recompute": "selective"}
+LLAMA_PLAN = {
+    "data": 2,
+    "tensor": 8,
+    "pipeline": 4,
+    "sequence_parallel": True,
+    "micro_batch_size": 1,
+    "zero_stage": 1,
+    "recompute": "selective",
+}
 
 
 def test_protocol_and_identity() -> None:
@@ -50,29 +57,46 @@ def test_llama3_70b_sanity(llama_problem: TrainingProblem) -> None:
 
 def test_breakdown_sums_to_step_time(llama_problem: TrainingProblem) -> None:
     cm = build_cost_model()
-    for extra in ({}, {"recompute": "full"}, {"pipeline_schedule": "interleaved_1f1b",
-                                               "virtual_pipeline": 2}):
+    for extra in (
+        {},
+        {"recompute": "full"},
+        {"pipeline_schedule": "interleaved_1f1b", "virtual_pipeline": 2},
+    ):
         kw = {**LLAMA_PLAN, **extra}
         stages = [10] * 8 if "virtual_pipeline" in extra else [20] * 4
         est = cm.evaluate(llama_problem, _plan(stages, **kw))
         b = est.metrics.time_breakdown_s
-        total = (b.compute + b.tensor_parallel_comm + b.data_parallel_comm + b.pipeline_comm
-                 + b.context_parallel_comm + b.expert_parallel_comm + b.bubble + b.optimizer
-                 + b.overhead)
+        total = (
+            b.compute
+            + b.tensor_parallel_comm
+            + b.data_parallel_comm
+            + b.pipeline_comm
+            + b.context_parallel_comm
+            + b.expert_parallel_comm
+            + b.bubble
+            + b.optimizer
+            + b.overhead
+        )
         assert total == pytest.approx(est.metrics.step_time_s, rel=1e-9)
         assert 0 <= b.recompute <= b.compute
         assert est.metrics.bubble_fraction == pytest.approx(b.bubble / est.metrics.step_time_s)
         if kw["recompute"] == "full":
             assert est.metrics.hardware_tflops_per_gpu == pytest.approx(
-                est.metrics.model_tflops_per_gpu * 4 / 3, rel=0.02)
+                est.metrics.model_tflops_per_gpu * 4 / 3, rel=0.02
+            )
 
 
 def test_memory_categories_sum_and_match_profile(llama_problem: TrainingProblem) -> None:
     cm = build_cost_model()
-    for extra in ({}, {"recompute": "full", "zero_stage": 0},
-                  {"pipeline_schedule": "interleaved_1f1b", "virtual_pipeline": 2}):
-        plan = _plan([10] * 8 if extra.get("virtual_pipeline") else [21, 20, 20, 19],
-                     **{**LLAMA_PLAN, **extra})
+    for extra in (
+        {},
+        {"recompute": "full", "zero_stage": 0},
+        {"pipeline_schedule": "interleaved_1f1b", "virtual_pipeline": 2},
+    ):
+        plan = _plan(
+            [10] * 8 if extra.get("virtual_pipeline") else [21, 20, 20, 19],
+            **{**LLAMA_PLAN, **extra},
+        )
         est = cm.evaluate(llama_problem, plan)
         prof = cm.profile(llama_problem, plan)
         p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
@@ -80,8 +104,13 @@ def test_memory_categories_sum_and_match_profile(llama_problem: TrainingProblem)
         assert stages is not None
         starts = [sum(stages[:c]) for c in range(p * v)]
         for j, sm in enumerate(est.memory.by_stage):
-            parts = (sm.weights_gib + sm.gradients_gib + sm.optimizer_gib + sm.activations_gib
-                     + sm.other_gib)
+            parts = (
+                sm.weights_gib
+                + sm.gradients_gib
+                + sm.optimizer_gib
+                + sm.activations_gib
+                + sm.other_gib
+            )
             assert parts == pytest.approx(sm.total_gib, rel=1e-12)
             # the solver's view: the same total from the LayerProfile alone
             total = prof.fixed_bytes
@@ -89,7 +118,8 @@ def test_memory_categories_sum_and_match_profile(llama_problem: TrainingProblem)
                 layers = range(starts[c], starts[c] + stages[c])
                 total += sum(prof.layer_state_bytes[i] for i in layers)
                 total += prof.inflight_microbatches[j][lc] * sum(
-                    prof.layer_activation_bytes[i] for i in layers)
+                    prof.layer_activation_bytes[i] for i in layers
+                )
             if j == 0:
                 total += prof.first_extra_state_bytes
                 total += prof.inflight_microbatches[0][0] * prof.first_extra_activation_bytes
@@ -131,8 +161,11 @@ def test_zero_stage_state_bytes(problem_factory: Callable[..., TrainingProblem])
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.sampled_from([(1, 2), (1, 4), (2, 4), (2, 8), (4, 8), (1, 8)]),
-       st.sampled_from([0, 1, 2, 3]), st.sampled_from([1, 2]))
+@given(
+    st.sampled_from([(1, 2), (1, 4), (2, 4), (2, 8), (4, 8), (1, 8)]),
+    st.sampled_from([0, 1, 2, 3]),
+    st.sampled_from([1, 2]),
+)
 def test_more_tensor_parallelism_never_more_weight_memory(
     pair: tuple[int, int], zero: int, data: int
 ) -> None:
@@ -140,9 +173,11 @@ def test_more_tensor_parallelism_never_more_weight_memory(
     cm = build_cost_model()
     weights = []
     for t in pair:
-        prob = TrainingProblem(model=model, cluster=make_cluster(make_h100(), 1, data * t),
-                               workload=TrainingWorkload(global_batch_size=64,
-                                                         sequence_length=2048))
+        prob = TrainingProblem(
+            model=model,
+            cluster=make_cluster(make_h100(), 1, data * t),
+            workload=TrainingWorkload(global_batch_size=64, sequence_length=2048),
+        )
         est = cm.evaluate(prob, _plan([80], data=data, tensor=t, zero_stage=zero))
         weights.append(est.memory.by_stage[0].weights_gib)
     assert weights[1] <= weights[0]
@@ -172,8 +207,9 @@ def _kinds(cm: AnalyticalTrainingCostModel, prob: TrainingProblem, **kw: Any) ->
     return {v.kind for v in cm.check(prob, _plan(None, **kw))}
 
 
-def test_check_rules(llama_problem: TrainingProblem,
-                     problem_factory: Callable[..., TrainingProblem]) -> None:
+def test_check_rules(
+    llama_problem: TrainingProblem, problem_factory: Callable[..., TrainingProblem]
+) -> None:
     cm = AnalyticalTrainingCostModel()
     ok = {"data": 2, "tensor": 8, "pipeline": 4}
     assert cm.check(llama_problem, _plan(None, **ok)) == []
@@ -182,8 +218,12 @@ def test_check_rules(llama_problem: TrainingProblem,
     assert "1 × 8 × 4 × 1 = 32" in msg and "64 GPUs" in msg
     # heads 64, kv heads 8: tensor 16 breaks kv heads (and crosses the 8-GPU node)
     assert _kinds(cm, llama_problem, data=1, tensor=16, pipeline=4) == {"divisibility", "topology"}
-    allowed = TrainingProblem(model=llama_problem.model, cluster=llama_problem.cluster,
-                              workload=llama_problem.workload, allow_tensor_across_nodes=True)
+    allowed = TrainingProblem(
+        model=llama_problem.model,
+        cluster=llama_problem.cluster,
+        workload=llama_problem.workload,
+        allow_tensor_across_nodes=True,
+    )
     assert _kinds(cm, allowed, data=1, tensor=16, pipeline=4) == {"divisibility"}
     # sequence 4096 is not divisible by 2 × context = 6 (24 GPUs = 1 × 8 × 1 × 3)
     odd = problem_factory(llama3_70b(), make_h100(), 3, 24, 4096)
@@ -194,11 +234,20 @@ def test_check_rules(llama_problem: TrainingProblem,
     tiny = problem_factory(gpt(layers=4, h=256, a=4), make_h100(), 1, 16, 256)
     assert _kinds(cm, tiny, data=1, pipeline=8) == {"divisibility"}
     # interleaved: micro-batches (1024/(1·2) = 512) fine; 8 micro-batches vs pipeline 16 not
-    assert _kinds(cm, llama_problem, pipeline_schedule="interleaved_1f1b", virtual_pipeline=2,
-                  **ok) == set()
+    assert (
+        _kinds(cm, llama_problem, pipeline_schedule="interleaved_1f1b", virtual_pipeline=2, **ok)
+        == set()
+    )
     small = problem_factory(llama3_70b(), make_h100(), 8, 8, 4096)
-    assert _kinds(cm, small, data=1, tensor=4, pipeline=16,
-                  pipeline_schedule="interleaved_1f1b", virtual_pipeline=2) == {"schedule"}
+    assert _kinds(
+        cm,
+        small,
+        data=1,
+        tensor=4,
+        pipeline=16,
+        pipeline_schedule="interleaved_1f1b",
+        virtual_pipeline=2,
+    ) == {"schedule"}
     # ZeRO-2/3 with pipelining
     assert _kinds(cm, llama_problem, zero_stage=2, **ok) == {"zero"}
     # expert degrees on a dense model
@@ -210,28 +259,54 @@ def test_check_rules(llama_problem: TrainingProblem,
 
 def test_check_moe_and_heterogeneous(problem_factory: Callable[..., TrainingProblem]) -> None:
     cm = AnalyticalTrainingCostModel()
-    moe = ModelSpec(num_layers=4, hidden_size=512, num_attention_heads=8, ffn_hidden_size=2048,
-                    vocab_size=1000, moe=MoESpec(num_experts=6, top_k=2,
-                                                 expert_ffn_hidden_size=512))
+    moe = ModelSpec(
+        num_layers=4,
+        hidden_size=512,
+        num_attention_heads=8,
+        ffn_hidden_size=2048,
+        vocab_size=1000,
+        moe=MoESpec(num_experts=6, top_k=2, expert_ffn_hidden_size=512),
+    )
     prob = problem_factory(moe, make_h100(), 1, 16, 256)
     assert _kinds(cm, prob, data=8, expert=4) == {"expert"}  # 6 % 4
     assert _kinds(cm, prob, data=8, expert=2) == set()
     assert _kinds(cm, prob, data=4, tensor=2, expert=6) == {"expert"}  # 6 ∤ 8
     h, a = make_h100(), make_a100()
-    mixed = ResolvedCluster(groups=[
-        ResolvedNodeGroup(accelerator=h, num_nodes=1, gpus_per_node=8,
-                          intra_node_bandwidth_gb_s=450, inter_node_bandwidth_gb_s=50),
-        ResolvedNodeGroup(accelerator=a, num_nodes=1, gpus_per_node=8,
-                          intra_node_bandwidth_gb_s=300, inter_node_bandwidth_gb_s=25)])
-    het = TrainingProblem(model=gpt(layers=4, h=256, a=4), cluster=mixed,
-                          workload=TrainingWorkload(global_batch_size=16, sequence_length=256))
+    mixed = ResolvedCluster(
+        groups=[
+            ResolvedNodeGroup(
+                accelerator=h,
+                num_nodes=1,
+                gpus_per_node=8,
+                intra_node_bandwidth_gb_s=450,
+                inter_node_bandwidth_gb_s=50,
+            ),
+            ResolvedNodeGroup(
+                accelerator=a,
+                num_nodes=1,
+                gpus_per_node=8,
+                intra_node_bandwidth_gb_s=300,
+                inter_node_bandwidth_gb_s=25,
+            ),
+        ]
+    )
+    het = TrainingProblem(
+        model=gpt(layers=4, h=256, a=4),
+        cluster=mixed,
+        workload=TrainingWorkload(global_batch_size=16, sequence_length=256),
+    )
     assert _kinds(cm, het, data=16) == {"heterogeneous"}
 
 
 def test_moe_layers_cost_differently(problem_factory: Callable[..., TrainingProblem]) -> None:
-    moe = ModelSpec(num_layers=4, hidden_size=1024, num_attention_heads=8, ffn_hidden_size=4096,
-                    vocab_size=1000, moe=MoESpec(num_experts=8, top_k=2,
-                                                 expert_ffn_hidden_size=1024, num_dense_layers=1))
+    moe = ModelSpec(
+        num_layers=4,
+        hidden_size=1024,
+        num_attention_heads=8,
+        ffn_hidden_size=4096,
+        vocab_size=1000,
+        moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, num_dense_layers=1),
+    )
     prob = problem_factory(moe, make_h100(), 1, 16, 1024)
     prof = build_cost_model().profile(prob, _plan(None, data=4, tensor=2, expert=2))
     assert prof.layer_time_s[1] == prof.layer_time_s[2] != prof.layer_time_s[0]
@@ -241,20 +316,34 @@ def test_moe_layers_cost_differently(problem_factory: Callable[..., TrainingProb
 def test_more_overlap_and_context_parallel(llama_problem: TrainingProblem) -> None:
     base = build_cost_model().evaluate(llama_problem, _plan([20] * 4, **LLAMA_PLAN))
     hidden = build_cost_model(config={"tp_comm_overlap": 1.0}).evaluate(
-        llama_problem, _plan([20] * 4, **LLAMA_PLAN))
+        llama_problem, _plan([20] * 4, **LLAMA_PLAN)
+    )
     assert hidden.metrics.time_breakdown_s.tensor_parallel_comm == 0.0
     assert hidden.metrics.step_time_s < base.metrics.step_time_s
-    cp = build_cost_model().evaluate(llama_problem, _plan(
-        [20] * 4, data=1, tensor=8, pipeline=4, context=2, sequence_parallel=True,
-        zero_stage=1, recompute="selective"))
+    cp = build_cost_model().evaluate(
+        llama_problem,
+        _plan(
+            [20] * 4,
+            data=1,
+            tensor=8,
+            pipeline=4,
+            context=2,
+            sequence_parallel=True,
+            zero_stage=1,
+            recompute="selective",
+        ),
+    )
     assert cp.details["group_tiers"]["context"] == "inter"
     assert cp.metrics.time_breakdown_s.context_parallel_comm >= 0.0
 
 
 def test_profile_and_evaluate_are_fast(llama_problem: TrainingProblem) -> None:
     cm = build_cost_model()
-    plans = [_plan([20] * 4, **{**LLAMA_PLAN, "micro_batch_size": mb, "recompute": rc})
-             for mb in (1, 2) for rc in ("none", "selective", "full")]
+    plans = [
+        _plan([20] * 4, **{**LLAMA_PLAN, "micro_batch_size": mb, "recompute": rc})
+        for mb in (1, 2)
+        for rc in ("none", "selective", "full")
+    ]
     t0 = time.perf_counter()
     for pl in plans:
         cm.profile(llama_problem, pl)  # cold: builds the layer costs

@@ -30,18 +30,23 @@ TRUE_ATTENTION = 0.45
 
 def _problem(seq: int, nodes: int = 2, precision: str = "bf16") -> TrainingProblem:
     return TrainingProblem(
-        model=gpt(layers=8, h=2048, a=16), cluster=make_cluster(make_h100(), nodes, 8),
-        workload=TrainingWorkload(global_batch_size=64, sequence_length=seq,
-                                  precision=precision),  # type: ignore[arg-type]
+        model=gpt(layers=8, h=2048, a=16),
+        cluster=make_cluster(make_h100(), nodes, 8),
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=seq, precision=precision),  # type: ignore[arg-type]
     )
 
 
 def _plan(t: int, pp: int, d: int) -> TrainingPlan:
-    return TrainingPlan.model_validate({
-        "parallelism": {"data": d, "tensor": t, "pipeline": pp}, "micro_batch_size": 1,
-        "zero_stage": 1, "recompute": "selective", "pipeline_schedule": "1f1b",
-        "stage_layers": [8 // pp] * pp,
-    })
+    return TrainingPlan.model_validate(
+        {
+            "parallelism": {"data": d, "tensor": t, "pipeline": pp},
+            "micro_batch_size": 1,
+            "zero_stage": 1,
+            "recompute": "selective",
+            "pipeline_schedule": "1f1b",
+            "stage_layers": [8 // pp] * pp,
+        }
+    )
 
 
 def _true_step_s(problem: TrainingProblem, plan: TrainingPlan) -> float:
@@ -49,9 +54,11 @@ def _true_step_s(problem: TrainingProblem, plan: TrainingPlan) -> float:
     the accelerator record is edited directly, independently of the calibrated model."""
     acc = problem.cluster.accelerator.model_copy(update={"gemm_efficiency": TRUE_GEMM})
     group = problem.cluster.groups[0].model_copy(update={"accelerator": acc})
-    truth = TrainingProblem(model=problem.model,
-                            cluster=problem.cluster.model_copy(update={"groups": [group]}),
-                            workload=problem.workload)
+    truth = TrainingProblem(
+        model=problem.model,
+        cluster=problem.cluster.model_copy(update={"groups": [group]}),
+        workload=problem.workload,
+    )
     model = AnalyticalTrainingCostModel(AnalyticalConfig(attention_efficiency=TRUE_ATTENTION))
     return model.evaluate(truth, plan).metrics.step_time_s
 
@@ -87,22 +94,27 @@ def test_gemm_efficiency_applies_to_the_accelerator_and_fp8_by_the_same_ratio() 
     problem, plan = _problem(4096, precision="fp8"), _plan(2, 2, 4)
     # fp8 GEMMs: 0.709 (catalog fp8 efficiency) × 0.62 / 0.803 = 0.54742
     acc = problem.cluster.accelerator.model_copy(
-        update={"gemm_efficiency": 0.62, "gemm_efficiency_fp8": 0.709 * 0.62 / 0.803})
+        update={"gemm_efficiency": 0.62, "gemm_efficiency_fp8": 0.709 * 0.62 / 0.803}
+    )
     group = problem.cluster.groups[0].model_copy(update={"accelerator": acc})
-    edited = TrainingProblem(model=problem.model,
-                             cluster=problem.cluster.model_copy(update={"groups": [group]}),
-                             workload=problem.workload)
+    edited = TrainingProblem(
+        model=problem.model,
+        cluster=problem.cluster.model_copy(update={"groups": [group]}),
+        workload=problem.workload,
+    )
     expected = AnalyticalTrainingCostModel().evaluate(edited, plan).metrics.step_time_s
-    model = build_cost_model("calibrated",
-                             {"parameters": {"h100-sxm": {"gemm_efficiency": 0.62}}})
+    model = build_cost_model("calibrated", {"parameters": {"h100-sxm": {"gemm_efficiency": 0.62}}})
     got = model.evaluate(problem, plan).metrics.step_time_s
     assert got == pytest.approx(expected, rel=1e-12)
     assert got > AnalyticalTrainingCostModel().evaluate(problem, plan).metrics.step_time_s
     # another accelerator's entry does not touch an H100 problem
-    other = build_cost_model("calibrated",
-                             {"parameters": {"a100-sxm4-80gb": {"gemm_efficiency": 0.3}}})
-    assert other.evaluate(problem, plan).metrics == \
-        AnalyticalTrainingCostModel().evaluate(problem, plan).metrics
+    other = build_cost_model(
+        "calibrated", {"parameters": {"a100-sxm4-80gb": {"gemm_efficiency": 0.3}}}
+    )
+    assert (
+        other.evaluate(problem, plan).metrics
+        == AnalyticalTrainingCostModel().evaluate(problem, plan).metrics
+    )
 
 
 def test_step_overhead_adds_to_the_step() -> None:
@@ -112,13 +124,16 @@ def test_step_overhead_adds_to_the_step() -> None:
     assert model.evaluate(problem, plan).metrics.step_time_s == pytest.approx(base + 0.25)
 
 
-@pytest.mark.parametrize(("parameters", "field"), [
-    ({"h100-sxm": {"gemm_efficiency": 0.1}}, "parameters.h100-sxm.gemm_efficiency"),
-    ({"h100-sxm": {"scale_out_efficiency": 1.2}}, "parameters.h100-sxm.scale_out_efficiency"),
-    ({"attention_efficiency": 0.95}, "parameters.attention_efficiency"),
-    ({"step_overhead_s": 6.0}, "parameters.step_overhead_s"),
-    ({"H100 SXM": {"gemm_efficiency": 0.5}}, "parameters"),
-])
+@pytest.mark.parametrize(
+    ("parameters", "field"),
+    [
+        ({"h100-sxm": {"gemm_efficiency": 0.1}}, "parameters.h100-sxm.gemm_efficiency"),
+        ({"h100-sxm": {"scale_out_efficiency": 1.2}}, "parameters.h100-sxm.scale_out_efficiency"),
+        ({"attention_efficiency": 0.95}, "parameters.attention_efficiency"),
+        ({"step_overhead_s": 6.0}, "parameters.step_overhead_s"),
+        ({"H100 SXM": {"gemm_efficiency": 0.5}}, "parameters"),
+    ],
+)
 def test_parameters_are_bounded(parameters: dict[str, object], field: str) -> None:
     with pytest.raises(SpecError) as exc:
         build_cost_model("calibrated", {"parameters": parameters})
@@ -172,16 +187,22 @@ def test_no_samples_is_the_analytical_model() -> None:
     assert fit.num_samples == 0 and fit.parameters == {} and fit.error_after is None
     model = build_cost_model("calibrated", fit.config())
     problem, plan = _problem(4096), _plan(2, 2, 4)
-    assert model.evaluate(problem, plan).metrics == \
-        AnalyticalTrainingCostModel().evaluate(problem, plan).metrics
+    assert (
+        model.evaluate(problem, plan).metrics
+        == AnalyticalTrainingCostModel().evaluate(problem, plan).metrics
+    )
 
 
 def test_bad_samples_name_the_sample() -> None:
     problem = _problem(4096)
     for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(SpecError) as exc:
-            fit_calibration([CalibrationSample(problem, _plan(2, 2, 4), 1.0),
-                             CalibrationSample(problem, _plan(2, 2, 4), bad)])
+            fit_calibration(
+                [
+                    CalibrationSample(problem, _plan(2, 2, 4), 1.0),
+                    CalibrationSample(problem, _plan(2, 2, 4), bad),
+                ]
+            )
         assert exc.value.field == "samples.1.measured_step_s"
     open_split = _plan(2, 2, 4).model_copy(update={"stage_layers": None})
     with pytest.raises(SpecError) as exc:
@@ -191,12 +212,14 @@ def test_bad_samples_name_the_sample() -> None:
 
 def test_config_round_trips() -> None:
     config = CalibratedConfig.model_validate(
-        {"base": {"kernel_launch_s": 4e-6},
-         "parameters": {"h100-sxm": {"gemm_efficiency": 0.7}, "step_overhead_s": 0.1}})
+        {
+            "base": {"kernel_launch_s": 4e-6},
+            "parameters": {"h100-sxm": {"gemm_efficiency": 0.7}, "step_overhead_s": 0.1},
+        }
+    )
     dumped = config.model_dump(mode="json", exclude_none=True)
     assert CalibratedConfig.model_validate(dumped) == config
-    assert dumped["parameters"] == {"h100-sxm": {"gemm_efficiency": 0.7},
-                                    "step_overhead_s": 0.1}
+    assert dumped["parameters"] == {"h100-sxm": {"gemm_efficiency": 0.7}, "step_overhead_s": 0.1}
 
 
 def test_fitted_model_carries_error_bars_from_its_own_residuals() -> None:
@@ -212,10 +235,12 @@ def test_fitted_model_carries_error_bars_from_its_own_residuals() -> None:
     assert bars["num_samples"] == len(samples) == 9
     log_ratios = sorted(-math.log1p(r) for r in fit.residuals)
     # type-7 quantiles of 9 values: positions 0.8 and 7.2
-    assert bars["q_low"] == pytest.approx(log_ratios[0] + 0.8 * (log_ratios[1] - log_ratios[0]),
-                                          abs=1e-6)
-    assert bars["q_high"] == pytest.approx(log_ratios[7] + 0.2 * (log_ratios[8] - log_ratios[7]),
-                                           abs=1e-6)
+    assert bars["q_low"] == pytest.approx(
+        log_ratios[0] + 0.8 * (log_ratios[1] - log_ratios[0]), abs=1e-6
+    )
+    assert bars["q_high"] == pytest.approx(
+        log_ratios[7] + 0.2 * (log_ratios[8] - log_ratios[7]), abs=1e-6
+    )
     assert bars["q_low"] < -0.05 and bars["q_high"] > 0.05
     model = build_cost_model("calibrated", config)
     est = model.evaluate(samples[0].problem, samples[0].plan)

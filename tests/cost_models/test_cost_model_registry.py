@@ -18,10 +18,20 @@ from specs.errors import PluginNotFound, SpecError
 
 
 def test_public_api_pinned() -> None:
-    assert sorted(public) == sorted([
-        "AnalyticalConfig", "AnalyticalTrainingCostModel", "LayerProfile", "TrainingCostModel",
-        "TrainingEstimate", "TrainingProblem", "build_cost_model", "list_cost_models",
-        "load_entry_point_plugins", "register_cost_model"])
+    assert sorted(public) == sorted(
+        [
+            "AnalyticalConfig",
+            "AnalyticalTrainingCostModel",
+            "LayerProfile",
+            "TrainingCostModel",
+            "TrainingEstimate",
+            "TrainingProblem",
+            "build_cost_model",
+            "list_cost_models",
+            "load_entry_point_plugins",
+            "register_cost_model",
+        ]
+    )
 
 
 def test_builtin_registered_and_config_applied() -> None:

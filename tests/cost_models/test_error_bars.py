@@ -42,7 +42,9 @@ def test_estimates_carry_the_shipped_interval(llama_problem: TrainingProblem) ->
     assert stored is not None and stored.q_low < 0 < stored.q_high
     plan = TrainingPlan(
         parallelism=ParallelDims(data=2, tensor=8, pipeline=4, sequence_parallel=True),
-        micro_batch_size=1, zero_stage=1, recompute="selective",
+        micro_batch_size=1,
+        zero_stage=1,
+        recompute="selective",
     )
     est = estimate_plan(llama_problem, build_cost_model("analytical"), plan)
     m = est.metrics

@@ -135,6 +135,7 @@ def test_qwen2_fsdp_rows_are_not_priced_as_flat_rings(moe_report: list[RowResult
         assert err is not None and abs(err) <= QWEN2_FSDP_ROW_ABS_ERROR_MAX, (row, err)
     # the flat ring stays the default of the cost model: the same rows priced that way
     from bench.accuracy import evaluate_case
+
     flat = evaluate_case(by[86].case, cost_model_config={"zero3_flat_ring": True})
     assert flat.step_error is not None and flat.step_error > 1.0
 
@@ -154,8 +155,11 @@ def test_moe_oom_row_without_recompute_is_infeasible(moe_report: list[RowResult]
     assert not row98.feasible
 
 
-@pytest.mark.xfail(strict=True, reason="row 96 (Llama3-8x70B FSDP, TP8 CP8 DP4) OOMs in the "
-                   "paper but fits in the model: ZeRO-3 over 256 GPUs needs ~37 GiB per GPU")
+@pytest.mark.xfail(
+    strict=True,
+    reason="row 96 (Llama3-8x70B FSDP, TP8 CP8 DP4) OOMs in the "
+    "paper but fits in the model: ZeRO-3 over 256 GPUs needs ~37 GiB per GPU",
+)
 def test_moe_oom_rows_are_infeasible(moe_report: list[RowResult]) -> None:
     oom = [r for r in moe_report if r.case.status == "OOM"]
     assert [r.case.row_id for r in oom if r.feasible] == []
@@ -163,8 +167,12 @@ def test_moe_oom_rows_are_infeasible(moe_report: list[RowResult]) -> None:
 
 def test_moe_strategy_orderings(moe_report: list[RowResult]) -> None:
     groups = {g[0].case.label.split("[")[0].strip(): g for g in plan_groups(moe_report)}
-    assert sorted(groups) == ["Llama3-8x70B", "Mixtral-8x22B", "Mixtral-8x22B-G8T8",
-                              "Qwen2-57B-A14B"]
+    assert sorted(groups) == [
+        "Llama3-8x70B",
+        "Mixtral-8x22B",
+        "Mixtral-8x22B-G8T8",
+        "Qwen2-57B-A14B",
+    ]
     assert all(len(g) == 5 for g in groups.values())
     assert ordering_reproduced(groups["Mixtral-8x22B"])
     assert ordering_reproduced(groups["Mixtral-8x22B-G8T8"])

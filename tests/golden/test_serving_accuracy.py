@@ -31,10 +31,8 @@ HEADLINE_ERROR_MAX: dict[tuple[str, str], float] = {
     ("trtllm-perf-overview-llama3.1-8b-1xh100-fp8-1000-1000", "throughput_tokens_per_s"): 0.22,
     ("trtllm-perf-overview-llama3.1-8b-1xh200-fp8-1000-1000", "throughput_tokens_per_s"): 0.13,
     ("trtllm-perf-overview-llama3.3-70b-2xh100-fp8-1000-1000", "throughput_tokens_per_s"): 0.06,
-    ("trtllm-perf-overview-qwen3-235b-a22b-8xh200-fp8-1000-1000",
-     "throughput_tokens_per_s"): 0.29,
-    ("trtllm-perf-overview-qwen3-235b-a22b-8xh100-fp8-1000-1000",
-     "throughput_tokens_per_s"): 0.07,
+    ("trtllm-perf-overview-qwen3-235b-a22b-8xh200-fp8-1000-1000", "throughput_tokens_per_s"): 0.29,
+    ("trtllm-perf-overview-qwen3-235b-a22b-8xh100-fp8-1000-1000", "throughput_tokens_per_s"): 0.07,
     ("nim-1.8.0-llama3.3-70b-2xh100-fp8-5000-500-c1", "ttft_ms"): 0.09,
     ("nim-1.8.0-llama3.3-70b-2xh100-fp8-5000-500-c1", "itl_ms"): 0.09,
     ("nim-1.8.0-llama3.3-70b-2xh100-fp8-5000-500-c25", "itl_ms"): 0.09,
@@ -63,10 +61,12 @@ def _peer(case: svp.Case, tool: str, variant: str) -> dict[str, Any]:
     raise KeyError(variant)
 
 
-@pytest.mark.parametrize("case_id", ["llama3.1-8b_1xh100_b1_1024-256",
-                                     "llama3.1-8b_1xh100_b16_1024-256"])
+@pytest.mark.parametrize(
+    "case_id", ["llama3.1-8b_1xh100_b1_1024-256", "llama3.1-8b_1xh100_b16_1024-256"]
+)
 def test_dense_h100_fixed_batches_are_within_25_percent_of_aiconfigurator(
-        cases: dict[str, svp.Case], case_id: str) -> None:
+    cases: dict[str, svp.Case], case_id: str
+) -> None:
     case = cases[case_id]
     ours = our_estimate(case)
     assert ours is not None
@@ -74,8 +74,12 @@ def test_dense_h100_fixed_batches_are_within_25_percent_of_aiconfigurator(
     for _, label, ref in svp.peer_figures(case):
         if not label.startswith("aiconfigurator"):
             continue
-        for key in ("tpot_ms", "decode_step_ms", "prefill_one_request_ms",
-                    "prefill_whole_batch_ms"):
+        for key in (
+            "tpot_ms",
+            "decode_step_ms",
+            "prefill_one_request_ms",
+            "prefill_whole_batch_ms",
+        ):
             if ref.get(key):
                 err = svp.rel_diff(ours[key], ref[key])
                 assert err is not None and abs(err) <= AIC_TOLERANCE, (label, key, err)
@@ -83,8 +87,7 @@ def test_dense_h100_fixed_batches_are_within_25_percent_of_aiconfigurator(
     assert checked >= 6
 
 
-def test_70b_search_beats_aiconfigurators_plan_under_our_model(
-        cases: dict[str, svp.Case]) -> None:
+def test_70b_search_beats_aiconfigurators_plan_under_our_model(cases: dict[str, svp.Case]) -> None:
     case = cases["llama3.1-70b_8xh100_slo_ttft1000_tpot50_1024-256"]
     ours = our_estimate(case)
     assert ours is not None

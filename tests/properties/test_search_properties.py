@@ -34,23 +34,38 @@ def problems(draw: st.DrawFn) -> TrainingProblem:
     )
     accelerator = draw(st.sampled_from(["h100-sxm", "a100-40gb", "mi300x", "l40s"]))
     gpus_per_node = draw(st.sampled_from([2, 4, 8]))
-    cluster = resolve_cluster(ClusterSpec.model_validate({"node_groups": [{
-        "accelerator": accelerator, "num_nodes": draw(st.integers(1, 4)),
-        "gpus_per_node": gpus_per_node}]}))
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {
+                        "accelerator": accelerator,
+                        "num_nodes": draw(st.integers(1, 4)),
+                        "gpus_per_node": gpus_per_node,
+                    }
+                ]
+            }
+        )
+    )
     workload = TrainingWorkload(
         global_batch_size=draw(st.sampled_from([8, 16, 32, 64, 96])),
         sequence_length=draw(st.sampled_from([512, 2048, 4096])),
     )
     headroom = draw(st.sampled_from([0.0, 2.0, 10.0]))
-    return TrainingProblem(model=model, cluster=cluster, workload=workload,
-                           memory_headroom_gib=headroom)
+    return TrainingProblem(
+        model=model, cluster=cluster, workload=workload, memory_headroom_gib=headroom
+    )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems())
 def test_every_returned_plan_is_legal_and_fits(problem: TrainingProblem) -> None:
-    result = search(problem, build_cost_model("analytical"),
-                    SearchConstraints(memory_headroom_gib=problem.memory_headroom_gib), top_k=5)
+    result = search(
+        problem,
+        build_cost_model("analytical"),
+        SearchConstraints(memory_headroom_gib=problem.memory_headroom_gib),
+        top_k=5,
+    )
     usable_gib = problem.cluster.accelerator.memory_gib - problem.memory_headroom_gib
     times = []
     for ranked in result.plans:

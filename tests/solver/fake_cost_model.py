@@ -38,35 +38,71 @@ _RECOMPUTE_ACT = {"none": 1.0, "selective": 0.6, "full": 0.1}
 
 def make_accelerator(memory_gib: float = 80.0) -> AcceleratorSpec:
     return AcceleratorSpec(
-        id="fake-gpu", name="Fake GPU", vendor="test", memory_gib=memory_gib,
-        memory_bandwidth_gb_s=2000.0, peak_tflops={"bf16": 400.0},
-        scale_up_bandwidth_gb_s=300.0, scale_out_bandwidth_gb_s=25.0,
-        scale_up_domain_size=8, gpus_per_node=8, gemm_efficiency=0.8,
-        scale_up_efficiency=0.8, scale_out_efficiency=0.9,
+        id="fake-gpu",
+        name="Fake GPU",
+        vendor="test",
+        memory_gib=memory_gib,
+        memory_bandwidth_gb_s=2000.0,
+        peak_tflops={"bf16": 400.0},
+        scale_up_bandwidth_gb_s=300.0,
+        scale_out_bandwidth_gb_s=25.0,
+        scale_up_domain_size=8,
+        gpus_per_node=8,
+        gemm_efficiency=0.8,
+        scale_up_efficiency=0.8,
+        scale_out_efficiency=0.9,
         sources=[Source(ref="test", supports="made up for tests")],
     )
 
 
-def make_cluster(num_nodes: int, gpus_per_node: int = 8, memory_gib: float = 80.0) -> ResolvedCluster:
-    return ResolvedCluster(groups=[ResolvedNodeGroup(
-        accelerator=make_accelerator(memory_gib), num_nodes=num_nodes,
-        gpus_per_node=gpus_per_node, intra_node_bandwidth_gb_s=300.0,
-        inter_node_bandwidth_gb_s=25.0,
-    )])
+def make_cluster(
+    num_nodes: int, gpus_per_node: int = 8, memory_gib: float = 80.0
+) -> ResolvedCluster:
+    return ResolvedCluster(
+        groups=[
+            ResolvedNodeGroup(
+                accelerator=make_accelerator(memory_gib),
+                num_nodes=num_nodes,
+                gpus_per_node=gpus_per_node,
+                intra_node_bandwidth_gb_s=300.0,
+                inter_node_bandwidth_gb_s=25.0,
+            )
+        ]
+    )
 
 
-def tiny_model(num_layers: int = 8, hidden: int = 1024, heads: int = 16, kv: int = 8,
-               ffn: int = 4096, vocab: int = 32000) -> ModelSpec:
-    return ModelSpec(name="tiny", num_layers=num_layers, hidden_size=hidden,
-                     num_attention_heads=heads, num_kv_heads=kv, ffn_hidden_size=ffn,
-                     vocab_size=vocab)
+def tiny_model(
+    num_layers: int = 8,
+    hidden: int = 1024,
+    heads: int = 16,
+    kv: int = 8,
+    ffn: int = 4096,
+    vocab: int = 32000,
+) -> ModelSpec:
+    return ModelSpec(
+        name="tiny",
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
+    )
 
 
-def make_problem(model: ModelSpec, num_nodes: int, *, gpus_per_node: int = 8,
-                 memory_gib: float = 80.0, global_batch: int = 64, seq: int = 2048,
-                 headroom_gib: float = 2.0) -> TrainingProblem:
+def make_problem(
+    model: ModelSpec,
+    num_nodes: int,
+    *,
+    gpus_per_node: int = 8,
+    memory_gib: float = 80.0,
+    global_batch: int = 64,
+    seq: int = 2048,
+    headroom_gib: float = 2.0,
+) -> TrainingProblem:
     return TrainingProblem(
-        model=model, cluster=make_cluster(num_nodes, gpus_per_node, memory_gib),
+        model=model,
+        cluster=make_cluster(num_nodes, gpus_per_node, memory_gib),
         workload=TrainingWorkload(global_batch_size=global_batch, sequence_length=seq),
         memory_headroom_gib=headroom_gib,
     )
@@ -106,10 +142,16 @@ class FakeCostModel:
         layer_params = m.layer_parameters(0)
         bytes_per_param = {0: 16.0, 1: 4.0 + 12.0 / d, 2: 2.0 + 14.0 / d, 3: 16.0 / d}
         zero = bytes_per_param[plan.zero_stage]
-        tp_bw = (problem.cluster.intra_node_bandwidth_gb_s if t <= problem.cluster.gpus_per_node
-                 else problem.cluster.inter_node_bandwidth_gb_s) * 1e9
+        tp_bw = (
+            problem.cluster.intra_node_bandwidth_gb_s
+            if t <= problem.cluster.gpus_per_node
+            else problem.cluster.inter_node_bandwidth_gb_s
+        ) * 1e9
         return {
-            "layer_time": 6.0 * layer_params * tokens / (t * c * peak)
+            "layer_time": 6.0
+            * layer_params
+            * tokens
+            / (t * c * peak)
             * _RECOMPUTE_TIME[plan.recompute]
             + (8.0 * tokens * h * 2 / tp_bw * (t - 1) / t if t > 1 else 0.0),
             "layer_fwd": 2.0 * layer_params * tokens / (t * c * peak),
@@ -138,11 +180,16 @@ class FakeCostModel:
             layer_forward_time_s=tuple(q["layer_fwd"] * self._scale(i) for i in range(num_layers)),
             layer_state_bytes=tuple(q["layer_state"] * self._scale(i) for i in range(num_layers)),
             layer_activation_bytes=tuple(q["layer_act"] for _ in range(num_layers)),
-            first_extra_time_s=q["emb_time"], last_extra_time_s=q["head_time"],
-            first_extra_state_bytes=q["emb_state"], last_extra_state_bytes=q["head_state"],
-            first_extra_activation_bytes=q["emb_act"], last_extra_activation_bytes=q["head_act"],
-            p2p_time_s=q["p2p"], fixed_bytes=1.0 * GIB,
-            inflight_microbatches=self._inflight(plan, mbs), num_microbatches=mbs,
+            first_extra_time_s=q["emb_time"],
+            last_extra_time_s=q["head_time"],
+            first_extra_state_bytes=q["emb_state"],
+            last_extra_state_bytes=q["head_state"],
+            first_extra_activation_bytes=q["emb_act"],
+            last_extra_activation_bytes=q["head_act"],
+            p2p_time_s=q["p2p"],
+            fixed_bytes=1.0 * GIB,
+            inflight_microbatches=self._inflight(plan, mbs),
+            num_microbatches=mbs,
             usable_bytes=problem.usable_memory_bytes,
         )
 
@@ -195,26 +242,40 @@ class FakeCostModel:
         tokens = problem.workload.tokens_per_step
         flops = 6.0 * problem.model.num_parameters() * tokens
         metrics = TrainingMetrics(
-            step_time_s=step, tokens_per_s=tokens / step,
+            step_time_s=step,
+            tokens_per_s=tokens / step,
             model_tflops_per_gpu=flops / step / problem.num_gpus / 1e12,
             mfu=flops / step / problem.num_gpus / problem.cluster.accelerator.peak_flops("bf16"),
-            peak_memory_gib=peak / GIB, bubble_fraction=bubble / step,
+            peak_memory_gib=peak / GIB,
+            bubble_fraction=bubble / step,
             time_breakdown_s=TimeBreakdown(
-                compute=compute, data_parallel_comm=dp, bubble=bubble, optimizer=optimizer,
+                compute=compute,
+                data_parallel_comm=dp,
+                bubble=bubble,
+                optimizer=optimizer,
             ),
         )
         memory = MemoryReport(
-            peak_gib=peak / GIB, capacity_gib=problem.cluster.accelerator.memory_gib,
+            peak_gib=peak / GIB,
+            capacity_gib=problem.cluster.accelerator.memory_gib,
             usable_gib=usable / GIB,
             by_stage=[
-                StageMemory(weights_gib=state[j] / 8 / GIB, gradients_gib=state[j] / 8 / GIB,
-                            optimizer_gib=state[j] * 0.75 / GIB, activations_gib=act[j] / GIB,
-                            other_gib=prof.fixed_bytes / GIB, total_gib=mem[j] / GIB)
+                StageMemory(
+                    weights_gib=state[j] / 8 / GIB,
+                    gradients_gib=state[j] / 8 / GIB,
+                    optimizer_gib=state[j] * 0.75 / GIB,
+                    activations_gib=act[j] / GIB,
+                    other_gib=prof.fixed_bytes / GIB,
+                    total_gib=mem[j] / GIB,
+                )
                 for j in range(p)
             ],
         )
         return TrainingEstimate(
-            plan=plan, feasible=not violations, violations=violations, metrics=metrics,
+            plan=plan,
+            feasible=not violations,
+            violations=violations,
+            metrics=metrics,
             memory=memory,
             details={"rank_times_s": times, "comm_tiers": {"data_parallel": "scale_out"}},
         )

@@ -28,14 +28,15 @@ def _analytical() -> TrainingCostModel | None:
 
 ANALYTICAL = _analytical()
 needs_analytical = pytest.mark.skipif(
-    ANALYTICAL is None, reason="cost_models.registry analytical model not importable")
+    ANALYTICAL is None, reason="cost_models.registry analytical model not importable"
+)
 
 # (layers, nodes, memory GiB, global batch, layer_scale): small clusters where memory binds
 FAKE_CASES = [
     (8, 1, 80.0, 64, (1.0,)),
     (8, 2, 3.0, 64, (1.0,)),
     (12, 4, 2.6, 96, (1.0,)),
-    (6, 1, 3.0, 32, (1.0, 1.7, 0.6)),   # non-uniform layers: the general ILP
+    (6, 1, 3.0, 32, (1.0, 1.7, 0.6)),  # non-uniform layers: the general ILP
     (8, 2, 2.8, 32, (1.3, 0.8)),
 ]
 
@@ -43,18 +44,23 @@ FAKE_CASES = [
 def _assert_same_top(a, b) -> None:
     assert [p.estimate.plan for p in a.plans] == [p.estimate.plan for p in b.plans]
     assert [p.estimate.metrics.step_time_s for p in a.plans] == [
-        p.estimate.metrics.step_time_s for p in b.plans]
+        p.estimate.metrics.step_time_s for p in b.plans
+    ]
     assert [p.rank for p in a.plans] == list(range(1, len(a.plans) + 1))
 
 
 @pytest.mark.parametrize(("layers", "nodes", "mem", "gbs", "scale"), FAKE_CASES)
 def test_branch_and_bound_equals_exhaustive_fake(layers, nodes, mem, gbs, scale) -> None:
-    problem = make_problem(tiny_model(num_layers=layers, hidden=2048, ffn=8192), nodes,
-                           memory_gib=mem, global_batch=gbs, headroom_gib=0.5)
+    problem = make_problem(
+        tiny_model(num_layers=layers, hidden=2048, ffn=8192),
+        nodes,
+        memory_gib=mem,
+        global_batch=gbs,
+        headroom_gib=0.5,
+    )
     cons = SearchConstraints(max_virtual_pipeline=3)
     bnb = search(problem, FakeCostModel(scale), cons, top_k=8, solver=PartitionSolver())
-    ref = exhaustive_search(problem, FakeCostModel(scale), cons, top_k=8,
-                            solver=PartitionSolver())
+    ref = exhaustive_search(problem, FakeCostModel(scale), cons, top_k=8, solver=PartitionSolver())
     assert ref.plans, "the case must have feasible plans"
     _assert_same_top(bnb, ref)
     assert bnb.stats.status == "complete" and bnb.stats.complete
@@ -72,13 +78,25 @@ def test_branch_and_bound_equals_exhaustive_fake(layers, nodes, mem, gbs, scale)
 
 def test_memory_pressure_changes_the_winner_and_is_counted() -> None:
     model = tiny_model(num_layers=8, hidden=2048, ffn=8192)
-    roomy = search(make_problem(model, 2, memory_gib=80.0, global_batch=64),
-                   FakeCostModel(), SearchConstraints(), top_k=3, solver=PartitionSolver())
-    tight = search(make_problem(model, 2, memory_gib=3.0, global_batch=64, headroom_gib=0.5),
-                   FakeCostModel(), SearchConstraints(), top_k=3, solver=PartitionSolver())
+    roomy = search(
+        make_problem(model, 2, memory_gib=80.0, global_batch=64),
+        FakeCostModel(),
+        SearchConstraints(),
+        top_k=3,
+        solver=PartitionSolver(),
+    )
+    tight = search(
+        make_problem(model, 2, memory_gib=3.0, global_batch=64, headroom_gib=0.5),
+        FakeCostModel(),
+        SearchConstraints(),
+        top_k=3,
+        solver=PartitionSolver(),
+    )
     assert roomy.plans and tight.plans
     assert tight.plans[0].estimate.plan != roomy.plans[0].estimate.plan
-    assert tight.plans[0].estimate.metrics.step_time_s >= roomy.plans[0].estimate.metrics.step_time_s
+    assert (
+        tight.plans[0].estimate.metrics.step_time_s >= roomy.plans[0].estimate.metrics.step_time_s
+    )
     assert tight.stats.pruned.get("memory_bound", 0) + tight.stats.pruned.get("memory", 0) > 0
     for plan in tight.plans:
         assert plan.estimate.memory.peak_gib <= plan.estimate.memory.usable_gib
@@ -110,8 +128,9 @@ def _check_bounds(problem: TrainingProblem, cost_model: TrainingCostModel, n: in
         for split in splits:
             est = cost_model.evaluate(problem, cand.to_plan(split))
             assert bound <= est.metrics.step_time_s, (cand, split)
-            mem_bound_gib = memory_lower_bound_bytes(
-                prof, cand.pipeline, cand.virtual_pipeline) / GIB
+            mem_bound_gib = (
+                memory_lower_bound_bytes(prof, cand.pipeline, cand.virtual_pipeline) / GIB
+            )
             assert mem_bound_gib <= est.memory.peak_gib * (1 + 1e-6), (cand, split)
             checked += 1
     return checked
@@ -123,17 +142,27 @@ def test_lower_bounds_hold_for_fake_model() -> None:
 
 
 def test_deterministic_and_cancel_and_time_limit() -> None:
-    problem = make_problem(tiny_model(num_layers=8, hidden=2048, ffn=8192), 2, memory_gib=3.0,
-                           global_batch=64, headroom_gib=0.5)
+    problem = make_problem(
+        tiny_model(num_layers=8, hidden=2048, ffn=8192),
+        2,
+        memory_gib=3.0,
+        global_batch=64,
+        headroom_gib=0.5,
+    )
     first = search(problem, FakeCostModel(), SearchConstraints(), top_k=5)
     second = search(problem, FakeCostModel(), SearchConstraints(), top_k=5)
     _assert_same_top(first, second)
     assert [p.explanation for p in first.plans] == [p.explanation for p in second.plans]
 
     calls: list[tuple[int, int]] = []
-    cancelled = search(problem, FakeCostModel(), SearchConstraints(), top_k=5,
-                       progress=lambda done, total: calls.append((done, total)),
-                       should_stop=lambda: len(calls) >= 3)
+    cancelled = search(
+        problem,
+        FakeCostModel(),
+        SearchConstraints(),
+        top_k=5,
+        progress=lambda done, total: calls.append((done, total)),
+        should_stop=lambda: len(calls) >= 3,
+    )
     assert cancelled.stats.status == "cancelled" and not cancelled.stats.complete
     assert cancelled.stats.pruned.get("not_reached", 0) > 0
     assert all(total == calls[0][1] for _, total in calls)
@@ -156,14 +185,28 @@ def test_deterministic_and_cancel_and_time_limit() -> None:
 def test_progress_reaches_total_and_stats_dump() -> None:
     problem = make_problem(tiny_model(num_layers=8), 1, global_batch=32)
     calls: list[tuple[int, int]] = []
-    res = search(problem, FakeCostModel(), SearchConstraints(), top_k=3,
-                 progress=lambda d, t: calls.append((d, t)))
+    res = search(
+        problem,
+        FakeCostModel(),
+        SearchConstraints(),
+        top_k=3,
+        progress=lambda d, t: calls.append((d, t)),
+    )
     assert calls[-1][0] == calls[-1][1] == res.stats.enumerated
     dumped = res.stats.model_dump()
     assert dumped["status"] == "complete" and dumped["enumerated"] == res.stats.enumerated
-    assert set(dumped) >= {"enumerated", "rule_rejected", "evaluated", "feasible", "pruned",
-                           "solver_calls", "solver_cache_hits", "wall_time_s", "status",
-                           "best_step_time_s"}
+    assert set(dumped) >= {
+        "enumerated",
+        "rule_rejected",
+        "evaluated",
+        "feasible",
+        "pruned",
+        "solver_calls",
+        "solver_cache_hits",
+        "wall_time_s",
+        "status",
+        "best_step_time_s",
+    }
     assert res.model_dump()["plans"][0]["rank"] == 1
 
 
@@ -172,8 +215,11 @@ def test_rule_rejections_are_counted_by_kind() -> None:
     # p = 2, v = 2 (6 % 4 != 0) is rejected as rule:schedule, v = 3 (6 % 6 == 0) is not.
     problem = make_problem(tiny_model(num_layers=6), 1, gpus_per_node=4, global_batch=16)
     res = search(problem, FakeCostModel(), SearchConstraints(fixed={"pipeline": 2}), top_k=2)
-    n_v2 = sum(1 for c in candidates(problem, SearchConstraints(fixed={"pipeline": 2}))
-               if c.virtual_pipeline == 2)
+    n_v2 = sum(
+        1
+        for c in candidates(problem, SearchConstraints(fixed={"pipeline": 2}))
+        if c.virtual_pipeline == 2
+    )
     assert n_v2 > 0
     assert res.stats.pruned["rule:schedule"] == n_v2 == res.stats.rule_rejected
 
@@ -186,8 +232,9 @@ def test_top_k_must_be_positive() -> None:
 
 def test_fixed_stage_layers_are_used_as_is() -> None:
     problem = make_problem(tiny_model(num_layers=8), 1, global_batch=16)
-    cons = SearchConstraints(fixed={"pipeline": 2, "stage_layers": [3, 5], "tensor": 1,
-                                    "context": 1})
+    cons = SearchConstraints(
+        fixed={"pipeline": 2, "stage_layers": [3, 5], "tensor": 1, "context": 1}
+    )
     res = search(problem, FakeCostModel(), cons, top_k=3)
     assert res.plans and all(p.estimate.plan.stage_layers == [3, 5] for p in res.plans)
     assert res.stats.solver_calls == 0
@@ -205,8 +252,12 @@ ANALYTICAL_CASES = [
 @pytest.mark.parametrize(("layers", "nodes", "mem", "gbs"), ANALYTICAL_CASES)
 def test_branch_and_bound_equals_exhaustive_analytical(layers, nodes, mem, gbs) -> None:
     assert ANALYTICAL is not None
-    problem = make_problem(tiny_model(num_layers=layers, hidden=2048, heads=16, kv=8, ffn=8192),
-                           nodes, memory_gib=mem, global_batch=gbs)
+    problem = make_problem(
+        tiny_model(num_layers=layers, hidden=2048, heads=16, kv=8, ffn=8192),
+        nodes,
+        memory_gib=mem,
+        global_batch=gbs,
+    )
     cons = SearchConstraints(max_virtual_pipeline=2)
     bnb = search(problem, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())
     ref = exhaustive_search(problem, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())
@@ -218,8 +269,9 @@ def test_branch_and_bound_equals_exhaustive_analytical(layers, nodes, mem, gbs) 
 @needs_analytical
 def test_lower_bounds_hold_for_analytical_model() -> None:
     assert ANALYTICAL is not None
-    problem = make_problem(tiny_model(num_layers=16, hidden=2048, heads=16, kv=8, ffn=8192), 4,
-                           global_batch=128)
+    problem = make_problem(
+        tiny_model(num_layers=16, hidden=2048, heads=16, kv=8, ffn=8192), 4, global_batch=128
+    )
     assert _check_bounds(problem, ANALYTICAL, 150) > 150
 
 

@@ -21,8 +21,15 @@ from specs.plan import (
 
 def test_public_api_is_pinned() -> None:
     assert set(solver.__all__) == {
-        "PartitionResult", "RankedPlan", "SearchResult", "SearchStats", "SolveStatus",
-        "estimate_plan", "exhaustive_search", "explain", "search",
+        "PartitionResult",
+        "RankedPlan",
+        "SearchResult",
+        "SearchStats",
+        "SolveStatus",
+        "estimate_plan",
+        "exhaustive_search",
+        "explain",
+        "search",
     }
 
 
@@ -35,15 +42,22 @@ def test_estimate_fills_the_split_with_the_time_optimal_one() -> None:
     assert est.plan.stage_layers is not None and sum(est.plan.stage_layers) == 8
     assert est.plan.stage_layers[0] >= est.plan.stage_layers[1]
     best = min(
-        FakeCostModel().evaluate(problem, plan.model_copy(update={"stage_layers": [k, 8 - k]}))
-        .metrics.step_time_s for k in range(1, 8)
+        FakeCostModel()
+        .evaluate(problem, plan.model_copy(update={"stage_layers": [k, 8 - k]}))
+        .metrics.step_time_s
+        for k in range(1, 8)
     )
     assert est.metrics.step_time_s == pytest.approx(best)
 
 
 def test_estimate_reports_memory_violation_instead_of_failing() -> None:
-    problem = make_problem(tiny_model(num_layers=8, hidden=2048, ffn=8192), 1, memory_gib=2.0,
-                           global_batch=16, headroom_gib=0.5)
+    problem = make_problem(
+        tiny_model(num_layers=8, hidden=2048, ffn=8192),
+        1,
+        memory_gib=2.0,
+        global_batch=16,
+        headroom_gib=0.5,
+    )
     plan = TrainingPlan(parallelism=ParallelDims(data=4, pipeline=2), zero_stage=0)
     est = estimate_plan(problem, FakeCostModel(), plan)
     assert not est.feasible
@@ -53,28 +67,58 @@ def test_estimate_reports_memory_violation_instead_of_failing() -> None:
 
 def test_estimate_raises_on_rule_violation() -> None:
     problem = make_problem(tiny_model(num_layers=6), 1, gpus_per_node=4, global_batch=16)
-    plan = TrainingPlan(parallelism=ParallelDims(data=2, pipeline=2, virtual_pipeline=2),
-                        pipeline_schedule="interleaved_1f1b")
+    plan = TrainingPlan(
+        parallelism=ParallelDims(data=2, pipeline=2, virtual_pipeline=2),
+        pipeline_schedule="interleaved_1f1b",
+    )
     with pytest.raises(InfeasiblePlan, match="interleaving"):
         estimate_plan(problem, FakeCostModel(), plan)
 
 
-def _estimate(pipeline: int, step: float, bubble: float, dp: float, peak: float,
-              tiers: dict[str, str] | None = None) -> TrainingEstimate:
+def _estimate(
+    pipeline: int,
+    step: float,
+    bubble: float,
+    dp: float,
+    peak: float,
+    tiers: dict[str, str] | None = None,
+) -> TrainingEstimate:
     compute = step - bubble * step - dp
     return TrainingEstimate(
-        plan=TrainingPlan(parallelism=ParallelDims(data=64 // (8 * pipeline), tensor=8,
-                                                   pipeline=pipeline, sequence_parallel=True),
-                          stage_layers=[80 // pipeline] * pipeline),
-        feasible=True, violations=[],
+        plan=TrainingPlan(
+            parallelism=ParallelDims(
+                data=64 // (8 * pipeline), tensor=8, pipeline=pipeline, sequence_parallel=True
+            ),
+            stage_layers=[80 // pipeline] * pipeline,
+        ),
+        feasible=True,
+        violations=[],
         metrics=TrainingMetrics(
-            step_time_s=step, tokens_per_s=1.0, model_tflops_per_gpu=1.0, mfu=0.41,
-            peak_memory_gib=peak, bubble_fraction=bubble,
-            time_breakdown_s=TimeBreakdown(compute=compute, data_parallel_comm=dp,
-                                           bubble=bubble * step)),
-        memory=MemoryReport(peak_gib=peak, capacity_gib=80.0, usable_gib=78.0, by_stage=[
-            StageMemory(weights_gib=1, gradients_gib=1, optimizer_gib=1, activations_gib=1,
-                        other_gib=1, total_gib=peak)]),
+            step_time_s=step,
+            tokens_per_s=1.0,
+            model_tflops_per_gpu=1.0,
+            mfu=0.41,
+            peak_memory_gib=peak,
+            bubble_fraction=bubble,
+            time_breakdown_s=TimeBreakdown(
+                compute=compute, data_parallel_comm=dp, bubble=bubble * step
+            ),
+        ),
+        memory=MemoryReport(
+            peak_gib=peak,
+            capacity_gib=80.0,
+            usable_gib=78.0,
+            by_stage=[
+                StageMemory(
+                    weights_gib=1,
+                    gradients_gib=1,
+                    optimizer_gib=1,
+                    activations_gib=1,
+                    other_gib=1,
+                    total_gib=peak,
+                )
+            ],
+        ),
         details={"comm_tiers": tiers or {}},
     )
 
@@ -90,7 +134,9 @@ def test_explain_names_bottleneck_bubble_comm_headroom_and_trade() -> None:
     assert one.startswith("#1: 10.00 s per step at 41.0% MFU")
     assert "bottleneck is compute (93% of the step)" in one
     assert "bubble is 2.0%" in one
-    assert "500 ms exposed communication (mostly data-parallel communication over the network" in one
+    assert (
+        "500 ms exposed communication (mostly data-parallel communication over the network" in one
+    )
     assert "8.0 GiB of memory headroom" in one
     assert "2.9% faster than #2: data 2 instead of 1, pipeline 4 instead of 8" in one
     # #2: 10.3 / 10.0 - 1 = 3.0%; bubble 8% - 2% = 6.0 points; 49 - 70 = -21 GiB

@@ -31,8 +31,12 @@ REL = 1e-9
 
 
 def request(loads: list[list[float]], **kwargs: Any) -> ExpertPlacementRequest:
-    values: dict[str, Any] = {"num_ranks": 4, "ranks_per_node": 2, "num_redundant": 0,
-                              "time_limit_s": 20.0}
+    values: dict[str, Any] = {
+        "num_ranks": 4,
+        "ranks_per_node": 2,
+        "num_redundant": 0,
+        "time_limit_s": 20.0,
+    }
     values.update(kwargs)
     return ExpertPlacementRequest(loads=loads, **values)
 
@@ -67,8 +71,9 @@ def all_placements(experts: int, ranks: int, redundant: int) -> Iterator[list[li
         yield from fill(0, list(counts))
 
 
-def brute_force(loads: Sequence[float], ranks: int, per_node: int, redundant: int,
-                groups: int | None = None) -> tuple[float, float]:
+def brute_force(
+    loads: Sequence[float], ranks: int, per_node: int, redundant: int, groups: int | None = None
+) -> tuple[float, float]:
     """(min max rank load, min dispatch traffic among the placements reaching it)."""
     best: tuple[float, float] | None = None
     size = len(loads) // groups if groups else 1
@@ -82,28 +87,46 @@ def brute_force(loads: Sequence[float], ranks: int, per_node: int, redundant: in
                 continue
         worst = max(rank_loads(loads, p))
         traffic = dispatch_traffic(loads, p, per_node)
-        if best is None or worst < best[0] * (1 - REL) or (
-                worst <= best[0] * (1 + REL) and traffic < best[1]):
-            best = (worst, traffic) if best is None or worst < best[0] * (1 - REL) else (
-                best[0], traffic)
+        if (
+            best is None
+            or worst < best[0] * (1 - REL)
+            or (worst <= best[0] * (1 + REL) and traffic < best[1])
+        ):
+            best = (
+                (worst, traffic)
+                if best is None or worst < best[0] * (1 - REL)
+                else (best[0], traffic)
+            )
     assert best is not None
     return best
 
 
 SMALL_CASES = [  # (experts, ranks, ranks_per_node, redundant, seed)
-    (4, 2, 1, 0, 1), (4, 2, 1, 2, 2), (5, 3, 1, 1, 3), (6, 2, 1, 0, 4), (6, 2, 1, 2, 5),
-    (6, 4, 2, 2, 6), (4, 4, 2, 0, 7), (3, 4, 2, 1, 8), (6, 3, 1, 0, 9), (4, 3, 1, 2, 10),
-    (6, 4, 2, 2, 11), (6, 4, 1, 2, 12), (4, 2, 1, 2, 13),
+    (4, 2, 1, 0, 1),
+    (4, 2, 1, 2, 2),
+    (5, 3, 1, 1, 3),
+    (6, 2, 1, 0, 4),
+    (6, 2, 1, 2, 5),
+    (6, 4, 2, 2, 6),
+    (4, 4, 2, 0, 7),
+    (3, 4, 2, 1, 8),
+    (6, 3, 1, 0, 9),
+    (4, 3, 1, 2, 10),
+    (6, 4, 2, 2, 11),
+    (6, 4, 1, 2, 12),
+    (4, 2, 1, 2, 13),
 ]
 
 
 @pytest.mark.parametrize(("experts", "ranks", "per_node", "redundant", "seed"), SMALL_CASES)
-def test_matches_brute_force(experts: int, ranks: int, per_node: int, redundant: int,
-                             seed: int) -> None:
+def test_matches_brute_force(
+    experts: int, ranks: int, per_node: int, redundant: int, seed: int
+) -> None:
     rng = random.Random(seed)
     loads = [float(rng.randint(0, 120)) for _ in range(experts)]
-    result = solve(request([loads], num_ranks=ranks, ranks_per_node=per_node,
-                           num_redundant=redundant))
+    result = solve(
+        request([loads], num_ranks=ranks, ranks_per_node=per_node, num_redundant=redundant)
+    )
     layer = result.layers[0]
     best_load, best_traffic = brute_force(loads, ranks, per_node, redundant)
     assert result.status is SolveStatus.OPTIMAL and layer.gap == 0.0
@@ -140,32 +163,39 @@ def test_contract_example_layer_hand_derived() -> None:
 BASELINE_FNS = {
     "round_robin": lambda loads, req: round_robin(loads, req.num_ranks, req.num_redundant),
     "greedy": lambda loads, req: greedy_lpt(loads, req.num_ranks, req.num_redundant),
-    "eplb": lambda loads, req: eplb_hierarchical(loads, req.num_ranks, req.ranks_per_node,
-                                                 req.num_redundant),
+    "eplb": lambda loads, req: eplb_hierarchical(
+        loads, req.num_ranks, req.ranks_per_node, req.num_redundant
+    ),
 }
 
 
 @pytest.mark.parametrize("skew", [0.0, 0.6, 1.0, 1.4])
-@pytest.mark.parametrize(("experts", "ranks", "per_node", "redundant"),
-                         [(16, 8, 4, 0), (16, 8, 4, 8), (32, 8, 2, 8), (12, 4, 2, 4)])
-def test_never_worse_than_any_baseline(skew: float, experts: int, ranks: int, per_node: int,
-                                       redundant: int) -> None:
+@pytest.mark.parametrize(
+    ("experts", "ranks", "per_node", "redundant"),
+    [(16, 8, 4, 0), (16, 8, 4, 8), (32, 8, 2, 8), (12, 4, 2, 4)],
+)
+def test_never_worse_than_any_baseline(
+    skew: float, experts: int, ranks: int, per_node: int, redundant: int
+) -> None:
     rng = random.Random(int(skew * 10) + experts + redundant)
-    loads = [zipf_loads(experts, skew, 4000, rng), [float(rng.randint(0, 500))
-                                                     for _ in range(experts)]]
-    req = request(loads, num_ranks=ranks, ranks_per_node=per_node, num_redundant=redundant,
-                  time_limit_s=1.0)
+    loads = [
+        zipf_loads(experts, skew, 4000, rng),
+        [float(rng.randint(0, 500)) for _ in range(experts)],
+    ]
+    req = request(
+        loads, num_ranks=ranks, ranks_per_node=per_node, num_redundant=redundant, time_limit_s=1.0
+    )
     result = solve(req)
     for layer_loads, layer in zip(loads, result.layers, strict=True):
         ours = max(layer.rank_loads)
         for name, fn in BASELINE_FNS.items():
             p = fn(layer_loads, req)
-            verify_placement(p, num_experts=experts, num_redundant=redundant,
-                             ranks_per_node=per_node)
+            verify_placement(
+                p, num_experts=experts, num_redundant=redundant, ranks_per_node=per_node
+            )
             theirs = max(rank_loads(layer_loads, p))
             assert ours <= theirs * (1 + 1e-12), (name, ours, theirs)
-            assert layer.baselines[name] == pytest.approx(
-                theirs * ranks / sum(layer_loads))
+            assert layer.baselines[name] == pytest.approx(theirs * ranks / sum(layer_loads))
 
 
 def test_skewed_loads_beat_round_robin_and_the_greedies() -> None:
@@ -194,8 +224,9 @@ def test_groups_stay_on_one_node_and_match_brute_force() -> None:
     loads = [float(rng.randint(0, 100)) for _ in range(6)]
     req = request([loads], num_ranks=4, ranks_per_node=2, num_redundant=2, num_groups=2)
     layer = solve(req).layers[0]
-    verify_placement(layer.rank_experts, num_experts=6, num_redundant=2, ranks_per_node=2,
-                     num_groups=2)
+    verify_placement(
+        layer.rank_experts, num_experts=6, num_redundant=2, ranks_per_node=2, num_groups=2
+    )
     for group in ({0, 1, 2}, {3, 4, 5}):
         nodes = {g // 2 for g, held in enumerate(layer.rank_experts) if group & set(held)}
         assert len(nodes) == 1
@@ -215,8 +246,10 @@ def test_coactivation_puts_coactivated_experts_on_one_node() -> None:
     first, second = result.layers
     assert first.cross_node_traffic == 0.0  # the first layer has no incoming traffic
     assert second.cross_node_traffic == 0.0
-    node_of = [{e: g // 2 for g, held in enumerate(layer.rank_experts) for e in held}
-               for layer in (first, second)]
+    node_of = [
+        {e: g // 2 for g, held in enumerate(layer.rank_experts) for e in held}
+        for layer in (first, second)
+    ]
     for i in range(4):
         assert node_of[0][i] == node_of[1][(i + 1) % 4]
     # round robin in both layers: experts 0, 1 on node 0 and 2, 3 on node 1, so 0→1 and
@@ -255,8 +288,9 @@ def test_baselines_hand_derived() -> None:
 
 # ---- shapes and validation ---------------------------------------------------------------
 def test_answer_shapes() -> None:
-    req = request([[5, 1, 2, 7, 3, 0], [1, 1, 1, 1, 1, 1]], num_ranks=4, ranks_per_node=2,
-                  num_redundant=2)
+    req = request(
+        [[5, 1, 2, 7, 3, 0], [1, 1, 1, 1, 1, 1]], num_ranks=4, ranks_per_node=2, num_redundant=2
+    )
     result = solve(req)
     assert len(result.layers) == 2
     for layer in result.layers:
@@ -270,19 +304,28 @@ def test_answer_shapes() -> None:
     assert result.layers[1].imbalance == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("kwargs", "field", "rule"), [
-    ({"loads": [[1, 2, 3, 4], [1, 2, 3]]}, "loads.1", "as many experts as loads.0"),
-    ({"num_redundant": 1}, "num_redundant", "divisible by num_ranks"),
-    ({"ranks_per_node": 3}, "ranks_per_node", "must divide num_ranks"),
-    ({"num_groups": 3}, "num_groups", "must divide the number of experts"),
-    ({"loads": [[1] * 8], "num_groups": 1}, "num_groups", "placeable on nodes"),
-    ({"loads": [[1, 2, 3, 4], [1, 2, 3, 4]], "coactivation": []}, "coactivation", "shape"),
-    ({"loads": [[1, 2, 3, 4], [1, 2, 3, 4]], "coactivation": [[[0] * 4] * 3]},
-     "coactivation.0", "matrix"),
-    ({"loads": [[1, 2]], "num_ranks": 2, "ranks_per_node": 1, "num_redundant": 4},
-     "num_redundant", "one copy of an expert per rank"),
-    ({"loads": [[1.0] * 4096] * 65}, "loads", "experts × layers"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field", "rule"),
+    [
+        ({"loads": [[1, 2, 3, 4], [1, 2, 3]]}, "loads.1", "as many experts as loads.0"),
+        ({"num_redundant": 1}, "num_redundant", "divisible by num_ranks"),
+        ({"ranks_per_node": 3}, "ranks_per_node", "must divide num_ranks"),
+        ({"num_groups": 3}, "num_groups", "must divide the number of experts"),
+        ({"loads": [[1] * 8], "num_groups": 1}, "num_groups", "placeable on nodes"),
+        ({"loads": [[1, 2, 3, 4], [1, 2, 3, 4]], "coactivation": []}, "coactivation", "shape"),
+        (
+            {"loads": [[1, 2, 3, 4], [1, 2, 3, 4]], "coactivation": [[[0] * 4] * 3]},
+            "coactivation.0",
+            "matrix",
+        ),
+        (
+            {"loads": [[1, 2]], "num_ranks": 2, "ranks_per_node": 1, "num_redundant": 4},
+            "num_redundant",
+            "one copy of an expert per rank",
+        ),
+        ({"loads": [[1.0] * 4096] * 65}, "loads", "experts × layers"),
+    ],
+)
 def test_cross_field_rules(kwargs: dict[str, Any], field: str, rule: str) -> None:
     values: dict[str, Any] = {"loads": [[1, 2, 3, 4]], "num_ranks": 4, "ranks_per_node": 2}
     values.update(kwargs)
@@ -291,11 +334,20 @@ def test_cross_field_rules(kwargs: dict[str, Any], field: str, rule: str) -> Non
     assert info.value.field == field and rule in info.value.rule
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"loads": [[-1.0, 2.0]]}, {"loads": [[float("nan"), 2.0]]}, {"loads": []},
-    {"loads": [[]]}, {"num_ranks": 0}, {"time_limit_s": 61}, {"num_ranks": 4097},
-    {"loads": [[1.0] * 4097]}, {"loads": [[1.0]] * 513},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"loads": [[-1.0, 2.0]]},
+        {"loads": [[float("nan"), 2.0]]},
+        {"loads": []},
+        {"loads": [[]]},
+        {"num_ranks": 0},
+        {"time_limit_s": 61},
+        {"num_ranks": 4097},
+        {"loads": [[1.0] * 4097]},
+        {"loads": [[1.0]] * 513},
+    ],
+)
 def test_single_field_limits(kwargs: dict[str, Any]) -> None:
     values: dict[str, Any] = {"loads": [[1, 2]], "num_ranks": 2, "ranks_per_node": 1}
     values.update(kwargs)

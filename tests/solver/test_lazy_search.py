@@ -37,8 +37,9 @@ def _analytical() -> Any:
         return None
 
 
-needs_analytical = pytest.mark.skipif(_analytical() is None,
-                                      reason="analytical model not importable")
+needs_analytical = pytest.mark.skipif(
+    _analytical() is None, reason="analytical model not importable"
+)
 
 
 class PlainOnly:
@@ -63,12 +64,16 @@ class PlainOnly:
 def _same_top(a: Any, b: Any) -> None:
     assert [p.estimate.plan for p in a.plans] == [p.estimate.plan for p in b.plans]
     assert [p.estimate.metrics.step_time_s for p in a.plans] == [
-        p.estimate.metrics.step_time_s for p in b.plans]
+        p.estimate.metrics.step_time_s for p in b.plans
+    ]
 
 
 def _accounted(stats: Any) -> int:
-    return stats.feasible + stats.rule_rejected + sum(
-        v for k, v in stats.pruned.items() if not k.startswith("rule:"))
+    return (
+        stats.feasible
+        + stats.rule_rejected
+        + sum(v for k, v in stats.pruned.items() if not k.startswith("rule:"))
+    )
 
 
 CASES = [
@@ -82,12 +87,17 @@ CASES = [
 
 @needs_analytical
 @pytest.mark.parametrize(("layers", "nodes", "mem", "gbs", "k"), CASES)
-def test_lazy_equals_eager_and_exhaustive(layers: int, nodes: int, mem: float, gbs: int,
-                                          k: int) -> None:
+def test_lazy_equals_eager_and_exhaustive(
+    layers: int, nodes: int, mem: float, gbs: int, k: int
+) -> None:
     cm = _analytical()
     assert is_lazy_capable(cm)
-    problem = make_problem(tiny_model(num_layers=layers, hidden=2048, heads=16, kv=8,
-                                      ffn=8192), nodes, memory_gib=mem, global_batch=gbs)
+    problem = make_problem(
+        tiny_model(num_layers=layers, hidden=2048, heads=16, kv=8, ffn=8192),
+        nodes,
+        memory_gib=mem,
+        global_batch=gbs,
+    )
     cons = SearchConstraints(max_virtual_pipeline=3)
     lazy = search(problem, cm, cons, top_k=k, solver=PartitionSolver())
     plain = PlainOnly(_analytical())
@@ -116,8 +126,12 @@ def test_lazy_profiles_fewer_candidates_than_eager() -> None:
         return original(problem, key)  # type: ignore[no-any-return]
 
     counted.profile_key = counting
-    problem = make_problem(tiny_model(num_layers=16, hidden=2048, heads=16, kv=8, ffn=8192),
-                           4, memory_gib=16.0, global_batch=128)
+    problem = make_problem(
+        tiny_model(num_layers=16, hidden=2048, heads=16, kv=8, ffn=8192),
+        4,
+        memory_gib=16.0,
+        global_batch=128,
+    )
     cons = SearchConstraints(max_virtual_pipeline=3)
     lazy = search(problem, counted, cons, top_k=3, solver=PartitionSolver())
     plain = PlainOnly(_analytical())
@@ -128,16 +142,26 @@ def test_lazy_profiles_fewer_candidates_than_eager() -> None:
 
 @needs_analytical
 def test_lazy_search_honours_cancel() -> None:
-    problem = make_problem(tiny_model(num_layers=12, hidden=2048, heads=16, kv=8, ffn=8192),
-                           4, memory_gib=16.0, global_batch=128)
+    problem = make_problem(
+        tiny_model(num_layers=12, hidden=2048, heads=16, kv=8, ffn=8192),
+        4,
+        memory_gib=16.0,
+        global_batch=128,
+    )
     polls = {"n": 0}
 
     def stop() -> bool:
         polls["n"] += 1
         return polls["n"] > 3  # during the best-first loop (screening polls every 256)
 
-    res = search(problem, _analytical(), SearchConstraints(), top_k=5, should_stop=stop,
-                 solver=PartitionSolver())
+    res = search(
+        problem,
+        _analytical(),
+        SearchConstraints(),
+        top_k=5,
+        should_stop=stop,
+        solver=PartitionSolver(),
+    )
     assert res.stats.status == "cancelled"
     assert res.stats.pruned.get("not_reached", 0) > 0
     # unreached candidates (never enumerated) are counted as not_reached
@@ -158,13 +182,23 @@ def test_bound_memo_follows_the_values_not_the_identity() -> None:
     # must never be used for the other (the memo checks identity, not just id()).
     def prof(tau: float, state: float) -> LayerProfile:
         return LayerProfile(
-            layer_time_s=(tau,) * 4, layer_forward_time_s=(tau / 3,) * 4,
-            layer_state_bytes=(state,) * 4, layer_activation_bytes=(1.0,) * 4,
-            first_extra_time_s=0.0, last_extra_time_s=0.0, first_extra_state_bytes=0.0,
-            last_extra_state_bytes=0.0, first_extra_activation_bytes=0.0,
-            last_extra_activation_bytes=0.0, p2p_time_s=0.0, fixed_bytes=0.0,
-            inflight_microbatches=((2,), (1,)), num_microbatches=4, usable_bytes=1e12,
+            layer_time_s=(tau,) * 4,
+            layer_forward_time_s=(tau / 3,) * 4,
+            layer_state_bytes=(state,) * 4,
+            layer_activation_bytes=(1.0,) * 4,
+            first_extra_time_s=0.0,
+            last_extra_time_s=0.0,
+            first_extra_state_bytes=0.0,
+            last_extra_state_bytes=0.0,
+            first_extra_activation_bytes=0.0,
+            last_extra_activation_bytes=0.0,
+            p2p_time_s=0.0,
+            fixed_bytes=0.0,
+            inflight_microbatches=((2,), (1,)),
+            num_microbatches=4,
+            usable_bytes=1e12,
         )
+
     for _ in range(3):
         a, b = prof(1.0, 10.0), prof(3.0, 30.0)
         # 4 layers of τ over 2 ranks: 2τ; states 4σ + min ι (1) × 4 activations over 2 ranks
@@ -175,14 +209,21 @@ def test_bound_memo_follows_the_values_not_the_identity() -> None:
 
 
 @needs_analytical
-@pytest.mark.parametrize("fixed", [
-    {"pipeline": 2, "stage_layers": [5, 7], "tensor": 2},   # fixed split: no partition
-    {"recompute": "full", "zero_stage": 1},                   # restricted recompute / ZeRO
-    {"pipeline": 4, "virtual_pipeline": 2},                   # interleaved only
-])
+@pytest.mark.parametrize(
+    "fixed",
+    [
+        {"pipeline": 2, "stage_layers": [5, 7], "tensor": 2},  # fixed split: no partition
+        {"recompute": "full", "zero_stage": 1},  # restricted recompute / ZeRO
+        {"pipeline": 4, "virtual_pipeline": 2},  # interleaved only
+    ],
+)
 def test_lazy_equals_exhaustive_with_fixed_fields(fixed: dict[str, Any]) -> None:
-    problem = make_problem(tiny_model(num_layers=12, hidden=2048, heads=16, kv=8, ffn=8192),
-                           2, memory_gib=20.0, global_batch=64)
+    problem = make_problem(
+        tiny_model(num_layers=12, hidden=2048, heads=16, kv=8, ffn=8192),
+        2,
+        memory_gib=20.0,
+        global_batch=64,
+    )
     cons = SearchConstraints(max_virtual_pipeline=3, fixed=fixed)
     lazy = search(problem, _analytical(), cons, top_k=4, solver=PartitionSolver())
     ref = exhaustive_search(problem, _analytical(), cons, top_k=4, solver=PartitionSolver())

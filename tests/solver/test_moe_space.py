@@ -19,10 +19,16 @@ from specs.model import ModelSpec, MoESpec
 
 def _moe(experts: int = 8, ffn: int = 1536, dense: int = 0, layers: int = 8) -> ModelSpec:
     return ModelSpec(
-        name="tiny-moe", num_layers=layers, hidden_size=1024, num_attention_heads=16,
-        num_kv_heads=8, ffn_hidden_size=4096, vocab_size=32000,
-        moe=MoESpec(num_experts=experts, top_k=2, expert_ffn_hidden_size=ffn,
-                    num_dense_layers=dense),
+        name="tiny-moe",
+        num_layers=layers,
+        hidden_size=1024,
+        num_attention_heads=16,
+        num_kv_heads=8,
+        ffn_hidden_size=4096,
+        vocab_size=32000,
+        moe=MoESpec(
+            num_experts=experts, top_k=2, expert_ffn_hidden_size=ffn, num_dense_layers=dense
+        ),
     )
 
 
@@ -54,8 +60,12 @@ def test_every_moe_candidate_obeys_the_folding_rules(
     # complete: brute force over every divisor pair for each attention layout seen
     layouts = {(d, t, c) for d, t, c, _, _ in seen}
     for d, t, c in layouts:
-        brute = {(e, et) for e in divisors(experts) for et in divisors(ffn)
-                 if not (d * c * t) % (e * et) and (across or et <= gpn)}
+        brute = {
+            (e, et)
+            for e in divisors(experts)
+            for et in divisors(ffn)
+            if not (d * c * t) % (e * et) and (across or et <= gpn)
+        }
         got = {(e, et) for dd, tt, cc, e, et in seen if (dd, tt, cc) == (d, t, c)}
         assert got == brute
 
@@ -66,7 +76,8 @@ def test_dense_models_keep_expert_degrees_one() -> None:
     problem = make_problem(tiny_model(), 2)
     assert expert_degree_options(problem, SearchConstraints(), 4, 4, 1) == [(1, 1)]
     assert {(c.expert, c.expert_tensor) for c in candidates(problem, SearchConstraints())} == {
-        (1, 1)}
+        (1, 1)
+    }
 
 
 def test_fixed_expert_degrees_restrict_the_space() -> None:
@@ -84,17 +95,18 @@ def test_fixed_expert_degrees_restrict_the_space() -> None:
 def test_branch_and_bound_equals_exhaustive_on_moe(dense: int, nodes: int, gbs: int) -> None:
     # an all-MoE model (identical layers) and one with a dense first layer (two kinds: the
     # partition program), every expert / expert-tensor degree searched
-    problem = make_problem(_moe(dense=dense, layers=6), nodes, global_batch=gbs,
-                           memory_gib=40.0)
+    problem = make_problem(_moe(dense=dense, layers=6), nodes, global_batch=gbs, memory_gib=40.0)
     cons = SearchConstraints(max_virtual_pipeline=2, micro_batch_sizes=[1, 2])
     cm = build_cost_model("analytical")
     bnb = search(problem, cm, cons, top_k=5, solver=PartitionSolver())
-    ref = exhaustive_search(problem, build_cost_model("analytical"), cons, top_k=5,
-                            solver=PartitionSolver())
+    ref = exhaustive_search(
+        problem, build_cost_model("analytical"), cons, top_k=5, solver=PartitionSolver()
+    )
     assert ref.plans
     assert [p.estimate.plan for p in bnb.plans] == [p.estimate.plan for p in ref.plans]
     assert [p.estimate.metrics.step_time_s for p in bnb.plans] == [
-        p.estimate.metrics.step_time_s for p in ref.plans]
+        p.estimate.metrics.step_time_s for p in ref.plans
+    ]
     assert bnb.stats.evaluated < ref.stats.evaluated
     # the ranking saw expert layouts: every plan reports its expert-parallel figures, and a
     # plan with expert > 1 pays an all-to-all (an unsplit expert group pays none)
@@ -103,4 +115,5 @@ def test_branch_and_bound_equals_exhaustive_on_moe(dense: int, nodes: int, gbs: 
         e = p.estimate.plan.parallelism.expert
         assert (ep["all_to_all_s_per_step"] > 0) == (e > 1)
         assert (p.estimate.metrics.time_breakdown_s.expert_parallel_comm > 0) == (
-            e > 1 or p.estimate.plan.parallelism.expert_tensor > 1)
+            e > 1 or p.estimate.plan.parallelism.expert_tensor > 1
+        )

@@ -32,11 +32,13 @@ TIGHTNESS = (0.8, 1.0, 1.2, 1.5, 100.0)
 """Memory limits in units of a rank's share: infeasible, binding and loose cases."""
 
 
-def _random_profile(rng: random.Random, num_layers: int, p: int, v: int, head: int | None,
-                    tight: float) -> LayerProfile:
+def _random_profile(
+    rng: random.Random, num_layers: int, p: int, v: int, head: int | None, tight: float
+) -> LayerProfile:
     """Random non-negative costs; `head` None: every layer differs; else `head` distinct
     layers then identical ones. Memory limit `tight` × (all states + max ι × all acts) / p,
     about `tight` times a rank's share."""
+
     def layer() -> tuple[float, float, float]:
         return rng.uniform(0.2, 3), rng.uniform(0.5, 3), rng.uniform(0.0, 1)
 
@@ -49,12 +51,20 @@ def _random_profile(rng: random.Random, num_layers: int, p: int, v: int, head: i
     inflight = tuple(tuple(rng.randint(1, p + 2) for _ in range(v)) for _ in range(p))
     total = sum(states) + max(max(r) for r in inflight) * sum(acts) + 5
     return LayerProfile(
-        layer_time_s=times, layer_forward_time_s=times, layer_state_bytes=states,
-        layer_activation_bytes=acts, first_extra_time_s=rng.uniform(0, 2),
-        last_extra_time_s=rng.uniform(0, 4), first_extra_state_bytes=rng.uniform(0, 2),
-        last_extra_state_bytes=rng.uniform(0, 3), first_extra_activation_bytes=rng.uniform(0, 1),
-        last_extra_activation_bytes=rng.uniform(0, 2), p2p_time_s=rng.uniform(0, 0.2),
-        fixed_bytes=1.0, inflight_microbatches=inflight, num_microbatches=8,
+        layer_time_s=times,
+        layer_forward_time_s=times,
+        layer_state_bytes=states,
+        layer_activation_bytes=acts,
+        first_extra_time_s=rng.uniform(0, 2),
+        last_extra_time_s=rng.uniform(0, 4),
+        first_extra_state_bytes=rng.uniform(0, 2),
+        last_extra_state_bytes=rng.uniform(0, 3),
+        first_extra_activation_bytes=rng.uniform(0, 1),
+        last_extra_activation_bytes=rng.uniform(0, 2),
+        p2p_time_s=rng.uniform(0, 0.2),
+        fixed_bytes=1.0,
+        inflight_microbatches=inflight,
+        num_microbatches=8,
         usable_bytes=tight * total / p,
     )
 
@@ -62,8 +72,10 @@ def _random_profile(rng: random.Random, num_layers: int, p: int, v: int, head: i
 def _near_memory_optimum(prof: LayerProfile, p: int, v: int, factor: float) -> LayerProfile:
     """`prof` with U = factor × the least busiest-rank bytes over every split (brute force):
     factor < 1 is infeasible, slightly above 1 leaves few splits (memory binds)."""
-    least = min(max(rank_memory_bytes(prof, p, comp))
-                for comp in _compositions(len(prof.layer_time_s), p * v))
+    least = min(
+        max(rank_memory_bytes(prof, p, comp))
+        for comp in _compositions(len(prof.layer_time_s), p * v)
+    )
     return LayerProfile(**{**prof.__dict__, "usable_bytes": factor * least})
 
 
@@ -86,8 +98,12 @@ def _check(prof: LayerProfile, p: int, v: int, expected: float, method: str) -> 
     assert max(rank_memory_bytes(prof, p, res.stage_layers)) <= prof.usable_bytes * (1 + 1e-9)
 
 
-DP_CASES = [(seed, lyr, p) for seed, (lyr, p) in enumerate(
-    [(lyr, p) for lyr in (2, 5, 8, 11) for p in (2, 3, 4, 6) if p <= lyr] * 3)]
+DP_CASES = [
+    (seed, lyr, p)
+    for seed, (lyr, p) in enumerate(
+        [(lyr, p) for lyr in (2, 5, 8, 11) for p in (2, 3, 4, 6) if p <= lyr] * 3
+    )
+]
 
 
 @pytest.mark.parametrize(("seed", "num_layers", "p"), DP_CASES)
@@ -120,15 +136,28 @@ def test_dp_beats_the_greedy_fill_when_stage_memory_differs() -> None:
     # layers 2-3 (1·2 = 2 bytes); times (1, 1, 2), T* = 2. Split [1, 2, 1] puts layer 2 on
     # stage 1 (6 bytes), [2, 1, 1] too; so [1, 1, 2] is the only split and T* = 2.
     prof = LayerProfile(
-        layer_time_s=(1.0,) * 4, layer_forward_time_s=(1.0,) * 4, layer_state_bytes=(0.0,) * 4,
-        layer_activation_bytes=(0.0, 0.0, 2.0, 0.0), first_extra_time_s=0.0,
-        last_extra_time_s=0.0, first_extra_state_bytes=0.0, last_extra_state_bytes=0.0,
-        first_extra_activation_bytes=0.0, last_extra_activation_bytes=0.0, p2p_time_s=0.0,
-        fixed_bytes=0.0, inflight_microbatches=((1,), (3,), (1,)), num_microbatches=4,
+        layer_time_s=(1.0,) * 4,
+        layer_forward_time_s=(1.0,) * 4,
+        layer_state_bytes=(0.0,) * 4,
+        layer_activation_bytes=(0.0, 0.0, 2.0, 0.0),
+        first_extra_time_s=0.0,
+        last_extra_time_s=0.0,
+        first_extra_state_bytes=0.0,
+        last_extra_state_bytes=0.0,
+        first_extra_activation_bytes=0.0,
+        last_extra_activation_bytes=0.0,
+        p2p_time_s=0.0,
+        fixed_bytes=0.0,
+        inflight_microbatches=((1,), (3,), (1,)),
+        num_microbatches=4,
         usable_bytes=5.0,
     )
     res = PartitionSolver().solve(prof, 3, 1)
-    assert (res.status, res.method, res.stage_layers) == (SolveStatus.OPTIMAL, "dp_exact", [1, 1, 2])
+    assert (res.status, res.method, res.stage_layers) == (
+        SolveStatus.OPTIMAL,
+        "dp_exact",
+        [1, 1, 2],
+    )
     assert res.max_rank_time_s == pytest.approx(2.0)
     assert PartitionSolver().solve(prof, 3, 1, method="ilp").stage_layers == [1, 1, 2]
 
@@ -136,16 +165,21 @@ def test_dp_beats_the_greedy_fill_when_stage_memory_differs() -> None:
 HEAD_CASES = [
     (seed, lyr, p, v, head)
     for seed, (lyr, p, v, head) in enumerate(
-        [(lyr, p, v, h) for lyr in (6, 9, 11) for p, v in ((1, 2), (2, 2), (3, 2), (2, 3),
-                                                           (2, 4)) for h in (1, 2, 3, 5)
-         if p * v <= lyr and h < lyr]
+        [
+            (lyr, p, v, h)
+            for lyr in (6, 9, 11)
+            for p, v in ((1, 2), (2, 2), (3, 2), (2, 3), (2, 4))
+            for h in (1, 2, 3, 5)
+            if p * v <= lyr and h < lyr
+        ]
     )
 ]
 
 
 @pytest.mark.parametrize(("seed", "num_layers", "p", "v", "head"), HEAD_CASES)
-def test_head_exact_matches_brute_force(seed: int, num_layers: int, p: int, v: int,
-                                        head: int) -> None:
+def test_head_exact_matches_brute_force(
+    seed: int, num_layers: int, p: int, v: int, head: int
+) -> None:
     rng = random.Random(3000 + seed)
     prof = _random_profile(rng, num_layers, p, v, head, 100.0)
     prof = _near_memory_optimum(prof, p, v, rng.choice(NEAR))
@@ -170,12 +204,21 @@ def test_head_exact_with_free_body_layers() -> None:
     # no memory limit: chunks 0 and 2 on rank 0, 1 and 3 on rank 1; the head layers can go
     # to different ranks (chunks [1, 1, 2, 2]) so T* = 1.
     prof = LayerProfile(
-        layer_time_s=(1.0, 1.0, 0.0, 0.0, 0.0, 0.0), layer_forward_time_s=(0.5,) * 6,
-        layer_state_bytes=(1.0,) * 6, layer_activation_bytes=(0.0,) * 6,
-        first_extra_time_s=0.0, last_extra_time_s=0.0, first_extra_state_bytes=0.0,
-        last_extra_state_bytes=0.0, first_extra_activation_bytes=0.0,
-        last_extra_activation_bytes=0.0, p2p_time_s=0.0, fixed_bytes=0.0,
-        inflight_microbatches=((1, 1), (1, 1)), num_microbatches=4, usable_bytes=math.inf,
+        layer_time_s=(1.0, 1.0, 0.0, 0.0, 0.0, 0.0),
+        layer_forward_time_s=(0.5,) * 6,
+        layer_state_bytes=(1.0,) * 6,
+        layer_activation_bytes=(0.0,) * 6,
+        first_extra_time_s=0.0,
+        last_extra_time_s=0.0,
+        first_extra_state_bytes=0.0,
+        last_extra_state_bytes=0.0,
+        first_extra_activation_bytes=0.0,
+        last_extra_activation_bytes=0.0,
+        p2p_time_s=0.0,
+        fixed_bytes=0.0,
+        inflight_microbatches=((1, 1), (1, 1)),
+        num_microbatches=4,
+        usable_bytes=math.inf,
     )
     res = PartitionSolver().solve(prof, 2, 2)
     assert res.method == "head_exact" and res.max_rank_time_s == pytest.approx(1.0)
@@ -188,8 +231,7 @@ def test_exact_algorithms_equal_the_ilp_on_larger_instances(seed: int) -> None:
     # (v > 1, 3 distinct + identical layers) against the integer program.
     rng = random.Random(4000 + seed)
     if seed % 2 == 0:
-        num_layers, p, v, head = rng.choice([(24, 4, 1, None), (30, 6, 1, None),
-                                             (20, 8, 1, None)])
+        num_layers, p, v, head = rng.choice([(24, 4, 1, None), (30, 6, 1, None), (20, 8, 1, None)])
     else:
         num_layers, p, v, head = rng.choice([(22, 4, 2, 3), (25, 3, 3, 3), (18, 4, 2, 1)])
     prof = _random_profile(rng, num_layers, p, v, head, rng.choice(TIGHTNESS))
@@ -218,11 +260,20 @@ def _deepseek_like(p: int, v: int, usable_bytes: float) -> LayerProfile:
     acts = (1.45e9,) * 3 + (1.94e9,) * 58
     inflight = tuple(tuple(max(1, p - j - k) for k in range(v)) for j in range(p))
     return LayerProfile(
-        layer_time_s=times, layer_forward_time_s=times, layer_state_bytes=states,
-        layer_activation_bytes=acts, first_extra_time_s=0.004, last_extra_time_s=0.02,
-        first_extra_state_bytes=2.8e9, last_extra_state_bytes=2.8e9,
-        first_extra_activation_bytes=1e8, last_extra_activation_bytes=4e9, p2p_time_s=0.001,
-        fixed_bytes=1.6e9, inflight_microbatches=inflight, num_microbatches=64,
+        layer_time_s=times,
+        layer_forward_time_s=times,
+        layer_state_bytes=states,
+        layer_activation_bytes=acts,
+        first_extra_time_s=0.004,
+        last_extra_time_s=0.02,
+        first_extra_state_bytes=2.8e9,
+        last_extra_state_bytes=2.8e9,
+        first_extra_activation_bytes=1e8,
+        last_extra_activation_bytes=4e9,
+        p2p_time_s=0.001,
+        fixed_bytes=1.6e9,
+        inflight_microbatches=inflight,
+        num_microbatches=64,
         usable_bytes=usable_bytes,
     )
 
@@ -247,8 +298,7 @@ def test_deepseek_shape_is_fast_and_consistent(p: int, v: int) -> None:
 
 
 @pytest.mark.parametrize(("p", "v", "usable"), [(16, 1, 120e9), (8, 2, 140e9)])
-def test_deepseek_shape_with_binding_memory_equals_the_ilp(p: int, v: int,
-                                                           usable: float) -> None:
+def test_deepseek_shape_with_binding_memory_equals_the_ilp(p: int, v: int, usable: float) -> None:
     # Limits at which memory binds (the optimum lies above the time-only optimum, checked
     # below): the exact path and the integer program agree on the optimum.
     prof = _deepseek_like(p, v, usable)

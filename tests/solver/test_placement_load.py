@@ -20,15 +20,25 @@ LOADS = [4.0, 3.0, 2.0, 1.0]
 
 
 def _problem(optimize: bool) -> TrainingProblem:
-    model = ModelSpec.model_validate({
-        "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 8,
-        "ffn_hidden_size": 4096, "vocab_size": 32000,
-        "moe": {"num_experts": 4, "top_k": 1, "expert_ffn_hidden_size": 4096},
-    })
-    cluster = resolve_cluster(ClusterSpec.model_validate(
-        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2}]}))
+    model = ModelSpec.model_validate(
+        {
+            "num_layers": 4,
+            "hidden_size": 1024,
+            "num_attention_heads": 8,
+            "num_kv_heads": 8,
+            "ffn_hidden_size": 4096,
+            "vocab_size": 32000,
+            "moe": {"num_experts": 4, "top_k": 1, "expert_ffn_hidden_size": 4096},
+        }
+    )
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2}]}
+        )
+    )
     workload = TrainingWorkload(
-        global_batch_size=16, sequence_length=2048,
+        global_batch_size=16,
+        sequence_length=2048,
         moe_routing=MoERoutingSpec(expert_loads=LOADS, optimize_placement=optimize),
     )
     return TrainingProblem(model=model, cluster=cluster, workload=workload)
@@ -44,8 +54,9 @@ def test_solved_placement_balances_what_contiguous_placement_cannot() -> None:
 
 
 def test_the_search_prices_the_solved_placement() -> None:
-    plan = TrainingPlan(parallelism=ParallelDims(data=2, expert=2), micro_batch_size=1,
-                        zero_stage=1)
+    plan = TrainingPlan(
+        parallelism=ParallelDims(data=2, expert=2), micro_batch_size=1, zero_stage=1
+    )
     cost_model = build_cost_model("analytical")
     contiguous = estimate_plan(_problem(optimize=False), cost_model, plan)
     problem = with_placement_load_factors(_problem(optimize=True), [2])
@@ -54,7 +65,9 @@ def test_the_search_prices_the_solved_placement() -> None:
     placed = estimate_plan(problem, cost_model, plan)
     balanced = estimate_plan(
         replace(problem, workload=problem.workload.model_copy(update={"moe_routing": None})),
-        cost_model, plan)
+        cost_model,
+        plan,
+    )
     # the solved placement removes the 1.4× busiest-rank load: as fast as balanced routing
     assert placed.metrics.step_time_s < contiguous.metrics.step_time_s
     assert placed.metrics.step_time_s == pytest.approx(balanced.metrics.step_time_s, rel=1e-9)

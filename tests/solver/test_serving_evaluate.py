@@ -105,24 +105,34 @@ def test_colocated_goodput_is_a_node_of_instances_times_the_units() -> None:
     a 4-GPU node): 8 instances are 2 units, each priced as 4 pooled instances; 2 instances
     are one unit of 2."""
     problem = make_problem()
-    one, two, eight_plan = (evaluate(problem, colocated(1)), evaluate(problem, colocated(2)),
-                            colocated(8))
+    one, two, eight_plan = (
+        evaluate(problem, colocated(1)),
+        evaluate(problem, colocated(2)),
+        colocated(8),
+    )
     assert one.metrics is not None and two.metrics is not None
     assert one.metrics.goodput_rps > 0
     stream = request_stream(problem.workload)
     cost = COST_MODEL.instance_cost(problem.model, problem.cluster, 1, 1, 1, "bf16", "bf16")
     # independently run bisections on 1, 2 and 4 pooled instances
-    direct = {n: goodput_colocated(stream, cost, n, 128, 2048, problem.slo).goodput_rps
-              for n in (1, 2, 4)}
+    direct = {
+        n: goodput_colocated(stream, cost, n, 128, 2048, problem.slo).goodput_rps for n in (1, 2, 4)
+    }
     assert one.metrics.goodput_rps == pytest.approx(direct[1], rel=1e-12)
     assert two.metrics.goodput_rps == pytest.approx(direct[2], rel=1e-12)
     assert one.details["units"] == 1 and two.details["units"] == 1
     # pooling two instances behind one router carries at least twice one (up to the
     # bisection's tolerance)
     assert two.metrics.goodput_rps >= 2 * one.metrics.goodput_rps * (1 - GOODPUT_REL_TOL)
-    big = ServingProblem(problem.model, resolve_cluster(ClusterSpec.model_validate(
-        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 4}]})),
-        problem.workload)
+    big = ServingProblem(
+        problem.model,
+        resolve_cluster(
+            ClusterSpec.model_validate(
+                {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 4}]}
+            )
+        ),
+        problem.workload,
+    )
     eight = evaluate(big, eight_plan)
     assert eight.metrics is not None and eight.details["units"] == 2
     assert eight.metrics.goodput_rps == pytest.approx(2 * direct[4], rel=1e-12)

@@ -55,6 +55,8 @@ def test_bounds_count_the_schedulers() -> None:
     two = PipelinedAffine(base=0.01, per_decode_seq=1e-4, kv_tokens=20_000)
     # same per-scheduler KV (10k tokens), so each scheduler bounds like `one`
     assert capacity_upper_bound_rps(two, 1, 16, 512, 100, 50) == pytest.approx(
-        2 * capacity_upper_bound_rps(one, 1, 16, 512, 100, 50))
+        2 * capacity_upper_bound_rps(one, 1, 16, 512, 100, 50)
+    )
     assert decode_phase_bound_rps(two, 16, 100, 50, 0.05) == pytest.approx(
-        2 * decode_phase_bound_rps(one, 16, 100, 50, 0.05))
+        2 * decode_phase_bound_rps(one, 16, 100, 50, 0.05)
+    )

@@ -54,9 +54,17 @@ def test_micro_batch_options_are_powers_of_two_dividing(gbs: int, data: int) -> 
 
 _problems = st.builds(
     lambda nodes, gpn, layers, heads_kv, gbs, seq: make_problem(
-        tiny_model(num_layers=layers, hidden=64 * heads_kv[0], heads=heads_kv[0],
-                   kv=heads_kv[1], ffn=96 * heads_kv[0]),
-        nodes, gpus_per_node=gpn, global_batch=gbs, seq=seq,
+        tiny_model(
+            num_layers=layers,
+            hidden=64 * heads_kv[0],
+            heads=heads_kv[0],
+            kv=heads_kv[1],
+            ffn=96 * heads_kv[0],
+        ),
+        nodes,
+        gpus_per_node=gpn,
+        global_batch=gbs,
+        seq=seq,
     ),
     st.sampled_from([1, 2, 3, 4]),
     st.sampled_from([1, 2, 4, 8]),
@@ -117,22 +125,31 @@ def test_every_candidate_is_a_valid_plan(problem, max_v: int) -> None:
 
 def test_fixed_fields_restrict_the_space() -> None:
     problem = make_problem(tiny_model(num_layers=8), 2, global_batch=64)
-    fixed = {"tensor": 4, "pipeline": 2, "recompute": "full", "zero_stage": 1,
-             "sequence_parallel": False, "micro_batch_size": 2}
+    fixed = {
+        "tensor": 4,
+        "pipeline": 2,
+        "recompute": "full",
+        "zero_stage": 1,
+        "sequence_parallel": False,
+        "micro_batch_size": 2,
+    }
     cands = list(candidates(problem, SearchConstraints(fixed=fixed)))
     # 16 GPUs / (4 × 2) = 2 = data × context; context ∈ {1, 2} (1024 % 2 == 0) → 2 tuples;
     # micro-batches per replica: 64/2/2 = 16 (data 2) or 64/1/2 = 32 (data 1), both multiples
     # of pipeline 2; v ∈ {1, 2, 3, 4} (2·v ≤ 8) → 2 tuples × 4 v = 8 candidates
     assert len(cands) == 8
-    assert {(c.tensor, c.pipeline, c.recompute, c.zero_stage, c.sequence_parallel,
-             c.micro_batch_size) for c in cands} == {(4, 2, "full", 1, False, 2)}
+    assert {
+        (c.tensor, c.pipeline, c.recompute, c.zero_stage, c.sequence_parallel, c.micro_batch_size)
+        for c in cands
+    } == {(4, 2, "full", 1, False, 2)}
     assert {c.virtual_pipeline for c in cands} == {1, 2, 3, 4}
 
 
 def test_fixed_stage_layers_and_schedule() -> None:
     problem = make_problem(tiny_model(num_layers=8), 1, global_batch=16)
-    cons = SearchConstraints(fixed={"pipeline": 2, "stage_layers": [3, 5],
-                                    "pipeline_schedule": "1f1b"})
+    cons = SearchConstraints(
+        fixed={"pipeline": 2, "stage_layers": [3, 5], "pipeline_schedule": "1f1b"}
+    )
     cands = list(candidates(problem, cons))
     assert cands and all(c.stage_layers == (3, 5) and c.virtual_pipeline == 1 for c in cands)
     assert count_candidates(problem, cons) == len(cands)

@@ -63,12 +63,21 @@ def _profile(rng: random.Random, num_layers: int, p: int, v: int, uniform: bool)
         acts = tuple(rng.uniform(0.1, 1) for _ in range(num_layers))
     inflight = tuple(tuple(rng.randint(1, p + 1) for _ in range(v)) for _ in range(p))
     prof = LayerProfile(
-        layer_time_s=times, layer_forward_time_s=times, layer_state_bytes=states,
-        layer_activation_bytes=acts, first_extra_time_s=rng.uniform(0, 2),
-        last_extra_time_s=rng.uniform(0, 4), first_extra_state_bytes=rng.uniform(0, 2),
-        last_extra_state_bytes=rng.uniform(0, 3), first_extra_activation_bytes=rng.uniform(0, 1),
-        last_extra_activation_bytes=rng.uniform(0, 2), p2p_time_s=rng.uniform(0, 0.2),
-        fixed_bytes=1.0, inflight_microbatches=inflight, num_microbatches=8, usable_bytes=1e9,
+        layer_time_s=times,
+        layer_forward_time_s=times,
+        layer_state_bytes=states,
+        layer_activation_bytes=acts,
+        first_extra_time_s=rng.uniform(0, 2),
+        last_extra_time_s=rng.uniform(0, 4),
+        first_extra_state_bytes=rng.uniform(0, 2),
+        last_extra_state_bytes=rng.uniform(0, 3),
+        first_extra_activation_bytes=rng.uniform(0, 1),
+        last_extra_activation_bytes=rng.uniform(0, 2),
+        p2p_time_s=rng.uniform(0, 0.2),
+        fixed_bytes=1.0,
+        inflight_microbatches=inflight,
+        num_microbatches=8,
+        usable_bytes=1e9,
     )
     # memory limit between the loosest and a tight value so some cases are infeasible
     total = sum(states) + max(max(r) for r in inflight) * sum(acts) + 10
@@ -79,15 +88,22 @@ def _profile(rng: random.Random, num_layers: int, p: int, v: int, uniform: bool)
 CASES = [
     (seed, num_layers, p, v, uniform)
     for seed, (num_layers, p, v, uniform) in enumerate(
-        [(lyr, p, v, u) for lyr in (4, 7, 10) for p in (1, 2, 3, 4) for v in (1, 2)
-         for u in (True, False) if p * v <= lyr]
+        [
+            (lyr, p, v, u)
+            for lyr in (4, 7, 10)
+            for p in (1, 2, 3, 4)
+            for v in (1, 2)
+            for u in (True, False)
+            if p * v <= lyr
+        ]
     )
 ]
 
 
 @pytest.mark.parametrize(("seed", "num_layers", "p", "v", "uniform"), CASES)
-def test_partition_matches_brute_force(seed: int, num_layers: int, p: int, v: int,
-                                       uniform: bool) -> None:
+def test_partition_matches_brute_force(
+    seed: int, num_layers: int, p: int, v: int, uniform: bool
+) -> None:
     rng = random.Random(1000 + seed)
     prof = _profile(rng, num_layers, p, v, uniform)
     expected = _brute(prof, p, v)
@@ -106,7 +122,8 @@ def test_partition_matches_brute_force(seed: int, num_layers: int, p: int, v: in
         # the bounds never exceed the optimum
         assert balanced_lower_bound(prof, p, v) <= expected * (1 + 1e-9)
         assert memory_lower_bound_bytes(prof, p, v) <= max(
-            rank_memory_bytes(prof, p, res.stage_layers)) * (1 + 1e-9)
+            rank_memory_bytes(prof, p, res.stage_layers)
+        ) * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -122,11 +139,21 @@ def test_memory_infeasible_when_states_exceed_limit() -> None:
     # 4 identical layers of 10 bytes state on 2 ranks, fixed 1: every split has a rank with
     # at least 2 layers = 21 bytes > 15, so no split fits.
     prof = LayerProfile(
-        layer_time_s=(1.0,) * 4, layer_forward_time_s=(1.0,) * 4, layer_state_bytes=(10.0,) * 4,
-        layer_activation_bytes=(0.0,) * 4, first_extra_time_s=0, last_extra_time_s=0,
-        first_extra_state_bytes=0, last_extra_state_bytes=0, first_extra_activation_bytes=0,
-        last_extra_activation_bytes=0, p2p_time_s=0, fixed_bytes=1.0,
-        inflight_microbatches=((2,), (1,)), num_microbatches=4, usable_bytes=15.0,
+        layer_time_s=(1.0,) * 4,
+        layer_forward_time_s=(1.0,) * 4,
+        layer_state_bytes=(10.0,) * 4,
+        layer_activation_bytes=(0.0,) * 4,
+        first_extra_time_s=0,
+        last_extra_time_s=0,
+        first_extra_state_bytes=0,
+        last_extra_state_bytes=0,
+        first_extra_activation_bytes=0,
+        last_extra_activation_bytes=0,
+        p2p_time_s=0,
+        fixed_bytes=1.0,
+        inflight_microbatches=((2,), (1,)),
+        num_microbatches=4,
+        usable_bytes=15.0,
     )
     for method in ("auto", "ilp"):
         assert PartitionSolver().solve(prof, 2, 1, method=method).status == SolveStatus.INFEASIBLE
@@ -138,11 +165,21 @@ def test_dense_split_moves_layers_off_the_embedding_rank() -> None:
     # 8 identical layers (1 s), embedding 0 s, LM head 2 s on the last rank, p = 2:
     # rank 0 gets 5 layers (5 s), rank 1 gets 3 layers + head (5 s); optimum T = 5 s.
     prof = LayerProfile(
-        layer_time_s=(1.0,) * 8, layer_forward_time_s=(0.3,) * 8, layer_state_bytes=(1.0,) * 8,
-        layer_activation_bytes=(0.0,) * 8, first_extra_time_s=0.0, last_extra_time_s=2.0,
-        first_extra_state_bytes=0, last_extra_state_bytes=0, first_extra_activation_bytes=0,
-        last_extra_activation_bytes=0, p2p_time_s=0.0, fixed_bytes=0.0,
-        inflight_microbatches=((2,), (1,)), num_microbatches=4, usable_bytes=100.0,
+        layer_time_s=(1.0,) * 8,
+        layer_forward_time_s=(0.3,) * 8,
+        layer_state_bytes=(1.0,) * 8,
+        layer_activation_bytes=(0.0,) * 8,
+        first_extra_time_s=0.0,
+        last_extra_time_s=2.0,
+        first_extra_state_bytes=0,
+        last_extra_state_bytes=0,
+        first_extra_activation_bytes=0,
+        last_extra_activation_bytes=0,
+        p2p_time_s=0.0,
+        fixed_bytes=0.0,
+        inflight_microbatches=((2,), (1,)),
+        num_microbatches=4,
+        usable_bytes=100.0,
     )
     for method in ("auto", "ilp"):
         res = PartitionSolver().solve(prof, 2, 1, method=method)
@@ -156,8 +193,9 @@ def test_cache_counts_hits_and_calls() -> None:
     solver = PartitionSolver()
     first = solver.solve(prof, 2, 1)
     # a copy perturbed far below the rounding (1e-12 relative) hits the cache
-    nudged = LayerProfile(**{**prof.__dict__,
-                             "layer_time_s": tuple(t * (1 + 1e-12) for t in prof.layer_time_s)})
+    nudged = LayerProfile(
+        **{**prof.__dict__, "layer_time_s": tuple(t * (1 + 1e-12) for t in prof.layer_time_s)}
+    )
     second = solver.solve(nudged, 2, 1)
     # non-identical layers with v = 1 go to the dynamic program, not the ILP
     assert (solver.calls, solver.cache_hits, solver.ilp_calls) == (1, 1, 0)
@@ -165,10 +203,12 @@ def test_cache_counts_hits_and_calls() -> None:
     assert second.stage_layers == first.stage_layers
     # the method is part of the key: the ILP is a separate entry and counted
     assert solver.solve(prof, 2, 1, method="ilp").max_rank_time_s == pytest.approx(
-        first.max_rank_time_s, rel=1e-9)
+        first.max_rank_time_s, rel=1e-9
+    )
     assert (solver.calls, solver.cache_hits, solver.ilp_calls) == (2, 1, 1)
-    solver.solve(LayerProfile(**{**prof.__dict__, "inflight_microbatches": ((3,), (2,), (1,))}),
-                 3, 1)
+    solver.solve(
+        LayerProfile(**{**prof.__dict__, "inflight_microbatches": ((3,), (2,), (1,))}), 3, 1
+    )
     assert (solver.calls, solver.cache_hits) == (3, 1)
     with pytest.raises(SpecError, match="inflight_microbatches"):
         solver.solve(prof, 3, 1)
@@ -205,8 +245,10 @@ def test_counting_algorithm_equals_ilp_on_many_ranks(seed: int) -> None:
     p, v = rng.choice([(5, 1), (6, 2), (8, 1), (8, 2)])
     prof = _profile(rng, 24, p, v, uniform=True)
     if seed % 2:  # a limit near one rank's share of the memory: the caps bind
-        share = (sum(prof.layer_state_bytes) + max(max(r) for r in prof.inflight_microbatches)
-                 * sum(prof.layer_activation_bytes)) / p
+        share = (
+            sum(prof.layer_state_bytes)
+            + max(max(r) for r in prof.inflight_microbatches) * sum(prof.layer_activation_bytes)
+        ) / p
         prof = LayerProfile(**{**prof.__dict__, "usable_bytes": rng.uniform(0.9, 1.5) * share})
     auto = PartitionSolver().solve(prof, p, v, method="auto")
     ilp = PartitionSolver().solve(prof, p, v, method="ilp")
@@ -214,5 +256,4 @@ def test_counting_algorithm_equals_ilp_on_many_ranks(seed: int) -> None:
     if auto.status == SolveStatus.OPTIMAL:
         assert auto.method == "uniform_exact" and auto.stage_layers is not None
         assert auto.max_rank_time_s == pytest.approx(ilp.max_rank_time_s, rel=1e-6)
-        assert max(rank_memory_bytes(prof, p, auto.stage_layers)) <= prof.usable_bytes * (
-            1 + 1e-6)
+        assert max(rank_memory_bytes(prof, p, auto.stage_layers)) <= prof.usable_bytes * (1 + 1e-6)

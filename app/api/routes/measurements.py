@@ -66,10 +66,13 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
     step, rate = body.step_time_s, body.tokens_per_s
     if step is None and rate is None:
         message = "give step_time_s, tokens_per_s or both"
-        raise InputError(message, [
-            _error("step_time_s", "one of step_time_s, tokens_per_s required", None, message),
-            _error("tokens_per_s", "one of step_time_s, tokens_per_s required", None, message),
-        ])
+        raise InputError(
+            message,
+            [
+                _error("step_time_s", "one of step_time_s, tokens_per_s required", None, message),
+                _error("tokens_per_s", "one of step_time_s, tokens_per_s required", None, message),
+            ],
+        )
     if step is None:
         assert rate is not None
         return tokens_per_step / rate, rate
@@ -83,15 +86,19 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
             f"sequence_length); they must agree within {RATE_TOLERANCE:.0%}"
         )
         rule = f"step_time_s × tokens_per_s within {RATE_TOLERANCE:.0%} of {tokens_per_step}"
-        raise InputError(message, [
-            _error("step_time_s", rule, step, message),
-            _error("tokens_per_s", rule, rate, message),
-        ])
+        raise InputError(
+            message,
+            [
+                _error("step_time_s", rule, step, message),
+                _error("tokens_per_s", rule, rate, message),
+            ],
+        )
     return step, rate
 
 
-def _check_memory(value: float | list[float] | None, capacity_gib: float, pipeline: int,
-                  accelerator_id: str) -> None:
+def _check_memory(
+    value: float | list[float] | None, capacity_gib: float, pipeline: int, accelerator_id: str
+) -> None:
     if value is None:
         return
     limit = capacity_gib * MEMORY_TOLERANCE
@@ -99,19 +106,35 @@ def _check_memory(value: float | list[float] | None, capacity_gib: float, pipeli
     errors = []
     if isinstance(value, list):
         if len(value) != pipeline:
-            message = (f"peak_memory_gib has {len(value)} values; the plan has {pipeline} "
-                       "pipeline ranks (give one per rank, or one number)")
-            raise InputError(message, [_error("peak_memory_gib",
-                                              f"one value per pipeline rank ({pipeline})",
-                                              value, message)])
+            message = (
+                f"peak_memory_gib has {len(value)} values; the plan has {pipeline} "
+                "pipeline ranks (give one per rank, or one number)"
+            )
+            raise InputError(
+                message,
+                [
+                    _error(
+                        "peak_memory_gib",
+                        f"one value per pipeline rank ({pipeline})",
+                        value,
+                        message,
+                    )
+                ],
+            )
         items = [(f"peak_memory_gib.{i}", v) for i, v in enumerate(value)]
     else:
         items = [("peak_memory_gib", value)]
     for field, gib in items:
         if gib > limit:
-            errors.append(_error(field, rule, gib,
-                                 f"{field} = {gib:g} GiB exceeds the {accelerator_id}'s "
-                                 f"{capacity_gib:g} GiB by more than 5%"))
+            errors.append(
+                _error(
+                    field,
+                    rule,
+                    gib,
+                    f"{field} = {gib:g} GiB exceeds the {accelerator_id}'s "
+                    f"{capacity_gib:g} GiB by more than 5%",
+                )
+            )
     if errors:
         raise InputError("; ".join(e["message"] for e in errors), errors)
 
@@ -129,14 +152,19 @@ def create_measurement(
     problem = search.problem
     workload = problem["workload"]
     if workload.get("kind") == "serving":
-        message = ("measurements record a training plan's step time; serving plans cannot "
-                   "be measured yet")
+        message = (
+            "measurements record a training plan's step time; serving plans cannot be measured yet"
+        )
         raise InputError(message, [_error("plan_id", "a training plan", plan_id, message)])
     accelerator = problem["cluster"]["groups"][0]["accelerator"]
     tokens_per_step = int(workload["global_batch_size"]) * int(workload["sequence_length"])
     step_time_s, tokens_per_s = _rates(body, tokens_per_step)
-    _check_memory(body.peak_memory_gib, float(accelerator["memory_gib"]),
-                  int(plan.plan["parallelism"]["pipeline"]), str(accelerator["id"]))
+    _check_memory(
+        body.peak_memory_gib,
+        float(accelerator["memory_gib"]),
+        int(plan.plan["parallelism"]["pipeline"]),
+        str(accelerator["id"]),
+    )
     record = crud.create_measurement(
         session=session,
         plan=plan,
@@ -161,17 +189,16 @@ def list_measurements(
 ) -> dict[str, Any]:
     """List a plan's measurements, oldest first."""
     _load_plan(session, plan_id)
-    rows, total = crud.list_measurements(session=session, plan_id=plan_id, limit=limit,
-                                         offset=offset)
+    rows, total = crud.list_measurements(
+        session=session, plan_id=plan_id, limit=limit, offset=offset
+    )
     return {"items": [measurement_public(r) for r in rows], "total": total}
 
 
-@router.get("/v1/plans/{plan_id}/measurements/{measurement_id}",
-            response_model=MeasurementPublic)
+@router.get("/v1/plans/{plan_id}/measurements/{measurement_id}", response_model=MeasurementPublic)
 def read_measurement(plan_id: str, measurement_id: str, session: SessionDep) -> dict[str, Any]:
     """Read one measurement of a plan."""
     record = session.get(MeasurementRecord, measurement_id)
     if record is None or record.plan_id != plan_id:
-        raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}",
-                       id=measurement_id)
+        raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}", id=measurement_id)
     return measurement_public(record)

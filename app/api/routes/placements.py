@@ -17,6 +17,9 @@ def create_expert_placement(body: ExpertPlacementRequest) -> dict[str, Any]:
     """Place experts and redundant copies on ranks to balance token load (CP-SAT)."""
     result = solve_expert_placement(body)
     answer = result.to_dict()
-    answer.update(num_ranks=body.num_ranks, ranks_per_node=body.ranks_per_node,
-                  slots_per_rank=body.slots_per_rank)
+    answer.update(
+        num_ranks=body.num_ranks,
+        ranks_per_node=body.ranks_per_node,
+        slots_per_rank=body.slots_per_rank,
+    )
     return answer

@@ -36,9 +36,7 @@ def upgrade() -> None:
         sa.Column("predicted_step_time_s", sa.Float(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
-    op.create_index(
-        "ix_measurements_plan_id_created_at", "measurements", ["plan_id", "created_at"]
-    )
+    op.create_index("ix_measurements_plan_id_created_at", "measurements", ["plan_id", "created_at"])
     op.create_index("ix_measurements_accelerator_id", "measurements", ["accelerator_id"])
 
 
