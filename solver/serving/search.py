@@ -648,7 +648,14 @@ def _needed_rate(problem: ServingProblem, cand: Candidate, threshold: float) -> 
         # tie-break, so it may use up to G GPUs (ceil, not floor)
         gpus_allowed = math.ceil(-threshold - 1e-9)
         units = max(1, gpus_allowed // cand.gpus)
-        return rate / units
+        if units * cand.gpus < gpus_allowed:
+            return rate / units  # lands below the threshold's GPUs: any goodput that fits
+        # on exactly the threshold's GPUs it must also win the tie-break (goodput per GPU
+        # above the threshold's), unless it fits on fewer units
+        per_gpu_t = (threshold + gpus_allowed) / TIE_BREAK
+        tie = max(rate / units, per_gpu_t * cand.gpus)
+        fewer = (units - 1) * cand.gpus
+        return min(tie, rate / (units - 1)) if fewer >= 1 and units > 1 else tie
     return threshold * cand.gpus
 
 
