@@ -27,7 +27,7 @@ from cost_models.serving.base import InstanceCost, IterationBatch
 from cost_models.serving.registry import build_serving_cost_model
 from hardware_catalog.loader import resolve_cluster
 from solver.serving.evaluate import InstanceCosts, ServingProblem, evaluate_plan, request_stream
-from solver.serving.search import _describe, serving_search
+from solver.serving.search import describe_plan, serving_search
 from solver.serving.simulate import Request, simulate_colocated
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
@@ -183,7 +183,7 @@ def slo_search(case: Any) -> dict[str, Any]:
         "tpot_ms": m.tpot_ms_p90,
         "request_rate_rps": m.goodput_rps,
         "search_s": search_s,
-        "plan": _describe(best.plan),
+        "plan": describe_plan(best.plan),
     }
     theirs = _peer_plan(case)
     if theirs is not None:
@@ -194,7 +194,7 @@ def slo_search(case: Any) -> dict[str, Any]:
         their_rate = 0.0 if tm is None else tm.goodput_rps * out_tokens / tm.gpus_used
         ours["peer_plan_under_our_model_tokens_per_s_per_gpu"] = their_rate
         ours["why"] = (
-            f"AIConfigurator's plan ({_describe(theirs)}) priced by our model: "
+            f"AIConfigurator's plan ({describe_plan(theirs)}) priced by our model: "
             f"{their_rate:.0f} tok/s/GPU at the SLO; ours: "
             f"{ours['tokens_per_s_per_gpu']:.0f} tok/s/GPU "
             f"({'≥' if ours['tokens_per_s_per_gpu'] >= their_rate * (1 - 1e-9) else '<'} theirs)."

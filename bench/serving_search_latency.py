@@ -19,7 +19,7 @@ from typing import Any
 from cost_models.serving.registry import build_serving_cost_model
 from hardware_catalog.loader import resolve_cluster
 from solver.serving.evaluate import ServingProblem
-from solver.serving.search import _describe, serving_search
+from solver.serving.search import describe_plan, serving_search
 from specs.cluster import ClusterSpec
 from specs.presets import get_preset
 from specs.serving import ServingWorkload
@@ -116,7 +116,7 @@ def run_local(case: dict[str, Any]) -> tuple[float, str, dict[str, Any]]:
     m = est.metrics
     assert m is not None
     best = (
-        f"{_describe(est.plan)}; goodput {m.goodput_rps:.3g} req/s "
+        f"{describe_plan(est.plan)}; goodput {m.goodput_rps:.3g} req/s "
         f"({m.goodput_rps_per_gpu:.3g}/GPU) on {m.gpus_used} GPUs"
     )
     return wall, best, result.stats.to_dict()

@@ -981,7 +981,8 @@ def _finish(ctx: _Context, top: _Top) -> list[RankedServingPlan]:
 
 
 # ---- explanations --------------------------------------------------------------------------
-def _describe(plan: ServingPlan) -> str:
+def describe_plan(plan: ServingPlan) -> str:
+    """One line naming a serving plan: mode, then count × role [layout, max batch, chunk]."""
     def one(inst: ServingInstance) -> str:
         p = inst.parallelism
         layout = Layout(p.tensor, p.pipeline, p.expert, inst.precision or "bf16").label()
@@ -999,7 +1000,7 @@ def explain_serving(
     best plan of a different layout."""
     m = est.metrics
     if m is None:
-        return f"{_describe(est.plan)}: " + "; ".join(v.detail for v in est.violations)
+        return f"{describe_plan(est.plan)}: " + "; ".join(v.detail for v in est.violations)
     slo = problem.workload.slo
     targets = []
     if slo.ttft_ms is not None:
@@ -1007,7 +1008,7 @@ def explain_serving(
     if slo.tpot_ms is not None:
         targets.append(f"TPOT ≤ {slo.tpot_ms:g} ms")
     text = [
-        f"{_describe(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
+        f"{describe_plan(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
         f"requests/s ({m.goodput_rps_per_gpu:.3g} per GPU) with P{slo.percentile:g} "
         f"{' and '.join(targets) or 'no SLO'}; at {m.arrival_rate_rps:.3g} requests/s "
         f"P90 TTFT {m.ttft_ms_p90:.0f} ms, P90 TPOT {m.tpot_ms_p90:.1f} ms"
@@ -1043,11 +1044,11 @@ def explain_serving(
         if other is not None and other.metrics is not None:
             ratio = m.goodput_rps_per_gpu / max(other.metrics.goodput_rps_per_gpu, 1e-12)
             text.append(
-                f"the best other layout, {_describe(other.plan)}, reaches "
+                f"the best other layout, {describe_plan(other.plan)}, reaches "
                 f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU "
                 f"({ratio:.2f}× less efficient than this plan)"
                 if ratio >= 1
-                else f"the best other layout, {_describe(other.plan)}, reaches "
+                else f"the best other layout, {describe_plan(other.plan)}, reaches "
                 f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU"
             )
     for v in est.violations:
