@@ -983,6 +983,7 @@ def _finish(ctx: _Context, top: _Top) -> list[RankedServingPlan]:
 # ---- explanations --------------------------------------------------------------------------
 def describe_plan(plan: ServingPlan) -> str:
     """One line naming a serving plan: mode, then count × role [layout, max batch, chunk]."""
+
     def one(inst: ServingInstance) -> str:
         p = inst.parallelism
         layout = Layout(p.tensor, p.pipeline, p.expert, inst.precision or "bf16").label()
