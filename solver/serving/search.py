@@ -955,6 +955,8 @@ def serving_search(
             if score > -math.inf:
                 top.push(score, cand, res)
         monitor.done = monitor.total
+        if progress is not None:  # the whole space is covered: report it as done
+            progress(monitor.total, monitor.total)
     except Stopped as stop:
         stats.status = stop.status  # type: ignore[assignment]
     ranked = _finish(ctx, top)
