@@ -71,6 +71,8 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
+import sys
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -979,8 +981,38 @@ def _spread_free(
 
 
 # ---- the integer program ---------------------------------------------------------------
+_BANNER_LOCK = threading.Lock()
+_BANNER_SHOWN = False
+
+
+def _swallow_highs_banner() -> None:
+    """HiGHS prints its banner to the process's stdout (file descriptor 1, from C) the first
+    time a `Highs` object is built, whatever `output_flag` says afterwards; that line would
+    land in the middle of a CLI's JSON output. Build the first one with descriptor 1 pointed
+    at /dev/null."""
+    global _BANNER_SHOWN
+    with _BANNER_LOCK:
+        if _BANNER_SHOWN:
+            return
+        _BANNER_SHOWN = True
+        try:
+            import highspy
+        except ImportError:  # pragma: no cover - CBC fallback
+            return
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                highspy.Highs()  # type: ignore[no-untyped-call]
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _make_solver(time_limit_s: float) -> Any:
     limit = max(0.01, time_limit_s)
+    _swallow_highs_banner()
     try:
         solver = pulp.HiGHS(
             msg=False, timeLimit=limit, threads=1, gapRel=MIP_REL_GAP, random_seed=0
