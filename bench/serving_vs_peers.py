@@ -10,9 +10,9 @@ Inputs (committed data, no peer is imported here):
   TensorRT-LLM / NIM / LMDeploy benchmark tables), each with its source and quoted figure.
 
 Every case is data: `Case` is built from a JSON entry (model preset, accelerator, GPUs,
-parallel degrees, batch or load, prompt/output tokens, precision, SLO). `our_estimate(case)` is
-the one hook to wire meshplan's serving estimator into; it returns None until then and the
-table shows TODO in our column.
+parallel degrees, batch or load, prompt/output tokens, precision, SLO). `our_estimate(case)`
+(`bench/serving_ours.py`) gives meshplan's figures, or None when a case cannot be represented
+(the table then says so in our column).
 
 Definitions used for the comparison (see serving_peers.json `tools.*.definitions`):
 
@@ -306,7 +306,7 @@ def _section_table(
     headers = ["source", *(label for _, label in metrics)]
     rows: list[list[str]] = []
     if ours is None:
-        rows.append(["meshplan (TODO: our_estimate)", *("TODO" for _ in metrics)])
+        rows.append(["meshplan (not representable)", *("-" for _ in metrics)])
     else:
         rows.append(["meshplan", *(_fmt(ours.get(k)) for k, _ in metrics)])
     for label, m in refs:

@@ -124,7 +124,7 @@ def test_cases_load_with_unique_ids() -> None:
 
 def test_report_shows_todo_then_relative_difference() -> None:
     case = next(c for c in svp.load_cases(False) if c.id == CASE_B1)
-    assert "meshplan (TODO: our_estimate)" in svp.report([case], estimate=lambda _: None)
+    assert "meshplan (not representable)" in svp.report([case], estimate=lambda _: None)
     ref = _aic(CASE_B1, "estimate agg trtllm")["normalised"]["tpot_ms"]
 
     def fake(_: svp.Case) -> dict[str, float]:
