@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from app.exports.base import require
 from hardware_catalog.schema import ResolvedCluster
+from solver.serving.evaluate import kv_format as priced_kv_format
 from specs.serving import MAX_TOKENS, ServingInstance, ServingWorkload
 
 ROLE_ORDER = ("both", "prefill", "decode")
@@ -62,9 +63,8 @@ def weight_format(inst: ServingInstance, workload: ServingWorkload) -> str:
 
 
 def kv_format(inst: ServingInstance, workload: ServingWorkload) -> str:
-    if workload.kv_cache_precision is not None:
-        return workload.kv_cache_precision
-    return "fp8" if weight_format(inst, workload) == "fp8" else "bf16"
+    """The KV-cache format the instance was priced with (`solver.serving.evaluate.kv_format`)."""
+    return priced_kv_format(workload, weight_format(inst, workload))
 
 
 def check_kv_heads(fmt: str, rule: str, kv_heads: int, tp: int) -> None:
