@@ -205,8 +205,14 @@ class _Linear:
 class AnalyticalInstanceCost:
     """Costs of one engine instance (implements `cost_models.serving.base.InstanceCost`).
 
-    Built by `build_instance_cost`; `iteration_time_s` is closed form with the token-count
-    dependent part (every linear layer, collective and elementwise kernel) cached per T.
+    `iteration_time_s` is closed form with the token-count dependent part (every linear
+    layer, collective and elementwise kernel) cached per T.
+
+    Raises:
+        InfeasiblePlan: `divisibility` (heads, KV heads, FFN or experts not divisible, expert
+            parallelism on a dense model), `precision` (fp8 without fp8 tensor cores),
+            `memory` (weights and reserve do not fit, or `memory_utilization` outside
+            (0, 1]), `topology` (mixed accelerators, more GPUs than the cluster has).
     """
 
     def __init__(
@@ -223,6 +229,10 @@ class AnalyticalInstanceCost:
         kv_transfer_tier: Tier = "inter",
         config: ServingAnalyticalConfig | None = None,
     ) -> None:
+        if not 0.0 < memory_utilization <= 1.0:
+            raise InfeasiblePlan(
+                "memory", f"memory_utilization must be in (0, 1] (got {memory_utilization})"
+            )
         cfg = config or ServingAnalyticalConfig()
         self.config = cfg
         self.model = model
@@ -675,44 +685,9 @@ class AnalyticalInstanceCost:
         )
 
 
-def build_instance_cost(
-    model: ModelSpec,
-    cluster: ResolvedCluster,
-    tensor: int,
-    pipeline: int,
-    expert: int,
-    weight_precision: WeightFormat,
-    kv_precision: KVFormat,
-    *,
-    memory_utilization: float = 0.9,
-    kv_transfer_tier: Tier = "inter",
-    config: ServingAnalyticalConfig | None = None,
-) -> AnalyticalInstanceCost:
-    """The analytical costs of one tensor × pipeline × expert instance of `model` on the
-    cluster's accelerator.
-
-    Raises:
-        InfeasiblePlan: `divisibility` (heads, KV heads, FFN or experts not divisible, expert
-            parallelism on a dense model), `precision` (fp8 without fp8 tensor cores),
-            `memory` (weights and reserve do not fit), `topology` (mixed accelerators, more
-            GPUs than the cluster has).
-    """
-    if not 0.0 < memory_utilization <= 1.0:
-        raise InfeasiblePlan(
-            "memory", f"memory_utilization must be in (0, 1] (got {memory_utilization})"
-        )
-    return AnalyticalInstanceCost(
-        model,
-        cluster,
-        tensor,
-        pipeline,
-        expert,
-        weight_precision,
-        kv_precision,
-        memory_utilization=memory_utilization,
-        kv_transfer_tier=kv_transfer_tier,
-        config=config,
-    )
+build_instance_cost = AnalyticalInstanceCost
+"""The analytical costs of one tensor × pipeline × expert instance of `model` on the
+cluster's accelerator (the class's constructor; see its `Raises`)."""
 
 
 @register_serving_cost_model("analytical")
@@ -739,7 +714,7 @@ class AnalyticalServingCostModel:
         memory_utilization: float = 0.9,
         kv_transfer_tier: Tier = "inter",
     ) -> AnalyticalInstanceCost:
-        return build_instance_cost(
+        return AnalyticalInstanceCost(
             model,
             cluster,
             tensor,
