@@ -18,11 +18,11 @@ Units: seconds, bytes (SI) and FLOP; per GPU unless a name says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from hardware_catalog.schema import ResolvedCluster
 from specs.model import ModelSpec
-from specs.plan import MemoryReport, TrainingMetrics, TrainingPlan, Violation
+from specs.plan import MemoryReport, PlanKey, TrainingMetrics, TrainingPlan, Violation
 from specs.workload import TrainingWorkload
 
 
@@ -44,69 +44,6 @@ class TrainingProblem:
     def usable_memory_bytes(self) -> float:
         """Device memory less headroom: the feasibility limit per GPU."""
         return (self.cluster.accelerator.memory_gib - self.memory_headroom_gib) * 1024**3
-
-
-class PlanKey(NamedTuple):
-    """Every `TrainingPlan` field but `stage_layers`, as a plain tuple (no validation): the
-    key of the optional fast entry points of `KeyedTrainingCostModel`. The values must be
-    those of a valid `TrainingPlan` (`to_plan()` builds it)."""
-
-    tensor: int
-    context: int
-    data: int
-    pipeline: int
-    virtual_pipeline: int
-    expert: int
-    expert_tensor: int
-    sequence_parallel: bool
-    micro_batch_size: int
-    zero_stage: int
-    recompute: str
-    pipeline_schedule: str
-    flash_attention: bool
-
-    @classmethod
-    def of(cls, plan: TrainingPlan) -> PlanKey:
-        """The key of a plan (its `stage_layers` dropped)."""
-        p = plan.parallelism
-        return cls(
-            p.tensor,
-            p.context,
-            p.data,
-            p.pipeline,
-            p.virtual_pipeline,
-            p.expert,
-            p.expert_tensor,
-            p.sequence_parallel,
-            plan.micro_batch_size,
-            plan.zero_stage,
-            plan.recompute,
-            plan.pipeline_schedule,
-            plan.flash_attention,
-        )
-
-    def to_plan(self, stage_layers: list[int] | None = None) -> TrainingPlan:
-        """The validated plan of this key (with `stage_layers` if given)."""
-        return TrainingPlan.model_validate(
-            {
-                "parallelism": {
-                    "tensor": self.tensor,
-                    "context": self.context,
-                    "data": self.data,
-                    "pipeline": self.pipeline,
-                    "virtual_pipeline": self.virtual_pipeline,
-                    "expert": self.expert,
-                    "expert_tensor": self.expert_tensor,
-                    "sequence_parallel": self.sequence_parallel,
-                },
-                "micro_batch_size": self.micro_batch_size,
-                "zero_stage": self.zero_stage,
-                "recompute": self.recompute,
-                "pipeline_schedule": self.pipeline_schedule,
-                "stage_layers": stage_layers,
-                "flash_attention": self.flash_attention,
-            }
-        )
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ from scipy.optimize import least_squares
 
 from cost_models.analytical import AnalyticalConfig, AnalyticalTrainingCostModel
 from cost_models.analytical.training import attention_efficiency
-from cost_models.base import LayerProfile, PlanKey, TrainingEstimate, TrainingProblem
+from cost_models.base import LayerProfile, TrainingEstimate, TrainingProblem
 from cost_models.error_bars import ResidualQuantiles, quantiles_from_residuals
 from cost_models.registry import register_cost_model
 from hardware_catalog.schema import AcceleratorSpec
 from specs.errors import SpecError
-from specs.plan import TrainingPlan, Violation, canonical_hash
+from specs.plan import PlanKey, TrainingPlan, Violation, canonical_hash
 
 ACCELERATOR_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency": (0.2, 1.0),

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from cost_models.base import TrainingProblem
 from specs.constraints import SearchConstraints
 from specs.errors import SpecError
-from specs.plan import ParallelDims, TrainingPlan
+from specs.plan import ParallelDims, PlanKey
 
 RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "selective", "full")
 """Recompute modes in canonical order."""
@@ -69,108 +69,6 @@ def _field_max(name: str) -> int:
 _MAX_DEGREE = {name: _field_max(name) for name in ("data", "tensor", "pipeline", "context")}
 _EXPERT_MAX = {name: _field_max(name) for name in ("expert", "expert_tensor")}
 MAX_VIRTUAL_PIPELINE = _field_max("virtual_pipeline")
-
-
-class Candidate(NamedTuple):
-    """One point of the space as a plain tuple (cheap to build, hash and sort)."""
-
-    data: int
-    tensor: int
-    pipeline: int
-    virtual_pipeline: int
-    context: int
-    expert: int
-    expert_tensor: int
-    sequence_parallel: bool
-    micro_batch_size: int
-    zero_stage: int
-    recompute: str
-    pipeline_schedule: str
-    stage_layers: tuple[int, ...] | None
-    flash_attention: bool
-
-    def key(self) -> tuple[Any, ...]:
-        """Canonical sort key (deterministic tie-break between equal step times)."""
-        return (
-            self.data,
-            self.tensor,
-            self.pipeline,
-            self.virtual_pipeline,
-            self.context,
-            self.expert,
-            self.expert_tensor,
-            self.sequence_parallel,
-            self.micro_batch_size,
-            self.zero_stage,
-            RECOMPUTE_OPTIONS.index(self.recompute),
-            self.pipeline_schedule,
-            self.stage_layers or (),
-            self.flash_attention,
-        )
-
-    def to_plan(
-        self,
-        stage_layers: tuple[int, ...] | list[int] | None = None,
-        *,
-        dims: ParallelDims | None = None,
-    ) -> TrainingPlan:
-        """The validated plan for this candidate (with `stage_layers` if given); pass a
-        shared `dims` (from `parallel_dims`) to save rebuilding it in inner loops."""
-        layers = stage_layers if stage_layers is not None else self.stage_layers
-        return TrainingPlan(
-            parallelism=dims if dims is not None else self.parallel_dims(),
-            micro_batch_size=self.micro_batch_size,
-            zero_stage=self.zero_stage,
-            recompute=self.recompute,
-            pipeline_schedule=self.pipeline_schedule,
-            stage_layers=list(layers) if layers is not None else None,
-            flash_attention=self.flash_attention,
-        )
-
-    def dims_key(self) -> tuple[int, int, int, int, int, int, int, bool]:
-        return (
-            self.data,
-            self.tensor,
-            self.pipeline,
-            self.virtual_pipeline,
-            self.context,
-            self.expert,
-            self.expert_tensor,
-            self.sequence_parallel,
-        )
-
-    def parallel_dims(self) -> ParallelDims:
-        return ParallelDims(
-            data=self.data,
-            tensor=self.tensor,
-            pipeline=self.pipeline,
-            virtual_pipeline=self.virtual_pipeline,
-            context=self.context,
-            expert=self.expert,
-            expert_tensor=self.expert_tensor,
-            sequence_parallel=self.sequence_parallel,
-        )
-
-
-def candidate_of(plan: TrainingPlan) -> Candidate:
-    """The candidate tuple of a plan (inverse of `Candidate.to_plan`)."""
-    p = plan.parallelism
-    return Candidate(
-        p.data,
-        p.tensor,
-        p.pipeline,
-        p.virtual_pipeline,
-        p.context,
-        p.expert,
-        p.expert_tensor,
-        p.sequence_parallel,
-        plan.micro_batch_size,
-        plan.zero_stage,
-        plan.recompute,
-        plan.pipeline_schedule,
-        tuple(plan.stage_layers) if plan.stage_layers else None,
-        plan.flash_attention,
-    )
 
 
 def divisors(n: int) -> list[int]:
@@ -380,30 +278,61 @@ def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers
 
 
 class Block(NamedTuple):
-    """The candidates of one degree tuple: every (inner, zero, recompute) combination, in
-    `candidates()` order (inner options outermost, recompute innermost)."""
+    """The candidates of one degree tuple: `base` carries the degrees, sequence parallelism,
+    the fixed split (or ()) and flash attention; every (inner, ZeRO, recompute) combination
+    of the lists fills the rest, in `candidates()` order (inner options outermost, recompute
+    innermost)."""
 
-    data: int
-    tensor: int
-    pipeline: int
-    context: int
-    expert: int
-    expert_tensor: int
-    sequence_parallel: bool
+    base: PlanKey
     inners: list[_Inner]
     zero_stages: list[int]
     recomputes: list[str]
-    stage_layers: tuple[int, ...] | None
-    flash_attention: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.inners) * len(self.zero_stages) * len(self.recomputes)
+
+
+_new_key = tuple.__new__
+"""Builds a PlanKey from a ready tuple without NamedTuple's keyword-argument __new__ (the
+search screens one key per candidate)."""
+
+
+def block_keys(block: Block, inner: _Inner, zero: int) -> list[PlanKey]:
+    """The block's keys for one inner option and ZeRO stage, one per recompute mode (the
+    one place a key is built from positions: `PlanKey`'s field order)."""
+    b = block.base
+    return [
+        _new_key(
+            PlanKey,
+            (
+                b.data,
+                b.tensor,
+                b.pipeline,
+                inner.virtual_pipeline,
+                b.context,
+                b.expert,
+                b.expert_tensor,
+                b.sequence_parallel,
+                inner.micro_batch_size,
+                zero,
+                recompute,
+                inner.schedule,
+                b.stage_layers,
+                b.flash_attention,
+            ),
+        )
+        for recompute in block.recomputes
+    ]
 
 
 def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Block]:
     """The space as one block per degree tuple (`candidates()` expands them; the search
-    screens them without building a `Candidate` per point)."""
+    screens them block by block)."""
     fixed = validated_fixed(constraints)
     num_layers = problem.model.num_layers
     flash = fixed.get("flash_attention", True)
-    stage_layers = fixed.get("stage_layers")
+    stage_layers = fixed.get("stage_layers") or ()
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
     for data, tensor, pipeline, context in degree_tuples(problem, constraints):
         sp = fixed.get("sequence_parallel", tensor > 1)
@@ -418,44 +347,31 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
         for expert, expert_tensor in expert_degree_options(
             problem, constraints, data, tensor, context
         ):
-            yield Block(
-                data,
-                tensor,
-                pipeline,
-                context,
-                expert,
-                expert_tensor,
-                sp,
-                inners,
-                zeros,
-                recomputes,
-                stage_layers,
-                flash,
+            base = PlanKey(
+                data=data,
+                tensor=tensor,
+                pipeline=pipeline,
+                virtual_pipeline=1,
+                context=context,
+                expert=expert,
+                expert_tensor=expert_tensor,
+                sequence_parallel=sp,
+                micro_batch_size=1,
+                zero_stage=0,
+                recompute="none",
+                pipeline_schedule="1f1b",
+                stage_layers=stage_layers,
+                flash_attention=flash,
             )
+            yield Block(base, inners, zeros, recomputes)
 
 
-def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Candidate]:
+def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[PlanKey]:
     """Every candidate of the declared space, in a deterministic order."""
     for blk in candidate_blocks(problem, constraints):
-        for v, schedule, b in blk.inners:
+        for inner in blk.inners:
             for zero in blk.zero_stages:
-                for recompute in blk.recomputes:
-                    yield Candidate(
-                        blk.data,
-                        blk.tensor,
-                        blk.pipeline,
-                        v,
-                        blk.context,
-                        blk.expert,
-                        blk.expert_tensor,
-                        blk.sequence_parallel,
-                        b,
-                        zero,
-                        recompute,
-                        schedule,
-                        blk.stage_layers,
-                        blk.flash_attention,
-                    )
+                yield from block_keys(blk, inner, zero)
 
 
 def count_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:

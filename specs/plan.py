@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -138,6 +138,89 @@ class TrainingPlan(Spec):
     def content_hash(self) -> str:
         """Hash of the canonical JSON of every field (update me when you add a field)."""
         return canonical_hash(self.model_dump(mode="json"))
+
+    def key(self) -> PlanKey:
+        """The plan as a `PlanKey` (the search's and the cost models' encoding)."""
+        p = self.parallelism
+        return PlanKey(
+            data=p.data,
+            tensor=p.tensor,
+            pipeline=p.pipeline,
+            virtual_pipeline=p.virtual_pipeline,
+            context=p.context,
+            expert=p.expert,
+            expert_tensor=p.expert_tensor,
+            sequence_parallel=p.sequence_parallel,
+            micro_batch_size=self.micro_batch_size,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
+            pipeline_schedule=self.pipeline_schedule,
+            stage_layers=tuple(self.stage_layers) if self.stage_layers else (),
+            flash_attention=self.flash_attention,
+        )
+
+
+class PlanKey(NamedTuple):
+    """One training plan as a plain tuple with named fields: the single encoding the search
+    space, the search and the cost models share (cheap to build, hash and compare, no
+    validation). Fields are read by name. The field order is the canonical order: two keys
+    compare as their fields in this order, which breaks ties between equally fast plans
+    deterministically.
+
+    The values must be those of a valid `TrainingPlan` (`to_plan()` builds and validates
+    it; `TrainingPlan.key()` is the inverse); the defaults are `TrainingPlan`'s."""
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    virtual_pipeline: int = 1
+    context: int = 1
+    expert: int = 1
+    expert_tensor: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    zero_stage: int = 1
+    recompute: str = "none"
+    pipeline_schedule: str = "1f1b"
+    stage_layers: tuple[int, ...] = ()
+    """Layers per pipeline chunk, or () when the partition program chooses them."""
+    flash_attention: bool = True
+
+    @classmethod
+    def of(cls, plan: TrainingPlan) -> PlanKey:
+        """The key of a plan (`plan.key()`)."""
+        return plan.key()
+
+    @property
+    def world_size(self) -> int:
+        return self.data * self.tensor * self.pipeline * self.context
+
+    def without_split(self) -> PlanKey:
+        """The same plan with its pipeline split left to the partition program."""
+        return self._replace(stage_layers=()) if self.stage_layers else self
+
+    def to_plan(self, stage_layers: tuple[int, ...] | list[int] | None = None) -> TrainingPlan:
+        """The validated plan of this key, with `stage_layers` when given (else the key's own
+        split, if it has one)."""
+        layers = stage_layers if stage_layers is not None else (self.stage_layers or None)
+        return TrainingPlan(
+            parallelism=ParallelDims(
+                data=self.data,
+                tensor=self.tensor,
+                pipeline=self.pipeline,
+                virtual_pipeline=self.virtual_pipeline,
+                context=self.context,
+                expert=self.expert,
+                expert_tensor=self.expert_tensor,
+                sequence_parallel=self.sequence_parallel,
+            ),
+            micro_batch_size=self.micro_batch_size,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
+            pipeline_schedule=self.pipeline_schedule,
+            stage_layers=list(layers) if layers is not None else None,
+            flash_attention=self.flash_attention,
+        )
 
 
 def canonical_hash(payload: Any) -> str:

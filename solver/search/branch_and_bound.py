@@ -47,12 +47,10 @@ from solver.search.steps import (
     Screened,
     Stopped,
     TopK,
-    candidate_of_key,
     evaluate_screened,
     evaluate_split,
     finish,
     is_lazy_capable,
-    plan_key_of,
     refine,
     screen,
     screen_light,
@@ -160,10 +158,8 @@ def _lazy(
                 monitor.done += 1
                 continue
         heappop(heap)
-        pkey = plan_key_of(key)
-        fixed_layers = key[12] or None
         if len(entry) == 2:
-            reason, profile, refined = refine(problem, cost_model, pkey, fixed_layers)
+            reason, profile, refined = refine(problem, cost_model, key)
             if reason is not None:
                 if reason.startswith("rule:"):
                     stats.rule_rejected += 1
@@ -176,7 +172,7 @@ def _lazy(
                 continue
         else:
             profile = entry[2]
-        item = Screened(candidate_of_key(pkey, fixed_layers), key, None, profile, bound)
+        item = Screened(key, profile, bound)
         if len(entry) == 4:
             layers = entry[3]
         else:

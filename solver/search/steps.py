@@ -34,7 +34,6 @@ from cost_models.base import (
     BoundedTrainingCostModel,
     KeyedTrainingCostModel,
     LayerProfile,
-    PlanKey,
     TrainingCostModel,
     TrainingEstimate,
     TrainingProblem,
@@ -47,16 +46,10 @@ from solver.formulations.stage_partition import (
     memory_lower_bound_bytes,
     rank_times_s,
 )
-from solver.space import (
-    RECOMPUTE_OPTIONS,
-    Candidate,
-    candidate_blocks,
-    candidates,
-    count_candidates,
-)
+from solver.space import block_keys, candidate_blocks, candidates, count_candidates
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
-from specs.plan import ParallelDims, TrainingPlan
+from specs.plan import PlanKey, TrainingPlan
 
 BOUND_SAFETY = 1e-9
 """Relative slack on the bounds: floating-point summation order must not turn a true bound
@@ -69,11 +62,7 @@ _POLL_EVERY = 256
 class Screened:
     """A candidate that passed the cheap screens."""
 
-    candidate: Candidate
-    key: tuple[Any, ...]
-    dims: ParallelDims | None
-    """Shared validated degrees when the plan was built for screening (plain cost models);
-    None on the keyed fast path (built at evaluation)."""
+    key: PlanKey
     profile: LayerProfile
     step_lower_bound_s: float
 
@@ -116,10 +105,10 @@ class Monitor:
             raise Stopped("cancelled")
 
 
-def step_lower_bound_s(profile: LayerProfile, candidate: Candidate) -> float:
+def step_lower_bound_s(profile: LayerProfile, candidate: PlanKey) -> float:
     """m · (lower bound on the slowest rank's time per micro-batch), seconds (module doc)."""
     p, v = candidate.pipeline, candidate.virtual_pipeline
-    if candidate.stage_layers is not None:
+    if candidate.stage_layers:
         per_mb = max(rank_times_s(profile, p, candidate.stage_layers))
     else:
         per_mb = balanced_lower_bound(profile, p, v)
@@ -138,7 +127,6 @@ def screen(
     """Every candidate that passes check(), profile() and (if `memory_bound`) the memory
     lower bound, with its step-time lower bound. Counts go to `stats`."""
     out: list[Screened] = []
-    dims_cache: dict[tuple[Any, ...], ParallelDims] = {}
     ext: Any = cost_model  # the optional protocols' methods, used only when offered
     keyed = isinstance(cost_model, KeyedTrainingCostModel)
     bounded = isinstance(cost_model, BoundedTrainingCostModel)
@@ -149,27 +137,25 @@ def screen(
         stats.enumerated += 1
         if i % _POLL_EVERY == 0:
             monitor.poll(report=i > 0)
-        dims: ParallelDims | None = None
-        pkey = plan_key(cand) if keyed or bounded else None
+        free_split = not cand.stage_layers
         if keyed:
-            violations = ext.check_key(problem, pkey)
+            violations = ext.check_key(problem, cand)
         else:
-            dims = _dims(cand, dims_cache)
-            plan = cand.to_plan(dims=dims)
+            plan = cand.to_plan()
             violations = cost_model.check(problem, plan)
         if violations:
             stats.rule_rejected += 1
             stats.add_pruned(f"rule:{violations[0].kind}")
             monitor.done += 1
             continue
-        if grouped and cand.stage_layers is None:
+        if grouped and free_split:
             # one bound per group of candidates differing only in micro-batch, recompute,
             # virtual pipeline and schedule (the cost model guarantees it for all of them)
             gkey = _memory_group(cand)
             fits = group_fits.get(gkey)
             if fits is None:
                 fits = group_fits[gkey] = (
-                    ext.group_memory_lower_bound_bytes(problem, pkey) <= usable
+                    ext.group_memory_lower_bound_bytes(problem, cand) <= usable
                 )
             if not fits:
                 stats.add_pruned("memory_bound")
@@ -177,7 +163,7 @@ def screen(
                 continue
         try:
             if keyed:
-                profile = ext.profile_key(problem, pkey)
+                profile = ext.profile_key(problem, cand)
             else:
                 profile = cost_model.profile(problem, plan)
         except InfeasiblePlan as exc:
@@ -187,7 +173,7 @@ def screen(
             continue
         if (
             memory_bound
-            and cand.stage_layers is None
+            and free_split
             and memory_lower_bound_bytes(profile, cand.pipeline, cand.virtual_pipeline)
             > profile.usable_bytes * (1.0 + BOUND_SAFETY)
         ):
@@ -195,15 +181,15 @@ def screen(
             monitor.done += 1
             continue
         bound = step_lower_bound_s(profile, cand)
-        if bounded and cand.stage_layers is None:
-            bound = max(bound, ext.step_time_lower_bound_s(problem, pkey) * (1.0 - BOUND_SAFETY))
-        out.append(Screened(cand, cand.key(), dims, profile, bound))
+        if bounded and free_split:
+            bound = max(bound, ext.step_time_lower_bound_s(problem, cand) * (1.0 - BOUND_SAFETY))
+        out.append(Screened(cand, profile, bound))
     return out
 
 
-Pending = tuple[float, tuple[Any, ...]]
+Pending = tuple[float, PlanKey]
 """A queued candidate of the lazy branch-and-bound (`solver.search.branch_and_bound`):
-(step-time bound, canonical key); `plan_key_of` gives its plan key. A candidate whose
+(step-time bound, its key). A candidate whose
 profile or split raises its bound is queued again with what it has so far: (bound, key,
 profile) or (bound, key, profile, split). Keys are unique, so the heap never compares past
 them. (Two small objects per queued candidate: thousands stay queued until the end.)"""
@@ -237,7 +223,6 @@ def screen_light(
     check_key = cm.check_key
     group_bound = cm.group_memory_lower_bound_bytes
     step_bound = cm.step_time_lower_bound_s
-    new_key = _new_plan_key
     out: list[Pending] = []
     append = out.append
     usable = problem.usable_memory_bytes * (1.0 + BOUND_SAFETY)
@@ -247,12 +232,10 @@ def screen_light(
     memory_bound = done = 0
     next_poll = 0
     for blk in candidate_blocks(problem, constraints):
-        d, t, pp, c, e, et, sp, inners, zeros, recomputes, layers, flash = blk
-        key_layers = layers or ()
-        rc_index = [(rc, RECOMPUTE_OPTIONS.index(rc)) for rc in recomputes]
-        per_inner = len(zeros) * len(rc_index)
+        free_split = not blk.base.stage_layers
+        per_inner = len(blk.zero_stages) * len(blk.recomputes)
         fits_by_zero: dict[int, bool] = {}
-        for v, schedule, b in inners:
+        for inner in blk.inners:
             if n >= next_poll:
                 stats.enumerated += n - counted
                 counted = n
@@ -262,30 +245,22 @@ def screen_light(
                 monitor.poll(report=n > 0)
                 next_poll = n - n % _POLL_EVERY + _POLL_EVERY
             n += per_inner
-            for zero in zeros:
+            for zero in blk.zero_stages:
                 fits = fits_by_zero.get(zero)
-                for rc, rci in rc_index:
-                    pkey = new_key(
-                        PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash)
-                    )
-                    violations = check_key(problem, pkey)
+                for key in block_keys(blk, inner, zero):
+                    violations = check_key(problem, key)
                     if violations:
                         stats.rule_rejected += 1
                         stats.add_pruned(f"rule:{violations[0].kind}")
                         done += 1
                         continue
-                    if layers is None:
+                    if free_split:
                         if fits is None:
-                            fits = fits_by_zero[zero] = group_bound(problem, pkey) <= usable
+                            fits = fits_by_zero[zero] = group_bound(problem, key) <= usable
                         if not fits:
                             memory_bound += 1
                             continue
-                    append(
-                        (
-                            step_bound(problem, pkey) * slack,
-                            (d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, key_layers, flash),
-                        )
-                    )
+                    append((step_bound(problem, key) * slack, key))
     stats.enumerated += n - counted
     if memory_bound:
         stats.add_pruned("memory_bound", memory_bound)
@@ -294,76 +269,40 @@ def screen_light(
 
 
 def refine(
-    problem: TrainingProblem,
-    cost_model: TrainingCostModel,
-    pkey: PlanKey,
-    stage_layers: tuple[int, ...] | None,
+    problem: TrainingProblem, cost_model: TrainingCostModel, key: PlanKey
 ) -> tuple[str | None, LayerProfile | None, float]:
     """Profile a pending candidate: (prune reason or None, its profile, the solver's own
     step-time bound from the profile)."""
     try:
-        profile = cast(KeyedTrainingCostModel, cost_model).profile_key(problem, pkey)
+        profile = cast(KeyedTrainingCostModel, cost_model).profile_key(problem, key)
     except InfeasiblePlan as exc:
         return f"rule:{exc.kind}", None, 0.0
-    pp, v = pkey[3], pkey[4]
-    if stage_layers is None and memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (
+    pp, v = key.pipeline, key.virtual_pipeline
+    if not key.stage_layers and memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (
         1.0 + BOUND_SAFETY
     ):
         return "memory_bound", profile, 0.0
-    if stage_layers is not None:
-        per_mb = max(rank_times_s(profile, pp, stage_layers))
+    if key.stage_layers:
+        per_mb = max(rank_times_s(profile, pp, key.stage_layers))
     else:
         per_mb = balanced_lower_bound(profile, pp, v)
     return None, profile, profile.num_microbatches * per_mb * (1.0 - BOUND_SAFETY)
 
 
-def plan_key_of(key: tuple[Any, ...]) -> PlanKey:
-    """The plan key of a canonical key (`Candidate.key()`)."""
-    d, t, pp, v, c, e, et, sp, b, zero, rci, schedule, _, flash = key
-    return _new_plan_key(
-        PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, RECOMPUTE_OPTIONS[rci], schedule, flash)
-    )
-
-
-def candidate_of_key(pkey: PlanKey, stage_layers: tuple[int, ...] | None) -> Candidate:
-    """The candidate of a plan key and a fixed split (or None)."""
-    t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash = pkey
-    return Candidate(d, t, pp, v, c, e, et, sp, b, zero, rc, schedule, stage_layers, flash)
-
-
-def plan_key(cand: Candidate) -> PlanKey:
-    """The cost model's plan key of a candidate (every field but stage_layers)."""
-    d, t, pp, v, c, e, et, sp, b, zero, rc, schedule, _, flash = cand
-    return _new_plan_key(PlanKey, (t, c, d, pp, v, e, et, sp, b, zero, rc, schedule, flash))
-
-
-_new_plan_key = tuple.__new__
-"""Builds a PlanKey from a ready tuple without NamedTuple's keyword-argument __new__ (the
-screening loop makes one per candidate)."""
-
-
-def _memory_group(cand: Candidate) -> tuple[Any, ...]:
+def _memory_group(key: PlanKey) -> tuple[Any, ...]:
     """The fields a `group_memory_lower_bound_bytes` group shares (all but micro-batch,
     recompute, virtual pipeline and schedule)."""
     return (
-        cand.data,
-        cand.tensor,
-        cand.pipeline,
-        cand.context,
-        cand.expert,
-        cand.expert_tensor,
-        cand.sequence_parallel,
-        cand.zero_stage,
-        cand.flash_attention,
+        key.data,
+        key.tensor,
+        key.pipeline,
+        key.context,
+        key.expert,
+        key.expert_tensor,
+        key.sequence_parallel,
+        key.zero_stage,
+        key.flash_attention,
     )
-
-
-def _dims(cand: Candidate, cache: dict[tuple[Any, ...], ParallelDims]) -> ParallelDims:
-    dkey = cand.dims_key()
-    dims = cache.get(dkey)
-    if dims is None:
-        dims = cache[dkey] = cand.parallel_dims()
-    return dims
 
 
 def evaluate_screened(
@@ -387,13 +326,13 @@ def split_screened(
     """The candidate's pipeline split, its fixed `stage_layers` or the partition program's
     optimum (None, counted as `memory` or `partition_timeout`, when there is none), and
     the split's slowest rank time per micro-batch (`rank_times_s`; None for a fixed split)."""
-    cand = item.candidate
-    if cand.stage_layers is not None:
-        return cand.stage_layers, None
+    key = item.key
+    if key.stage_layers:
+        return key.stage_layers, None
     res = solver.solve(
         item.profile,
-        cand.pipeline,
-        cand.virtual_pipeline,
+        key.pipeline,
+        key.virtual_pipeline,
         time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
     )
     if res.from_cache:
@@ -418,7 +357,7 @@ def evaluate_split(
 ) -> TrainingEstimate | None:
     """Build the plan with split `layers` and evaluate it; the feasible estimate or None
     (counted by the first violation's kind)."""
-    plan = item.candidate.to_plan(layers, dims=item.dims)
+    plan = item.key.to_plan(layers)
     try:
         est = cost_model.evaluate(problem, plan)
     except InfeasiblePlan as exc:
@@ -444,7 +383,7 @@ class TopK:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self._items: list[tuple[float, tuple[Any, ...], int, TrainingEstimate]] = []
+        self._items: list[tuple[float, PlanKey, int, TrainingEstimate]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -454,11 +393,11 @@ class TopK:
     def full(self) -> bool:
         return len(self._items) >= self.k
 
-    def worst(self) -> tuple[float, tuple[Any, ...]]:
+    def worst(self) -> tuple[float, PlanKey]:
         step, key, _, _ = self._items[-1]
         return step, key
 
-    def push(self, key: tuple[Any, ...], est: TrainingEstimate) -> None:
+    def push(self, key: PlanKey, est: TrainingEstimate) -> None:
         self._seq += 1
         bisect.insort(self._items, (est.metrics.step_time_s, key, self._seq, est))
         del self._items[self.k :]
@@ -466,7 +405,7 @@ class TopK:
     def estimates(self) -> list[TrainingEstimate]:
         return [item[3] for item in self._items]
 
-    def keys(self) -> list[tuple[Any, ...]]:
+    def keys(self) -> list[PlanKey]:
         return [item[1] for item in self._items]
 
 

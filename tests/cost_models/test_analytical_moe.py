@@ -16,8 +16,9 @@ from cost_models.analytical.moe import (
 )
 from cost_models.analytical.placement import place_expert_groups
 from cost_models.analytical.training import AnalyticalTrainingCostModel
-from cost_models.base import PlanKey, TrainingProblem
+from cost_models.base import TrainingProblem
 from specs.model import ModelSpec, MoESpec
+from specs.plan import PlanKey
 from specs.workload import MoERoutingSpec, TrainingWorkload
 
 NET = TwoTierNetwork(
@@ -141,7 +142,15 @@ def _problem(routing: MoERoutingSpec | None = None) -> TrainingProblem:
 )
 def test_expert_state_bytes_by_ep_etp_zero(zero: int, expected: float) -> None:
     cm = AnalyticalTrainingCostModel()
-    key = PlanKey(2, 1, 8, 1, 1, 4, 2, True, 1, zero, "none", "1f1b", True)
+    key = PlanKey(
+        data=8,
+        tensor=2,
+        pipeline=1,
+        expert=4,
+        expert_tensor=2,
+        sequence_parallel=True,
+        zero_stage=zero,
+    )
     problem = _problem()
     assert cm.check_key(problem, key) == []
     prof = cm.profile_key(problem, key)
@@ -149,7 +158,7 @@ def test_expert_state_bytes_by_ep_etp_zero(zero: int, expected: float) -> None:
 
 
 def test_imbalance_and_capacity_scale_the_moe_layer() -> None:
-    key = PlanKey(1, 1, 16, 1, 1, 4, 1, False, 1, 1, "none", "1f1b", True)
+    key = PlanKey(data=16, tensor=1, pipeline=1, expert=4)
     plan = key.to_plan([2])
     times = {}
     for name, routing in [
@@ -176,5 +185,5 @@ def test_imbalance_and_capacity_scale_the_moe_layer() -> None:
 def test_wrong_histogram_is_a_violation_not_a_crash() -> None:
     problem = _problem(MoERoutingSpec(expert_loads=[1.0, 2.0]))
     cm = AnalyticalTrainingCostModel()
-    key = PlanKey(1, 1, 16, 1, 1, 4, 1, False, 1, 1, "none", "1f1b", True)
+    key = PlanKey(data=16, tensor=1, pipeline=1, expert=4)
     assert [v.kind for v in cm.check_key(problem, key)] == ["expert"]

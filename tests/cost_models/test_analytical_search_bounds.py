@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from cm_support import llama3_70b, make_cluster, make_h100
 
-from cost_models.analytical.training import AnalyticalTrainingCostModel
+from cost_models.analytical.training import AnalyticalTrainingCostModel, rules
 from cost_models.base import (
     BoundedTrainingCostModel,
     KeyedTrainingCostModel,
-    PlanKey,
     TrainingProblem,
 )
 from solver.space import candidates
 from specs.constraints import SearchConstraints
 from specs.model import ModelSpec, MoESpec
+from specs.plan import PlanKey
 from specs.workload import MoERoutingSpec, TrainingWorkload
 
 GIB = 1024**3
@@ -173,7 +173,9 @@ def test_group_memory_bound_is_states_plus_fixed_for_a_hand_case() -> None:
     # 4 bytes × max(40M, 1M·4) elements (memory.py): well over the 77.65 GiB usable.
     problem = _problems()[0][0]
     cm = AnalyticalTrainingCostModel()
-    key = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "full", "1f1b", True)
+    key = PlanKey(
+        data=4, tensor=8, pipeline=1, sequence_parallel=True, zero_stage=0, recompute="full"
+    )
     model = problem.model
     per_gpu_params = (
         model.num_layers
@@ -196,7 +198,15 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     # ZeRO-2 with pipeline 2. Degree rules come first, then batch, layers, ZeRO.
     problem = _problems()[0][0]
     cm = AnalyticalTrainingCostModel()
-    bad = PlanKey(16, 1, 2, 2, 41, 1, 1, True, 3, 2, "none", "1f1b", True)
+    bad = PlanKey(
+        data=2,
+        tensor=16,
+        pipeline=2,
+        virtual_pipeline=41,
+        sequence_parallel=True,
+        micro_batch_size=3,
+        zero_stage=2,
+    )
     expected = ["divisibility", "divisibility", "topology", "batch", "divisibility", "zero"]
     assert [v.kind for v in cm.check_key(problem, bad)] == expected
     # same degrees, valid step fields: only the degree rules (cached) remain
@@ -207,7 +217,7 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
         )
     ] == expected[:3]
     # valid degrees, then only the per-step rules: the fast path must not hide them
-    ok = PlanKey(8, 1, 4, 1, 1, 1, 1, True, 1, 0, "none", "1f1b", True)
+    ok = PlanKey(data=4, tensor=8, pipeline=1, sequence_parallel=True, zero_stage=0)
     assert cm.check_key(problem, ok) == []
     assert [v.kind for v in cm.check_key(problem, ok._replace(micro_batch_size=3))] == ["batch"]
     # interleaving with pipeline 1, and with 256 / (1 · 2) = 128 micro-batches on pipeline 16
@@ -219,11 +229,27 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     ] == ["schedule"]
     assert (
         cm.check_key(
-            problem, PlanKey(8, 1, 2, 2, 2, 1, 1, True, 1, 1, "none", "interleaved_1f1b", True)
+            problem,
+            PlanKey(
+                data=2,
+                tensor=8,
+                pipeline=2,
+                virtual_pipeline=2,
+                sequence_parallel=True,
+                pipeline_schedule="interleaved_1f1b",
+            ),
         )
         == []
     )
-    m_bad = PlanKey(8, 1, 2, 2, 2, 1, 1, True, 128, 1, "none", "interleaved_1f1b", True)
+    m_bad = PlanKey(
+        data=2,
+        tensor=8,
+        pipeline=2,
+        virtual_pipeline=2,
+        sequence_parallel=True,
+        micro_batch_size=128,
+        pipeline_schedule="interleaved_1f1b",
+    )
     assert [v.kind for v in cm.check_key(problem, m_bad)] == ["schedule"]  # m = 1 < 2
     assert [
         v.kind for v in cm.check_key(problem, ok._replace(data=1, pipeline=4, zero_stage=3))
@@ -231,19 +257,7 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     # every answer equals the plain check() of a fresh model (no cache involved)
     for key in (bad, ok, m_bad, ok._replace(micro_batch_size=3)):
         fresh = AnalyticalTrainingCostModel()
-        assert cm.check_key(problem, key) == fresh._check(
-            problem,
-            key.tensor,
-            key.context,
-            key.data,
-            key.pipeline,
-            key.virtual_pipeline,
-            key.expert,
-            key.expert_tensor,
-            key.micro_batch_size,
-            key.zero_stage,
-            key.pipeline_schedule,
-        )
+        assert cm.check_key(problem, key) == rules.check(fresh.context(problem), key)
 
 
 @pytest.mark.parametrize("case", [0, 1, 2])

@@ -105,7 +105,8 @@ def test_every_candidate_is_a_valid_plan(problem, max_v: int) -> None:
     wl = problem.workload
     cands = list(candidates(problem, cons))
     assert count_candidates(problem, cons) == len(cands)
-    assert len({c.key() for c in cands}) == len(cands)
+    assert len(set(cands)) == len(cands)
+    assert all(cand.to_plan().key() == cand for cand in cands)
     for cand in cands:
         plan = cand.to_plan()
         assert isinstance(plan, TrainingPlan)

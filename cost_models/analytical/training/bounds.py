@@ -1,0 +1,139 @@
+"""Provable lower bounds the exact search prunes with (`BoundedTrainingCostModel`): peak
+memory of a group of plans and the step time of one plan under every pipeline split.
+Every cached number is computed by the same expression `profile.py` / `estimate.py` use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.analytical.gemm import MEMORY_EFFICIENCY
+from cost_models.analytical.memory import GIB, grad_bucket_bytes
+from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.extras import extra_times
+from cost_models.analytical.training.layer_costs import cost_seq
+from cost_models.analytical.training.model_states import (
+    extra_states,
+    head_params_on_last,
+    state_seq,
+    zero3_working_bytes,
+)
+from cost_models.analytical.training.placements import parallel_groups
+from cost_models.analytical.training.profile import microbatches, p2p_s
+from cost_models.analytical.training.shapes import LayerShape, StateShape
+from specs.plan import PlanKey
+
+
+@dataclass(frozen=True, slots=True)
+class BoundTerms:
+    """The split-independent terms of the step-time bound of one (layer shape, data,
+    pipeline)."""
+
+    total_s: float
+    """Σ layers + both extras, per micro-batch."""
+    largest_layer_s: float
+    smallest_layer_s: float
+    larger_extra_s: float
+    p2p_s: float
+    microbatches: int
+
+
+def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
+    """Model states and fixed bytes only: a peak-memory lower bound valid for every
+    micro-batch size, recompute mode, virtual pipeline degree, schedule and split of the
+    plan's degrees and ZeRO stage (`GroupMemoryBoundedCostModel`).
+
+    Why it is a bound: evaluate() charges pipeline rank j its layers' weights, gradients
+    and optimizer states, the embedding / LM-head states when it holds the first / last
+    chunk, the ZeRO-3 working copy, the runtime context and the gradient bucket (none of
+    which depends on micro-batch, recompute, v or the schedule), plus (1 + fragmentation)
+    × activations ≥ 0. The busiest rank holds at least the mean over the p ranks (every
+    layer's states once, both extras once) and at least what rank 0 holds: the
+    embedding and ≥ 1 layer (every chunk has a layer; with p = 1 everything).
+    """
+    shape, pp = StateShape.of(key), key.pipeline
+    hit = ctx.group_memory.get((shape, pp))
+    if hit is not None:
+        return hit
+    model = ctx.model
+    states = state_seq(ctx, shape)
+    first, last = extra_states(ctx, shape, head_params_on_last(model, pp))
+    bucket = (
+        grad_bucket_bytes(shape.shards, states.params_sum / pp) if shape.zero_stage < 3 else 0.0
+    )
+    zero3 = (
+        zero3_working_bytes(model, shape.tensor, shape.expert, shape.expert_tensor)
+        if shape.zero_stage == 3 and shape.shards > 1
+        else 0.0
+    )
+    fixed = ctx.config.runtime_context_gib * GIB + bucket + zero3
+    layer_bytes = states.public["state"]
+    mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp
+    rank0 = first.total_bytes + min(layer_bytes) + (last.total_bytes if pp == 1 else 0.0)
+    hit = ctx.group_memory[(shape, pp)] = fixed + max(mean, rank0)
+    return hit
+
+
+def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """Step time ≥ schedule(max_j W_j) + optimizer + overhead, for every split
+    (`BoundedTrainingCostModel`).
+
+    Why it is a bound: evaluate()'s rank work W_j (layers' compute, recompute, exposed TP
+    and CP communication, the extras on the first / last rank, 2·v boundary transfers)
+    sums over the ranks to ΣW, which no split changes. The busiest rank's W is at least
+    ΣW / p, at least the largest layer plus the transfers (layers are not split) and at
+    least an extra plus v smallest layers (every chunk has a layer). Both schedules grow
+    with max W at fixed ΣW: 1F1B (m−1)·max W + ΣW, interleaved (m − 1/v)·max W + ΣW/v
+    (Narayanan et al. 2021 §2.2.1-2.2.2, `schedule.py`). The Adam step takes the busiest
+    rank's shard, at least the mean shard; data-parallel exposure is ≥ 0.
+    """
+    pp, v = key.pipeline, key.virtual_pipeline
+    layer = LayerShape.of(key)
+    terms = ctx.bound_terms.get((layer, key.data, pp))
+    if terms is None:
+        terms = ctx.bound_terms[(layer, key.data, pp)] = _terms(ctx, key, layer)
+    states = StateShape.of(key)
+    optimizer = ctx.bound_optimizer.get((states, pp))
+    if optimizer is None:
+        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+    p2p_rank = 2 * v * terms.p2p_s if pp > 1 else 0.0
+    total = terms.total_s + pp * p2p_rank
+    if pp == 1:
+        w_max = total
+    else:
+        w_max = max(
+            total / pp,
+            terms.largest_layer_s + p2p_rank,
+            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
+        )
+    m = terms.microbatches
+    if key.pipeline_schedule == "interleaved_1f1b" and v > 1:
+        sched = m * w_max + (total - w_max) / v
+    else:
+        sched = (m - 1) * w_max + total
+    return sched + optimizer + ctx.config.step_overhead_s
+
+
+def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
+    times = cost_seq(ctx, layer).stats()
+    first, last = extra_times(ctx, layer)
+    first_x = first.compute_s + first.tp_s
+    last_x = last.compute_s + last.tp_s
+    pp = key.pipeline
+    groups = parallel_groups(ctx, key.tensor, key.context, key.data, pp)
+    return BoundTerms(
+        total_s=times.total + first_x + last_x,
+        largest_layer_s=times.largest,
+        smallest_layer_s=times.smallest,
+        larger_extra_s=max(first_x, last_x),
+        p2p_s=p2p_s(ctx, layer, groups) if pp > 1 else 0.0,
+        microbatches=microbatches(ctx, key),
+    )
+
+
+def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int) -> float:
+    """The Adam step of the mean shard per pipeline rank, seconds."""
+    states = state_seq(ctx, shape)
+    first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
+    shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params
+    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+    return shard_total / pp * ctx.config.optimizer_bytes_per_param / hbm

@@ -1,0 +1,312 @@
+"""The full estimate of a plan with its pipeline split: per-rank work per micro-batch, the
+schedule (`schedule.py`), exposed data-parallel communication, the Adam step, memory per
+pipeline rank, metrics and the figures explanations quote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import accumulate
+from typing import Any
+
+from cost_models.analytical.flops import recompute_flops_per_step
+from cost_models.analytical.gemm import MEMORY_EFFICIENCY
+from cost_models.analytical.memory import GIB
+from cost_models.analytical.schedule import pipeline_step
+from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.data_parallel import data_parallel_s
+from cost_models.analytical.training.layer_sequence import PREFIX_FIELDS
+from cost_models.analytical.training.placements import expert_groups, expert_load
+from cost_models.analytical.training.profile import Profiled, profiled
+from cost_models.base import TrainingEstimate
+from cost_models.error_bars import stored_quantiles
+from specs.errors import InfeasiblePlan
+from specs.plan import (
+    MemoryReport,
+    PlanKey,
+    StageMemory,
+    TimeBreakdown,
+    TrainingMetrics,
+    TrainingPlan,
+    Violation,
+)
+
+
+def _gib(x: float) -> float:
+    return x / GIB
+
+
+def _error_bars(step_time_s: float) -> dict[str, float]:
+    """step_time_s_low / _high from the residuals on the published runs (error_bars.py)."""
+    quantiles = stored_quantiles("analytical")
+    if quantiles is None:
+        return {}
+    low, high = quantiles.interval(step_time_s)
+    return {"step_time_s_low": low, "step_time_s_high": high}
+
+
+ChunkSum = Callable[[str, int], float]
+"""chunk_sum(prefix name, rank): the sum of a per-layer field over the rank's chunks."""
+
+
+def _chunk_sum(prof: Profiled, rank_ranges: list[list[tuple[int, int]]], v: int) -> ChunkSum:
+    arrays = {name: prof.prefix(name) for name in PREFIX_FIELDS}
+    if v == 1:  # one chunk per rank: sum([x]) is 0.0 + x, without building the list
+        single = [ranges[0] for ranges in rank_ranges]
+
+        def one(name: str, rank: int) -> float:
+            arr = arrays[name]
+            lo, hi = single[rank]
+            return 0.0 + (arr[hi] - arr[lo])
+
+        return one
+
+    def many(name: str, rank: int) -> float:
+        arr = arrays[name]
+        return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
+
+    return many
+
+
+def evaluate(
+    ctx: ProblemContext, plan: TrainingPlan, violations: list[Violation]
+) -> TrainingEstimate:
+    """Full estimate of a plan with stage_layers set (the caller checked the rules and
+    passes their `violations`).
+
+    Raises:
+        InfeasiblePlan: kind "divisibility" when the degrees do not multiply to the GPU
+            count or stage_layers is missing or does not sum to num_layers.
+    """
+    problem = ctx.problem
+    p = plan.parallelism
+    if p.world_size != problem.num_gpus:
+        raise InfeasiblePlan(
+            "divisibility",
+            violations[0].detail
+            if violations
+            else f"plan uses {p.world_size} GPUs, cluster has {problem.num_gpus}",
+        )
+    model = ctx.model
+    L, pp, v = model.num_layers, p.pipeline, p.virtual_pipeline
+    stages = plan.stage_layers
+    if stages is None:
+        raise InfeasiblePlan(
+            "divisibility",
+            "stage_layers must be set to evaluate a plan "
+            f"(pipeline × virtual_pipeline = {pp * v} entries summing to "
+            f"num_layers = {L})",
+        )
+    if len(stages) != pp * v or sum(stages) != L or min(stages) < 1:
+        raise InfeasiblePlan(
+            "divisibility",
+            f"stage_layers {stages} must have {pp * v} "
+            f"positive entries summing to num_layers ({L}); "
+            f"they sum to {sum(stages)}",
+        )
+    key = plan.key()
+    prof = profiled(ctx, key)
+    cfg, pub = ctx.config, prof.public
+    m = pub.num_microbatches
+    bounds = list(accumulate(stages, initial=0))
+
+    # [rank] -> [start, end) layer ranges of its chunks, in local order
+    rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)]
+    chunk_sum = _chunk_sum(prof, rank_ranges, v)
+
+    # Per-rank work per micro-batch and its components.
+    p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
+    comp: list[dict[str, float]] = []
+    work: list[float] = []
+    fwd_rank: list[float] = []
+    bwd_rank: list[float] = []
+    for j in range(pp):
+        parts = {
+            "compute": chunk_sum("compute", j),
+            "recompute": chunk_sum("recompute", j),
+            "tp": chunk_sum("tp", j),
+            "cp": chunk_sum("cp", j),
+            "ep": chunk_sum("ep", j),
+            "pp": p2p_rank,
+        }
+        fw = chunk_sum("forward", j)
+        bw = chunk_sum("backward", j)
+        if j == 0:
+            parts["compute"] += prof.first.compute_s
+            parts["tp"] += prof.first.tp_s
+            fw += prof.first.forward_s
+            bw += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
+        if j == pp - 1:
+            parts["compute"] += prof.last.compute_s
+            parts["tp"] += prof.last.tp_s
+            fw += prof.last.forward_s
+            bw += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
+        comp.append(parts)
+        work.append(sum(parts.values()))
+        fwd_rank.append(fw)
+        bwd_rank.append(bw)
+    sched = pipeline_step(work, m, v, plan.pipeline_schedule)
+    crit = max(range(pp), key=lambda j: work[j])
+
+    # Parameters per rank (for DP traffic and the optimizer step).
+    params = [chunk_sum("params", j) for j in range(pp)]
+    expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
+    shard_params = [chunk_sum("shard_params", j) for j in range(pp)]
+    params[0] += prof.first.state.params
+    shard_params[0] += prof.first.state.shard_params
+    params[-1] += prof.last.state.params
+    shard_params[-1] += prof.last.state.shard_params
+
+    dp_exposed, dp_raw = data_parallel_s(
+        ctx, prof, key, params, fwd_rank, bwd_rank, m, expert_params
+    )
+    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+    optimizer_s = max(sp_ * cfg.optimizer_bytes_per_param / hbm for sp_ in shard_params)
+    step = sched.step_s + dp_exposed + optimizer_s + cfg.step_overhead_s
+
+    cparts = comp[crit]
+    breakdown = TimeBreakdown(
+        compute=m * (cparts["compute"] + cparts["recompute"]),
+        tensor_parallel_comm=m * cparts["tp"],
+        data_parallel_comm=dp_exposed,
+        pipeline_comm=m * cparts["pp"],
+        context_parallel_comm=m * cparts["cp"],
+        expert_parallel_comm=m * cparts["ep"],
+        bubble=sched.bubble_s,
+        optimizer=optimizer_s,
+        recompute=m * cparts["recompute"],
+        overhead=cfg.step_overhead_s,
+    )
+    memory, totals = _memory(ctx, prof, rank_ranges, chunk_sum, violations)
+
+    n = problem.num_gpus
+    rc_flops = ctx.recompute_flops.get(plan.recompute)
+    if rc_flops is None:
+        rc_flops = recompute_flops_per_step(model, ctx.global_batch, ctx.seq, plan.recompute)
+        ctx.recompute_flops[plan.recompute] = rc_flops
+    metrics = TrainingMetrics(
+        step_time_s=step,
+        tokens_per_s=ctx.global_batch * ctx.seq / step,
+        model_tflops_per_gpu=ctx.model_flops / step / n / 1e12,
+        mfu=ctx.model_flops / step / n / ctx.peak_flops,
+        peak_memory_gib=memory.peak_gib,
+        bubble_fraction=sched.bubble_s / step,
+        time_breakdown_s=breakdown,
+        hardware_tflops_per_gpu=(ctx.model_flops + rc_flops) / step / n / 1e12,
+        **_error_bars(step),
+    )
+    details: dict[str, Any] = {
+        "num_microbatches": m,
+        "rank_work_s": work,
+        "rank_forward_s": fwd_rank,
+        "critical_rank": crit,
+        "group_tiers": prof.groups.tiers(),
+        "p2p_time_s": prof.p2p_s,
+        "data_parallel_comm_raw_s": dp_raw,
+        "data_parallel_comm_exposed_s": dp_exposed,
+        "rank_params": params,
+        "memory_total_gib": [_gib(x) for x in totals],
+    }
+    if model.moe is not None:
+        details["expert_parallel"] = _moe_details(ctx, prof, key, crit, chunk_sum, m)
+    return TrainingEstimate(
+        plan=plan,
+        feasible=not violations,
+        violations=violations,
+        metrics=metrics,
+        memory=memory,
+        details=details,
+    )
+
+
+def _memory(
+    ctx: ProblemContext,
+    prof: Profiled,
+    rank_ranges: list[list[tuple[int, int]]],
+    chunk_sum: ChunkSum,
+    violations: list[Violation],
+) -> tuple[MemoryReport, list[float]]:
+    """Memory per pipeline rank (appending a `memory` violation per rank over the limit)
+    and the per-rank totals, bytes."""
+    pub = prof.public
+    frag = ctx.config.fragmentation_fraction
+    act_prefix = prof.prefix("act")
+    usable = ctx.usable_bytes
+    pp = len(rank_ranges)
+    by_stage: list[StageMemory] = []
+    totals: list[float] = []
+    for j in range(pp):
+        weights = chunk_sum("weights", j) + prof.zero3_working_bytes
+        grads = chunk_sum("grads", j)
+        opt = chunk_sum("optimizer", j)
+        acts = prof.recompute_working_bytes
+        held = pub.inflight_microbatches[j]
+        for chunk, (lo, hi) in enumerate(rank_ranges[j]):
+            acts += held[chunk] * (act_prefix[hi] - act_prefix[lo])
+        if j == 0:
+            weights += prof.first.state.weights_bytes
+            grads += prof.first.state.grads_bytes
+            opt += prof.first.state.optimizer_bytes
+            acts += pub.inflight_microbatches[0][0] * prof.first.activation_bytes
+        if j == pp - 1:
+            weights += prof.last.state.weights_bytes
+            grads += prof.last.state.grads_bytes
+            opt += prof.last.state.optimizer_bytes
+            acts += prof.last.activation_bytes
+        other = prof.runtime_bytes + prof.bucket_bytes + frag * acts
+        total = weights + grads + opt + acts + other
+        totals.append(total)
+        by_stage.append(
+            StageMemory(
+                weights_gib=_gib(weights),
+                gradients_gib=_gib(grads),
+                optimizer_gib=_gib(opt),
+                activations_gib=_gib(acts),
+                other_gib=_gib(other),
+                total_gib=_gib(total),
+            )
+        )
+        if total > usable:
+            violations.append(
+                Violation(
+                    kind="memory",
+                    detail=(
+                        f"pipeline rank {j} needs {_gib(total):.1f} GiB of {_gib(usable):.2f} GiB "
+                        f"usable (weights {_gib(weights):.1f}, gradients {_gib(grads):.1f}, optimizer "
+                        f"{_gib(opt):.1f}, activations {_gib(acts):.1f}, other {_gib(other):.1f})"
+                    ),
+                )
+            )
+    peak = max(totals)
+    report = MemoryReport(
+        peak_gib=_gib(peak),
+        capacity_gib=ctx.problem.cluster.accelerator.memory_gib,
+        usable_gib=_gib(usable),
+        by_stage=by_stage,
+    )
+    return report, totals
+
+
+def _moe_details(
+    ctx: ProblemContext,
+    prof: Profiled,
+    key: PlanKey,
+    crit: int,
+    chunk_sum: ChunkSum,
+    m: int,
+) -> dict[str, Any]:
+    """Expert-parallel figures for explanations: the all-to-all time of one MoE layer per
+    micro-batch (forward + backward + recomputed forward), the tiers its groups cross, the
+    busiest EP rank's load factor and the critical rank's all-to-all seconds per step."""
+    moe_layer = next(i for i, f in enumerate(ctx.moe_flags) if f)
+    cost = prof.costs.items[moe_layer]
+    groups = expert_groups(ctx, key.expert, key.expert_tensor, key.data * key.context * key.tensor)
+    return {
+        "all_to_all_s_per_layer": cost.a2a_s,
+        "expert_comm_s_per_layer": cost.ep_s,
+        "all_to_all_tier": groups.expert.tier,
+        "expert_tensor_tier": groups.expert_tensor.tier,
+        "expert_data_tier": groups.expert_data.tier,
+        "load_factor": expert_load(ctx, key.expert).load_factor,
+        "all_to_all_s_per_step": m * chunk_sum("a2a", crit),
+        "local_experts": ctx.model.moe.num_experts // key.expert if ctx.model.moe else 0,
+    }

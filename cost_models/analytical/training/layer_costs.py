@@ -1,0 +1,302 @@
+"""Time and activation memory of one transformer layer per micro-batch on one GPU.
+
+Per layer and micro-batch: GEMMs forward + backward (+ recompute) on the roofline of
+`gemm.py`, the attention core of `attention.py`, the memory-bound elementwise kernels of
+`elementwise.py`, exposed tensor-parallel communication (Megatron with SP: 2 all-gathers + 2
+reduce-scatters of s·b·h bf16 elements forward and the same backward; without SP 2
+all-reduces each way; Korthikanti et al. 2022 §4.2.2) and the exposed context-parallel ring
+exchange (c−1 K/V block transfers forward, twice that backward, overlapped with the attention
+core). MoE layers add the routed experts as grouped GEMMs on the busiest expert-parallel rank
+with their all-to-alls and expert-tensor collectives (`moe.py`).
+
+A layer's cost is its recompute-independent core (`LayerCore`, cached per layer kind and
+shape without recompute) plus what the recompute mode adds (`LayerCost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.analytical.elementwise import (
+    BACKWARD_BYTES_RATIO,
+    layer_elementwise_bytes,
+    mlp_width,
+)
+from cost_models.analytical.flops import attention_dims, layer_gemms, split_gemm
+from cost_models.analytical.gemm import MEMORY_EFFICIENCY
+from cost_models.analytical.memory import layer_activation_bytes
+from cost_models.analytical.moe import grouped_expert_gemm_s, moe_comm_s, permute_bytes
+from cost_models.analytical.placement import ParallelGroups
+from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.layer_sequence import LayerSeq, per_layer
+from cost_models.analytical.training.placements import (
+    expert_groups,
+    expert_load,
+    parallel_groups,
+)
+from cost_models.analytical.training.shapes import LayerShape
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCore:
+    """The parts of a layer's cost that recompute does not change (one direction each)."""
+
+    forward_s: float
+    """GEMMs + elementwise kernels (+ MoE permutation) forward."""
+    backward_s: float
+    """Their backward."""
+    attention_forward_s: float
+    attention_backward_s: float
+    tp_s: float
+    """Tensor-parallel communication per direction."""
+    cp_forward_s: float
+    """Exposed context-parallel exchange, forward."""
+    cp_backward_s: float
+    working_bytes: float
+    """Activation bytes of the layer without recomputation (full recompute working set)."""
+    ep_s: float
+    """Expert-parallel communication per direction."""
+    a2a_s: float
+    """Of which the dispatch / combine all-to-alls."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCost:
+    """One layer kind under one set of degrees, per micro-batch, one GPU."""
+
+    compute_s: float
+    """Forward + backward GEMMs and attention core (no recompute)."""
+    recompute_s: float
+    tp_s: float
+    """Exposed tensor-parallel communication (forward, backward and recomputed forward)."""
+    cp_s: float
+    """Exposed context-parallel communication."""
+    ep_s: float
+    """Exposed expert-parallel communication (all-to-alls and expert-tensor collectives of
+    the forward, backward and recomputed forward)."""
+    a2a_s: float
+    """Of which the dispatch / combine all-to-alls."""
+    forward_s: float
+    backward_s: float
+    """Everything but the forward: backward, recompute, their exposed communication."""
+    activation_bytes: float
+    """Raw activation bytes per in-flight micro-batch (no fragmentation)."""
+    working_bytes: float
+    """Activation bytes of the layer without recomputation (full recompute working set)."""
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def tp_exchange_s(
+    ctx: ProblemContext, size_bytes: float, groups: ParallelGroups, sp: bool
+) -> float:
+    """One tensor-parallel exchange of an activation of `size_bytes` (Korthikanti et al.
+    2022 §4.2.2): an all-gather plus a reduce-scatter with sequence parallelism, an
+    all-reduce without; the hidden share `tp_comm_overlap` removed. 0 without TP."""
+    group = groups.tensor
+    if group.size <= 1:
+        return 0.0
+    if sp:
+        raw = ctx.comm.all_gather(size_bytes, group) + ctx.comm.reduce_scatter(size_bytes, group)
+    else:
+        raw = ctx.comm.all_reduce(size_bytes, group)
+    return raw * (1.0 - ctx.config.tp_comm_overlap)
+
+
+def _activation_bytes(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> float:
+    """Activation bytes one layer of this kind stores per in-flight micro-batch."""
+    load = expert_load(ctx, shape.expert).load_factor if is_moe else 1.0
+    return layer_activation_bytes(
+        ctx.model,
+        is_moe,
+        shape.micro_batch_size,
+        ctx.seq,
+        shape.tensor,
+        shape.context,
+        shape.sequence_parallel,
+        shape.flash_attention,
+        shape.recompute,  # type: ignore[arg-type]
+        shape.expert_tensor if is_moe else 1,
+        load,
+    )
+
+
+def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCost:
+    """The cost of one layer of kind `is_moe` under `shape` (cached)."""
+    key = (is_moe, shape)
+    hit = ctx.layer_costs.get(key)
+    if hit is not None:
+        return hit
+    core_shape = shape.without_recompute()
+    core = ctx.layer_cores.get((is_moe, core_shape))
+    if core is None:
+        core = ctx.layer_cores[(is_moe, core_shape)] = layer_core(ctx, is_moe, core_shape)
+    rc = shape.recompute
+    if rc == "full":  # the whole forward again, collectives included
+        rc_s = core.forward_s + core.attention_forward_s
+        tp_rc, cp_rc, ep_rc, a2a_rc = core.tp_s, core.cp_forward_s, core.ep_s, core.a2a_s
+    elif rc == "selective":
+        rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = core.attention_forward_s, 0.0, 0.0, 0.0, 0.0
+    else:
+        rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = 0.0, 0.0, 0.0, 0.0, 0.0
+    forward = core.forward_s + core.attention_forward_s + core.tp_s + core.cp_forward_s + core.ep_s
+    cost = LayerCost(
+        compute_s=core.forward_s
+        + core.backward_s
+        + core.attention_forward_s
+        + core.attention_backward_s,
+        recompute_s=rc_s,
+        tp_s=2 * core.tp_s + tp_rc,
+        cp_s=core.cp_forward_s + core.cp_backward_s + cp_rc,
+        ep_s=2 * core.ep_s + ep_rc,
+        a2a_s=2 * core.a2a_s + a2a_rc,
+        forward_s=forward,
+        backward_s=core.backward_s
+        + core.attention_backward_s
+        + rc_s
+        + core.tp_s
+        + tp_rc
+        + core.cp_backward_s
+        + cp_rc
+        + core.ep_s
+        + ep_rc,
+        activation_bytes=_activation_bytes(ctx, is_moe, shape),
+        working_bytes=core.working_bytes,
+    )
+    ctx.layer_costs[key] = cost
+    return cost
+
+
+def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCore:
+    """The recompute-independent parts of a layer's cost (`shape.recompute` is ignored).
+
+    MoE layers (`moe.py`): the routed experts run as grouped GEMMs at their per-expert
+    shapes on the busiest EP rank, with the dispatch / combine all-to-alls and the ETP
+    collectives; their tensor-parallel collectives are the attention's pair plus the
+    shared experts' pair (the routed experts need none: tokens stay sequence-split)."""
+    model, s = ctx.model, ctx.seq
+    t, c, b = shape.tensor, shape.context, shape.micro_batch_size
+    etp, e, sp, flash = (
+        shape.expert_tensor,
+        shape.expert,
+        shape.sequence_parallel,
+        shape.flash_attention,
+    )
+    groups = parallel_groups(ctx, t, c, 1, 1)
+    h = model.hidden_size
+    tokens = b * s / c
+    fwd = bwd = 0.0
+    for gm in layer_gemms(model, is_moe, tokens):
+        if is_moe and gm.split.startswith("expert"):
+            continue  # priced per expert below
+        f, bw = ctx.gemm.forward_backward_s(*split_gemm(gm, t, etp))
+        fwd += f
+        bwd += bw
+    ep_dir = a2a_dir = 0.0
+    load = 1.0
+    tp_pairs = 2.0
+    if is_moe:
+        moe = model.moe
+        assert moe is not None
+        busiest = expert_load(ctx, e)
+        load = busiest.load_factor
+        tokens_gpu = tokens / t
+        # Balanced tokens per local expert after the ETP all-gather: e·etp·(T/t)·k/E.
+        balanced = e * etp * tokens_gpu * moe.top_k / moe.num_experts
+        ef, eb = grouped_expert_gemm_s(
+            ctx.gemm,
+            tuple(x * balanced for x in busiest.local_factors),
+            h,
+            moe.expert_ffn_hidden_size,
+            etp,
+            model.gated_mlp,
+        )
+        perm = permute_bytes(load * tokens_gpu * moe.top_k * etp, h) / (
+            ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+        )
+        fwd += ef + perm
+        bwd += eb + BACKWARD_BYTES_RATIO * perm
+        egroups = expert_groups(ctx, e, etp, e * etp)
+        routing = ctx.problem.workload.moe_routing
+        mcomm = moe_comm_s(
+            ctx.comm,
+            egroups,
+            tokens_gpu,
+            moe.top_k,
+            h,
+            load,
+            routing.max_nodes_per_token if routing is not None else None,
+        )
+        ep_dir, a2a_dir = mcomm.total_s, mcomm.all_to_all_s
+        tp_pairs = 2.0 if moe.num_shared_experts else 1.0
+    qk, vd = attention_dims(model)
+    heads = model.num_attention_heads / t
+    att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
+    att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash)
+    # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective.
+    tp_dir = tp_pairs * tp_exchange_s(ctx, tokens * h * 2.0, groups, sp)
+    # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
+    # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
+    cp_f = cp_b = 0.0
+    if c > 1:
+        if model.mla is not None:
+            kv_elems = model.num_attention_heads * (qk + vd) / t
+        else:
+            kv_elems = model.kv_heads * (qk + vd) / t
+        block = tokens * kv_elems * 2.0
+        ring = (c - 1) * ctx.comm.send_recv(block, groups.context.tier)
+        cp_f = max(0.0, ring - att_f)
+        cp_b = max(0.0, 2 * ring - att_b)
+    # Memory-bound elementwise kernels (norms, rotary, activation, residual adds).
+    width = mlp_width(model, is_moe)
+    if is_moe and load != 1.0:  # the busiest rank's routed share of the activation work
+        assert model.moe is not None
+        routed = model.moe.top_k * model.moe.expert_ffn_hidden_size
+        width += (load - 1.0) * routed
+    elem_f = layer_elementwise_bytes(
+        model,
+        tokens,
+        tensor=t,
+        sequence_parallel=sp,
+        ffn_hidden_size=width,
+        gated=model.gated_mlp,
+    ) / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+    fwd += elem_f
+    bwd += BACKWARD_BYTES_RATIO * elem_f
+    return LayerCore(
+        forward_s=fwd,
+        backward_s=bwd,
+        attention_forward_s=att_f,
+        attention_backward_s=att_b,
+        tp_s=tp_dir,
+        cp_forward_s=cp_f,
+        cp_backward_s=cp_b,
+        working_bytes=_activation_bytes(ctx, is_moe, shape),
+        ep_s=ep_dir,
+        a2a_s=a2a_dir,
+    )
+
+
+def cost_seq(ctx: ProblemContext, shape: LayerShape) -> LayerSeq:
+    """Per-layer costs of every layer (shared by every plan with this layer shape)."""
+    hit = ctx.cost_seqs.get(shape)
+    if hit is not None:
+        return hit
+    frag = 1.0 + ctx.config.fragmentation_fraction
+    costs = {k: layer_cost(ctx, k, shape) for k in ctx.kinds}
+    flags = ctx.moe_flags
+    hit = ctx.cost_seqs[shape] = LayerSeq(
+        items=per_layer(costs, flags),
+        public={
+            "time": per_layer({k: x.total_s for k, x in costs.items()}, flags),
+            "forward": per_layer({k: x.forward_s for k, x in costs.items()}, flags),
+            "act": per_layer({k: x.activation_bytes * frag for k, x in costs.items()}, flags),
+        },
+        max_working_bytes=max(x.working_bytes for x in costs.values()),
+        max_params=0.0,
+        params_sum=0.0,
+        uniform=len(costs) == 1,
+    )
+    return hit

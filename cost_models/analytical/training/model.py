@@ -1,0 +1,85 @@
+"""The registered "analytical" training cost model: FLOPs × achieved GEMM efficiency,
+alpha-beta collectives on a two-tier topology, tensor-counted memory and 1F1B schedules.
+
+The model is a thin object over the concept modules of this package: `rules` (structural
+checks), `layer_costs` / `model_states` / `extras` (per-layer time, states and the
+embedding / LM head), `profile` (a plan's `LayerProfile`), `bounds` (the search's lower
+bounds), `data_parallel` and `estimate` (the full estimate). Everything derived from a
+problem lives in one `ProblemContext` (`context`), built once per problem object; every
+part is cached by the named projection of the plan it depends on (`shapes`).
+
+The keyed entry points (`check_key`, `profile_key`) and the search bounds
+(`group_memory_lower_bound_bytes`, `step_time_lower_bound_s`) implement the optional
+`KeyedTrainingCostModel` / `BoundedTrainingCostModel` protocols of `cost_models.base`; no
+pydantic object is built before the output.
+"""
+
+from __future__ import annotations
+
+from cost_models.analytical.training import bounds, estimate, rules
+from cost_models.analytical.training.config import AnalyticalConfig
+from cost_models.analytical.training.context import ProblemContext, build_context
+from cost_models.analytical.training.profile import profiled
+from cost_models.base import LayerProfile, TrainingEstimate, TrainingProblem
+from cost_models.registry import register_cost_model
+from specs.plan import PlanKey, TrainingPlan, Violation
+
+_MAX_CONTEXTS = 32
+
+
+@register_cost_model("analytical")
+class AnalyticalTrainingCostModel:
+    """FLOPs × achieved efficiency, alpha-beta comm, tensor-counted memory, 1F1B schedules."""
+
+    name = "analytical"
+    version = "1"
+    Config = AnalyticalConfig
+
+    def __init__(self, config: AnalyticalConfig | None = None) -> None:
+        self.config = config or AnalyticalConfig()
+        self._contexts: dict[int, ProblemContext] = {}
+        self._last: ProblemContext | None = None
+        """The context asked for last (one attribute: a search asks for the same problem
+        tens of thousands of times)."""
+
+    def context(self, problem: TrainingProblem) -> ProblemContext:
+        """Everything derived from `problem` (built once per problem object)."""
+        ctx = self._last
+        if ctx is not None and ctx.problem is problem:
+            return ctx
+        ctx = self._contexts.get(id(problem))
+        if ctx is None or ctx.problem is not problem:
+            if len(self._contexts) >= _MAX_CONTEXTS:
+                self._contexts.clear()
+            ctx = self._contexts[id(problem)] = build_context(self.config, problem)
+        self._last = ctx
+        return ctx
+
+    def check(self, problem: TrainingProblem, plan: TrainingPlan) -> list[Violation]:
+        """Structural rules (no costs), `rules.check`."""
+        return rules.check(self.context(problem), plan.key())
+
+    def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
+        """`check()` of the plan `key` describes, without building the plan."""
+        return rules.check_key(self.context(problem), key)
+
+    def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
+        """Per-layer costs independent of the pipeline split (stage_layers is ignored)."""
+        return profiled(self.context(problem), plan.key()).public
+
+    def profile_key(self, problem: TrainingProblem, key: PlanKey) -> LayerProfile:
+        """`profile()` of the plan `key` describes, without building the plan."""
+        return profiled(self.context(problem), key).public
+
+    def evaluate(self, problem: TrainingProblem, plan: TrainingPlan) -> TrainingEstimate:
+        """Full estimate of a plan with stage_layers set (`estimate.evaluate`)."""
+        ctx = self.context(problem)
+        return estimate.evaluate(ctx, plan, rules.check_key(ctx, plan.key()))
+
+    def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """`bounds.group_memory_lower_bound_bytes`."""
+        return bounds.group_memory_lower_bound_bytes(self.context(problem), key)
+
+    def step_time_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """`bounds.step_time_lower_bound_s`."""
+        return bounds.step_time_lower_bound_s(self.context(problem), key)

@@ -1,0 +1,138 @@
+"""Per-GPU parameters and their model-state bytes (weights, gradients, optimizer states) by
+layer, embedding and LM head, under the plan's tensor, expert and ZeRO sharding
+(`memory.state_bytes_per_param`), and the ZeRO-3 gathered working copy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.analytical.flops import layer_gemms
+from cost_models.analytical.memory import state_bytes_per_param
+from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.layer_sequence import LayerSeq, per_layer
+from cost_models.analytical.training.shapes import StateShape
+from specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class LayerState:
+    """Per-GPU parameters of one layer kind (or an embedding / head) and their state bytes."""
+
+    params: float
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    shard_params: float
+    """Parameters whose optimizer state this GPU updates (for the Adam step)."""
+    expert_params: float = 0.0
+    """Of `params`, the routed-expert ones (reduced over the expert-data-parallel group)."""
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+
+def state(dense_params: float, expert_params: float, shape: StateShape) -> LayerState:
+    """State bytes of per-GPU parameters: dense ones sharded over data × context
+    (`shape.shards`), expert ones over the expert-data-parallel group
+    data·context·tensor / (expert·expert_tensor)."""
+    zero, shards = shape.zero_stage, shape.shards
+    w, g, o = state_bytes_per_param(zero, shards)
+    e_shards = max(1, shards * shape.tensor // (shape.expert * shape.expert_tensor))
+    we, ge, oe = state_bytes_per_param(zero, e_shards)
+    if zero == 0:  # every replica runs the full Adam step
+        shard_params = dense_params + expert_params
+    else:
+        shard_params = dense_params / shards + expert_params / e_shards
+    return LayerState(
+        params=dense_params + expert_params,
+        weights_bytes=dense_params * w + expert_params * we,
+        grads_bytes=dense_params * g + expert_params * ge,
+        optimizer_bytes=dense_params * o + expert_params * oe,
+        shard_params=shard_params,
+        expert_params=expert_params,
+    )
+
+
+def layer_params(model: ModelSpec, is_moe: bool, shape: StateShape) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer on one GPU: matrices / tensor, norms
+    replicated, routed experts / (expert × expert_tensor)."""
+    t = shape.tensor
+    norms = 2 * model.norm_parameters()
+    if not is_moe:
+        return (model.attention_parameters() + model.dense_mlp_parameters()) / t + norms, 0.0
+    assert model.moe is not None
+    routed = model.moe.num_experts * model.expert_parameters()
+    rest = model.moe_block_parameters() - routed
+    dense = (model.attention_parameters() + rest) / t + norms
+    return dense, routed / (shape.expert * shape.expert_tensor)
+
+
+def state_seq(ctx: ProblemContext, shape: StateShape) -> LayerSeq:
+    """Per-layer state bytes of every layer (shared by every plan with this state shape)."""
+    hit = ctx.state_seqs.get(shape)
+    if hit is not None:
+        return hit
+    states = {k: state(*layer_params(ctx.model, k, shape), shape) for k in ctx.kinds}
+    items = per_layer(states, ctx.moe_flags)
+    hit = ctx.state_seqs[shape] = LayerSeq(
+        items=items,
+        public={
+            "state": per_layer({k: x.total_bytes for k, x in states.items()}, ctx.moe_flags),
+        },
+        max_working_bytes=0.0,
+        max_params=max(st.params for st in states.values()),
+        params_sum=sum(st.params for st in items),
+        uniform=len(states) == 1,
+    )
+    return hit
+
+
+def extra_states(
+    ctx: ProblemContext, shape: StateShape, head_params_on: bool
+) -> tuple[LayerState, LayerState]:
+    """States of the embedding (first chunk) and of the LM head (when its parameters are on
+    the last chunk: untied, or tied but on another rank than the embedding) + final norm."""
+    key = (shape, head_params_on)
+    hit = ctx.extra_states.get(key)
+    if hit is not None:
+        return hit
+    model, t = ctx.model, shape.tensor
+    first = state(model.embedding_parameters() / t, 0.0, shape)
+    head_params = model.vocab_size * model.hidden_size if head_params_on else 0
+    last = state(head_params / t + model.norm_parameters(), 0.0, shape)
+    hit = ctx.extra_states[key] = (first, last)
+    return hit
+
+
+def head_params_on_last(model: ModelSpec, pipeline: int) -> bool:
+    """The last chunk holds LM-head parameters: untied, or tied with the embedding on
+    another pipeline rank (Megatron keeps a copy and all-reduces its gradient)."""
+    return not model.tie_embeddings or pipeline > 1
+
+
+ZERO3_LIVE_MODULES = 2
+"""Gathered modules resident at once under ZeRO-3: the one computing and the one prefetched."""
+
+
+def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tensor: int) -> float:
+    """bf16 bytes of the parameters ZeRO-3 holds gathered at once on one GPU.
+
+    ZeRO-3 gathers parameters module by module (each linear layer) just before use and frees
+    them after, prefetching the next (Rajbhandari et al. 2020 §5.3; DeepSpeed
+    `stage3_prefetch_bucket_size`), so the working copy is about two of the largest modules,
+    not two transformer layers. A module's weights are split over the tensor group (routed
+    experts: the GPU's num_experts / expert experts, each split over expert_tensor).
+    """
+    largest = 0.0
+    kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
+    for is_moe in kinds:
+        for gemm in layer_gemms(model, is_moe, 1.0):
+            weights = gemm.k * gemm.n
+            if gemm.split in ("col", "row"):
+                weights /= tensor
+            elif gemm.split.startswith("expert"):
+                assert model.moe is not None
+                weights *= model.moe.num_experts / expert / expert_tensor
+            largest = max(largest, weights)
+    return ZERO3_LIVE_MODULES * 2.0 * largest

@@ -1,0 +1,149 @@
+"""A plan's per-layer profile (`LayerProfile`, what the partition program and the search's
+bounds read) assembled from parts cached by the fields each depends on: per-layer costs
+(`LayerShape`), per-layer states (`StateShape`), embedding / LM head, the boundary transfer
+between pipeline chunks and the in-flight micro-batches of the schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.analytical.memory import (
+    GIB,
+    grad_bucket_bytes,
+    inflight_1f1b,
+    inflight_interleaved,
+)
+from cost_models.analytical.placement import ParallelGroups
+from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.extras import Extra, extras
+from cost_models.analytical.training.layer_costs import cost_seq
+from cost_models.analytical.training.layer_sequence import STATE_PREFIXES, LayerSeq
+from cost_models.analytical.training.model_states import (
+    head_params_on_last,
+    state_seq,
+    zero3_working_bytes,
+)
+from cost_models.analytical.training.placements import parallel_groups
+from cost_models.analytical.training.shapes import LayerShape, StateShape
+from cost_models.base import LayerProfile
+from specs.plan import PlanKey
+
+_MAX_PROFILES = 200_000
+
+
+@dataclass(slots=True)
+class Profiled:
+    """A profile with the components evaluate() needs (per-layer prefix sums on demand)."""
+
+    public: LayerProfile
+    groups: ParallelGroups
+    costs: LayerSeq
+    states: LayerSeq
+    first: Extra
+    last: Extra
+    p2p_s: float
+    runtime_bytes: float
+    bucket_bytes: float
+    zero3_working_bytes: float
+    recompute_working_bytes: float
+
+    def prefix(self, name: str) -> tuple[float, ...]:
+        seq = self.states if name in STATE_PREFIXES else self.costs
+        return seq.prefix(name)
+
+
+def microbatches(ctx: ProblemContext, key: PlanKey) -> int:
+    """Micro-batches per step per pipeline: global batch / (micro-batch × data)."""
+    return max(1, ctx.global_batch // (key.micro_batch_size * key.data))
+
+
+def p2p_s(ctx: ProblemContext, shape: LayerShape, groups: ParallelGroups) -> float:
+    """One boundary send/recv between pipeline chunks, seconds."""
+    key = (shape, groups.pipeline.tier)
+    hit = ctx.p2p.get(key)
+    if hit is None:
+        act_size = shape.micro_batch_size * ctx.seq / shape.context * ctx.model.hidden_size * 2.0
+        size = act_size / shape.tensor if shape.sequence_parallel else act_size
+        hit = ctx.p2p[key] = ctx.comm.send_recv(size, groups.pipeline.tier)
+    return hit
+
+
+def inflight(
+    ctx: ProblemContext, interleaved: bool, pp: int, v: int, m: int
+) -> tuple[tuple[int, ...], ...]:
+    """[rank][local chunk] micro-batches held at the memory peak under the schedule."""
+    key = (interleaved, pp, v, m)
+    hit = ctx.inflight.get(key)
+    if hit is None:
+        hit = ctx.inflight[key] = (
+            inflight_interleaved(pp, v, m) if interleaved else inflight_1f1b(pp, m)
+        )
+    return hit
+
+
+def profiled(ctx: ProblemContext, key: PlanKey) -> Profiled:
+    """The profile of `key`, which does not depend on its pipeline split (cached)."""
+    key = key.without_split()
+    hit = ctx.profiles.get(key)
+    if hit is not None:
+        return hit
+    if len(ctx.profiles) >= _MAX_PROFILES:
+        ctx.profiles.clear()
+    hit = ctx.profiles[key] = _build(ctx, key)
+    return hit
+
+
+def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
+    cfg = ctx.config
+    frag = 1.0 + cfg.fragmentation_fraction
+    t, c, d, pp, v = key.tensor, key.context, key.data, key.pipeline, key.virtual_pipeline
+    zero, rc = key.zero_stage, key.recompute
+    groups = parallel_groups(ctx, t, c, d, pp)
+    m = microbatches(ctx, key)
+    layer, states_shape = LayerShape.of(key), StateShape.of(key)
+    costs = cost_seq(ctx, layer)
+    states = state_seq(ctx, states_shape)
+    first, last = extras(ctx, layer, states_shape, head_params_on_last(ctx.model, pp))
+    p2p = p2p_s(ctx, layer, groups) if pp > 1 else 0.0
+
+    # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy
+    # (zero3_working_bytes), full recompute's one-layer working set.
+    bucket = grad_bucket_bytes(d * c, states.params_sum / pp) if zero < 3 else 0.0
+    runtime = cfg.runtime_context_gib * GIB
+    zero3 = (
+        zero3_working_bytes(ctx.model, t, key.expert, key.expert_tensor)
+        if zero == 3 and d * c > 1
+        else 0.0
+    )
+    rc_work = costs.max_working_bytes if rc == "full" else 0.0
+    held = inflight(ctx, key.pipeline_schedule == "interleaved_1f1b" and v > 1, pp, v, m)
+    public = LayerProfile(
+        layer_time_s=costs.public["time"],
+        layer_forward_time_s=costs.public["forward"],
+        layer_state_bytes=states.public["state"],
+        layer_activation_bytes=costs.public["act"],
+        first_extra_time_s=first.compute_s + first.tp_s,
+        last_extra_time_s=last.compute_s + last.tp_s,
+        first_extra_state_bytes=first.state.total_bytes,
+        last_extra_state_bytes=last.state.total_bytes,
+        first_extra_activation_bytes=first.activation_bytes * frag,
+        last_extra_activation_bytes=last.activation_bytes * frag,
+        p2p_time_s=p2p,
+        fixed_bytes=runtime + bucket + zero3 + rc_work * frag,
+        inflight_microbatches=held,
+        num_microbatches=m,
+        usable_bytes=ctx.usable_bytes,
+    )
+    return Profiled(
+        public=public,
+        groups=groups,
+        costs=costs,
+        states=states,
+        first=first,
+        last=last,
+        p2p_s=p2p,
+        runtime_bytes=runtime,
+        bucket_bytes=bucket,
+        zero3_working_bytes=zero3,
+        recompute_working_bytes=rc_work,
+    )

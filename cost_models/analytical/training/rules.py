@@ -1,0 +1,212 @@
+"""Structural rules of a training plan (no costs): degrees against the model and cluster,
+micro-batches, virtual pipeline, schedule, ZeRO and expert rules, in a fixed order.
+
+The rules that read only the degrees are cached per `Degrees`; `check_key` answers a key
+whose degrees pass from that cache and a few integer tests, and runs the full check only
+when one of them fails.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from cost_models.analytical.training.context import ProblemContext
+from specs.plan import PlanKey, Violation
+
+
+class Degrees(NamedTuple):
+    """The parallel degrees the cached degree rules read."""
+
+    tensor: int
+    context: int
+    data: int
+    pipeline: int
+    expert: int
+    expert_tensor: int
+
+    @classmethod
+    def of(cls, key: PlanKey) -> Degrees:
+        return cls(key.tensor, key.context, key.data, key.pipeline, key.expert, key.expert_tensor)
+
+
+def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
+    """Every rule `key` breaks (empty: the plan can be expressed)."""
+    gbs = ctx.global_batch
+    b, d, pp = key.micro_batch_size, key.data, key.pipeline
+    if (
+        ctx.degrees_clear.get(Degrees.of(key))
+        and not gbs % (b * d)
+        and pp * key.virtual_pipeline <= ctx.num_layers
+        and (
+            key.pipeline_schedule != "interleaved_1f1b"
+            or (pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp)
+        )
+        and (key.zero_stage < 2 or pp <= 1)
+    ):
+        return []
+    return check(ctx, key)
+
+
+def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
+    """Every rule, in a fixed order: the degree rules (cached per degrees), then the
+    micro-batch, virtual pipeline, schedule and ZeRO rules, then the expert and precision
+    rules (cached per degrees)."""
+    degrees = Degrees.of(key)
+    before_after = ctx.degree_checks.get(degrees)
+    if before_after is None:
+        before_after = ctx.degree_checks[degrees] = _degree_rules(ctx, degrees)
+        ctx.degrees_clear[degrees] = not before_after[0] and not before_after[1]
+    before, after = before_after
+    out = list(before)
+    model, gbs = ctx.model, ctx.global_batch
+    b, d, pp, v = key.micro_batch_size, key.data, key.pipeline, key.virtual_pipeline
+    if gbs % (b * d):
+        out.append(
+            Violation(
+                kind="batch",
+                detail=(
+                    f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
+                    f"data = {b} × {d} = {b * d}"
+                ),
+            )
+        )
+    if pp * v > model.num_layers:
+        out.append(
+            Violation(
+                kind="divisibility",
+                detail=(
+                    f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
+                    f"exceed num_layers ({model.num_layers})"
+                ),
+            )
+        )
+    if key.pipeline_schedule == "interleaved_1f1b":
+        m = gbs // (b * d) if b * d else 0
+        if pp < 2:
+            out.append(
+                Violation(
+                    kind="schedule", detail=(f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
+                )
+            )
+        elif m < pp or m % pp:
+            out.append(
+                Violation(
+                    kind="schedule",
+                    detail=(
+                        f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
+                        f"a multiple of pipeline ({pp}) and at least pipeline"
+                    ),
+                )
+            )
+    zero = key.zero_stage
+    if zero >= 2 and pp > 1:
+        out.append(
+            Violation(
+                kind="zero",
+                detail=(
+                    f"zero_stage {zero} cannot be combined with pipeline "
+                    f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)"
+                ),
+            )
+        )
+    out.extend(after)
+    return out
+
+
+def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation], list[Violation]]:
+    """The rules that read only the degrees: (those `check` reports before the per-step
+    rules, those it reports after them)."""
+    problem = ctx.problem
+    model, work, cluster = problem.model, problem.workload, problem.cluster
+    t, c, d, pp, e, et = degrees
+    world_size = d * t * pp * c
+    out: list[Violation] = []
+
+    def bad(kind: str, detail: str) -> None:
+        out.append(Violation(kind=kind, detail=detail))
+
+    if not ctx.is_homogeneous:
+        bad(
+            "heterogeneous",
+            "the cluster mixes node types; only homogeneous clusters are priced for now",
+        )
+    if world_size != ctx.num_gpus:
+        bad(
+            "divisibility",
+            f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
+            f"= {world_size} must equal the cluster's {ctx.num_gpus} GPUs",
+        )
+    a = model.num_attention_heads
+    if a % t:
+        bad("divisibility", f"num_attention_heads ({a}) must be divisible by tensor ({t})")
+    if model.mla is None and model.kv_heads % t:
+        bad("divisibility", f"num_kv_heads ({model.kv_heads}) must be divisible by tensor ({t})")
+    if model.ffn_hidden_size % t:
+        bad(
+            "divisibility",
+            f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible by tensor ({t})",
+        )
+    gpn = cluster.gpus_per_node
+    if t > gpn and not problem.allow_tensor_across_nodes:
+        bad(
+            "topology",
+            f"tensor ({t}) must not exceed gpus_per_node ({gpn}) unless "
+            "allow_tensor_across_nodes is set",
+        )
+    s = work.sequence_length
+    if c > 1 and s % (2 * c):
+        bad(
+            "divisibility",
+            f"sequence_length ({s}) must be divisible by 2 × context "
+            f"= {2 * c} (load-balanced causal context parallelism)",
+        )
+    before = out
+    out = []
+    if model.moe is None:
+        if e > 1 or et > 1:
+            bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
+    else:
+        if model.moe.num_experts % e:
+            bad(
+                "expert",
+                f"moe.num_experts ({model.moe.num_experts}) must be divisible by expert ({e})",
+            )
+        if (d * c * t) % (e * et):
+            bad(
+                "expert",
+                f"expert × expert_tensor = {e} × {et} must divide data × context "
+                f"× tensor = {d} × {c} × {t} = {d * c * t}",
+            )
+        fe = model.moe.expert_ffn_hidden_size
+        if fe % et:
+            bad(
+                "divisibility",
+                f"moe.expert_ffn_hidden_size ({fe}) must be divisible by expert_tensor ({et})",
+            )
+        if et > gpn and not problem.allow_tensor_across_nodes:
+            bad(
+                "topology",
+                f"expert_tensor ({et}) must not exceed gpus_per_node ({gpn}) "
+                "unless allow_tensor_across_nodes is set",
+            )
+        if model.moe.num_shared_experts:
+            fs = model.moe.num_shared_experts * model.moe.shared_ffn
+            if fs % t:
+                bad(
+                    "divisibility",
+                    f"shared expert width ({fs}) must be divisible by tensor ({t})",
+                )
+        loads = work.moe_routing.expert_loads if work.moe_routing is not None else None
+        if loads is not None and len(loads) != model.moe.num_experts:
+            bad(
+                "expert",
+                f"moe_routing.expert_loads has {len(loads)} entries; the model "
+                f"has {model.moe.num_experts} routed experts",
+            )
+    acc = cluster.accelerator
+    if not acc.peak_tflops.get(work.precision) and not (
+        work.precision in ("fp16", "bf16")
+        and (acc.peak_tflops.get("bf16") or acc.peak_tflops.get("fp16"))
+    ):
+        bad("precision", f"{acc.id} has no dense {work.precision} peak in the catalog")
+    return before, out
