@@ -86,15 +86,29 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     (Narayanan et al. 2021 §2.2.1-2.2.2, `schedule.py`). The Adam step takes the busiest
     rank's shard, at least the mean shard; data-parallel exposure is ≥ 0.
     """
-    pp, v = key.pipeline, key.virtual_pipeline
-    layer = LayerShape.of(key)
-    terms = ctx.bound_terms.get((layer, key.data, pp))
+    pp, v, d, t, c = key.pipeline, key.virtual_pipeline, key.data, key.tensor, key.context
+    e, etp = key.expert, key.expert_tensor
+    # Plain tuples equal to (and hashing like) the named shapes, built field by field: this
+    # runs once per candidate of a search; the named shapes are built on a miss only.
+    layer = (
+        t,
+        c,
+        key.micro_batch_size,
+        key.recompute,
+        key.sequence_parallel,
+        key.flash_attention,
+        e,
+        etp,
+    )
+    terms = ctx.bound_terms.get((layer, d, pp))
     if terms is None:
-        terms = ctx.bound_terms[(layer, key.data, pp)] = _terms(ctx, key, layer)
-    states = StateShape.of(key)
+        shape = LayerShape.of(key)
+        terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, key, shape)
+    states = (t, d * c, key.zero_stage, e, etp)
     optimizer = ctx.bound_optimizer.get((states, pp))
     if optimizer is None:
-        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+        named = StateShape.of(key)
+        optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
     p2p_rank = 2 * v * terms.p2p_s if pp > 1 else 0.0
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -114,17 +128,26 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
 
 
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
-    times = cost_seq(ctx, layer).stats()
-    first, last = extra_times(ctx, layer)
-    first_x = first.compute_s + first.tp_s
-    last_x = last.compute_s + last.tp_s
+    sums = ctx.bound_layer_sums.get(layer)
+    if sums is None:
+        times = cost_seq(ctx, layer).stats()
+        first, last = extra_times(ctx, layer)
+        first_x = first.compute_s + first.tp_s
+        last_x = last.compute_s + last.tp_s
+        sums = ctx.bound_layer_sums[layer] = (
+            times.total + first_x + last_x,
+            times.largest,
+            times.smallest,
+            max(first_x, last_x),
+        )
+    total, largest, smallest, larger_extra = sums
     pp = key.pipeline
     groups = parallel_groups(ctx, key.tensor, key.context, key.data, pp)
     return BoundTerms(
-        total_s=times.total + first_x + last_x,
-        largest_layer_s=times.largest,
-        smallest_layer_s=times.smallest,
-        larger_extra_s=max(first_x, last_x),
+        total_s=total,
+        largest_layer_s=largest,
+        smallest_layer_s=smallest,
+        larger_extra_s=larger_extra,
         p2p_s=p2p_s(ctx, layer, groups) if pp > 1 else 0.0,
         microbatches=microbatches(ctx, key),
     )

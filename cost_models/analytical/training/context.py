@@ -91,6 +91,11 @@ class ProblemContext:
     group_memory: dict[tuple[StateShape, int], float] = field(default_factory=dict)
     bound_terms: dict[tuple[LayerShape, int, int], BoundTerms] = field(default_factory=dict)
     """Step-time bound terms per (layer shape, data, pipeline)."""
+    bound_layer_sums: dict[LayerShape, tuple[float, float, float, float]] = field(
+        default_factory=dict
+    )
+    """The layer terms of `bound_terms` per layer shape: (Σ layers + extras, largest layer,
+    smallest layer, larger extra), per micro-batch."""
     bound_optimizer: dict[tuple[StateShape, int], float] = field(default_factory=dict)
     """Adam-step time of the bound per (state shape, pipeline)."""
     profiles: dict[PlanKey, Profiled] = field(default_factory=dict)

@@ -33,8 +33,11 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     """Every rule `key` breaks (empty: the plan can be expressed)."""
     gbs = ctx.global_batch
     b, d, pp = key.micro_batch_size, key.data, key.pipeline
+    # a plain tuple equal to (and hashing like) Degrees.of(key), without the named
+    # constructor: this runs once per candidate of a search
+    degrees = (key.tensor, key.context, d, pp, key.expert, key.expert_tensor)
     if (
-        ctx.degrees_clear.get(Degrees.of(key))
+        ctx.degrees_clear.get(degrees)
         and not gbs % (b * d)
         and pp * key.virtual_pipeline <= ctx.num_layers
         and (
