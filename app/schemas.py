@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-from hardware_catalog.schema import AcceleratorSpec
+from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
@@ -258,6 +258,14 @@ class HealthPublic(BaseModel):
 
 class AcceleratorList(BaseModel):
     items: list[AcceleratorSpec]
+
+
+class SystemList(BaseModel):
+    items: list[SystemSpec]
+
+
+class FabricList(BaseModel):
+    items: list[FabricSpec]
 
 
 class ModelPublic(BaseModel):

@@ -1,27 +1,61 @@
-"""Hardware catalog: accelerator specs as data files with sources, looked up by id or alias,
-and the resolution of a `ClusterSpec` into the `ResolvedCluster` the cost models read."""
+"""Hardware catalog: accelerators, systems (node / rack types) and fabrics (interconnect
+tiers) as data files with sources, looked up by id or alias, and the resolution of a
+`ClusterSpec` into the `ResolvedCluster` the cost models read."""
 
 from hardware_catalog.loader import (
     PRECISIONS,
+    Catalog,
     CatalogDataError,
     get_accelerator,
+    get_fabric,
+    get_system,
     list_accelerators,
+    list_fabrics,
+    list_systems,
     load_accelerators,
+    load_catalog,
+    load_fabrics,
+    load_systems,
     normalize_accelerator_name,
     resolve_cluster,
 )
-from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster, ResolvedNodeGroup, Source
+from hardware_catalog.schema import (
+    COLLECTIVES,
+    AcceleratorSpec,
+    CollectiveCurve,
+    FabricLayout,
+    FabricSpec,
+    InNetworkReduction,
+    ResolvedCluster,
+    ResolvedNodeGroup,
+    Source,
+    SystemSpec,
+)
 
 __all__ = [
+    "COLLECTIVES",
     "PRECISIONS",
     "AcceleratorSpec",
+    "Catalog",
     "CatalogDataError",
+    "CollectiveCurve",
+    "FabricLayout",
+    "FabricSpec",
+    "InNetworkReduction",
     "ResolvedCluster",
     "ResolvedNodeGroup",
     "Source",
+    "SystemSpec",
     "get_accelerator",
+    "get_fabric",
+    "get_system",
     "list_accelerators",
+    "list_fabrics",
+    "list_systems",
     "load_accelerators",
+    "load_catalog",
+    "load_fabrics",
+    "load_systems",
     "normalize_accelerator_name",
     "resolve_cluster",
 ]

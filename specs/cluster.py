@@ -1,34 +1,90 @@
-"""Cluster specs: groups of identical nodes, each naming an accelerator from the catalog."""
+"""Cluster specs: groups of identical nodes, each naming an accelerator and / or a system
+from the catalog, and the layout of the scale-out network."""
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from specs._base import Spec
 
 MAX_TOTAL_GPUS = 1_048_576
+MAX_DOMAIN_GPUS = 65_536
 
 
 class NodeGroupSpec(Spec):
-    """A group of identical nodes."""
+    """A group of identical nodes. Give `accelerator`, `system` or both."""
 
-    accelerator: str = Field(min_length=1, max_length=100)
-    """Accelerator id or alias from the hardware catalog (`GET /v1/hardware`)."""
+    accelerator: str | None = Field(default=None, min_length=1, max_length=100)
+    """Accelerator id or alias from the hardware catalog (`GET /v1/hardware`); may be left
+    out when `system` is given (the system names its accelerator). When both are given, the
+    system must hold this accelerator."""
+    system: str | None = Field(default=None, min_length=1, max_length=100)
+    """System (node or rack type) id or alias from the catalog (`GET /v1/systems`, e.g.
+    `dgx-h100`, `gb200-nvl72`); null takes the accelerator's default system. It supplies the
+    defaults of the node size, scale-up domain, fabrics and line rates."""
     num_nodes: int = Field(ge=1, le=MAX_TOTAL_GPUS)
     """Nodes in this group."""
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
-    """Accelerators per node (the scale-up domain); null takes the catalog's usual node size."""
+    """Accelerators per node; null takes the named system's node size, or without a system
+    the accelerator's usual node size (GB200 alone: the 72-GPU rack)."""
+    scale_up_domain_gpus: int | None = Field(default=None, ge=1, le=MAX_DOMAIN_GPUS)
+    """GPUs sharing one NVLink / NVSwitch / Infinity Fabric / ICI domain; may span nodes
+    (GB200 NVL72: 4 GPUs per node, 72 per domain). Must be a multiple of gpus_per_node or
+    divide it. Null takes the system's domain when it spans nodes and the group uses the
+    system's node size, else the node."""
     intra_node_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
-    """Scale-up bandwidth per GPU per direction, GB/s; null takes the catalog default."""
+    """Scale-up bandwidth per GPU per direction, GB/s; null takes the system's line rate."""
     inter_node_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
-    """Scale-out (NIC) bandwidth per GPU per direction, GB/s; null takes the catalog default."""
+    """Scale-out (NIC) bandwidth per GPU per direction, GB/s; null takes the system's NIC
+    line rate."""
+
+    @field_validator("scale_up_domain_gpus")
+    @classmethod
+    def _domain_fits_node(cls, value: int | None, info: ValidationInfo) -> int | None:
+        node = info.data.get("gpus_per_node")
+        if value is not None and isinstance(node, int) and value % node and node % value:
+            raise ValueError(
+                f"scale_up_domain_gpus must be a multiple of gpus_per_node ({node}) or divide "
+                f"it (got {value})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _names_hardware(self) -> NodeGroupSpec:
+        if self.accelerator is None and self.system is None:
+            raise ValueError(
+                "a node group needs accelerator or system (or both); got neither "
+                "(accelerator=null, system=null)"
+            )
+        return self
+
+
+class FabricLayoutSpec(Spec):
+    """The scale-out network's layout; every null field takes the first node group's
+    system's usual layout (`GET /v1/systems/{id}` `fabric`)."""
+
+    topology: Literal["rail_optimized", "rail_only", "fat_tree"] | None = None
+    """`rail_optimized`: NIC i of every node goes to leaf (rail) i and spines join the rails
+    (DGX SuperPOD); `rail_only`: the rails without spines, cross-rail traffic is forwarded
+    over the scale-up fabric first; `fat_tree`: leaves without rail alignment."""
+    oversubscription: float | None = Field(default=None, ge=1, le=64)
+    """Leaf downlink : uplink bandwidth ratio for traffic crossing the leaf / spine boundary;
+    1.0 = non-blocking (e.g. 7.0 for a 7:1 tapered aggregation tier)."""
+    nodes_per_leaf: int | None = Field(default=None, ge=1, le=MAX_DOMAIN_GPUS)
+    """Nodes that reach one another without crossing the spine (one scalable unit of a
+    rail-optimised fabric: DGX SuperPOD H100 / B200 32 nodes)."""
 
 
 class ClusterSpec(Spec):
-    """The cluster: one or more node groups."""
+    """The cluster: one or more node groups and, optionally, the scale-out layout."""
 
     node_groups: list[NodeGroupSpec] = Field(min_length=1, max_length=64)
     """Node groups; several groups of one accelerator type form one homogeneous pool."""
+    fabric: FabricLayoutSpec | None = None
+    """Scale-out layout (topology, oversubscription, nodes per leaf); null or missing fields
+    take the first node group's system's usual layout."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

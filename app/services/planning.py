@@ -39,7 +39,7 @@ from cost_models.calibrated import (
     CalibrationSample,
     fit_calibration,
 )
-from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
+from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.placement_load import with_placement_load_factors
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -128,6 +128,26 @@ def get_hardware(accelerator_id: str) -> AcceleratorSpec:
     return hardware_catalog.get_accelerator(accelerator_id)
 
 
+def list_systems() -> list[SystemSpec]:
+    """Every system (node / rack type) of the catalog."""
+    return hardware_catalog.list_systems()
+
+
+def get_system(system_id: str) -> SystemSpec:
+    """One system (id or alias); CatalogLookupError (404) if unknown."""
+    return hardware_catalog.get_system(system_id)
+
+
+def list_fabrics() -> list[FabricSpec]:
+    """Every fabric (interconnect tier) of the catalog."""
+    return hardware_catalog.list_fabrics()
+
+
+def get_fabric(fabric_id: str) -> FabricSpec:
+    """One fabric (id or alias); CatalogLookupError (404) if unknown."""
+    return hardware_catalog.get_fabric(fabric_id)
+
+
 def model_public(spec: ModelSpec) -> dict[str, Any]:
     """The explicit spec plus `num_parameters` (and `num_active_parameters` for MoE)."""
     out: dict[str, Any] = spec.model_dump(mode="json")
@@ -172,20 +192,25 @@ def resolve_model(value: Any, *, field: str = "model") -> ModelSpec:
 
 
 def resolve_cluster(cluster: ClusterSpec, *, field: str = "cluster") -> ResolvedCluster:
-    """Look every accelerator up and fill the catalog defaults; 422 naming the node group."""
+    """Look every accelerator and system up and fill the catalog defaults; 422 naming the
+    node group's field."""
     errors = []
     for index, group in enumerate(cluster.node_groups):
-        try:
-            hardware_catalog.get_accelerator(group.accelerator)
-        except CatalogLookupError as exc:
-            errors.append(
-                _field_error(
-                    f"{field}.node_groups.{index}.accelerator",
-                    "unknown accelerator",
-                    group.accelerator,
-                    exc.detail,
+        lookups = (
+            ("accelerator", group.accelerator, hardware_catalog.get_accelerator),
+            ("system", group.system, hardware_catalog.get_system),
+        )
+        for name, value, lookup in lookups:
+            if value is None:
+                continue
+            try:
+                lookup(value)
+            except CatalogLookupError as exc:
+                errors.append(
+                    _field_error(
+                        f"{field}.node_groups.{index}.{name}", f"unknown {name}", value, exc.detail
+                    )
                 )
-            )
     if errors:
         raise UnknownReference(
             "; ".join(e["message"] for e in errors),

@@ -138,3 +138,110 @@ def test_openapi_and_docs(client: Any) -> None:
     assert paths["/v1/searches"]["post"]["summary"].startswith("Start a plan search")
     assert "delete" in paths["/v1/searches/{search_id}"]
     assert client.get("/docs").status_code == 200
+
+
+# ---- systems and fabrics -------------------------------------------------------------------
+
+
+def test_systems_list_and_read(client: Any) -> None:
+    items = client.get("/v1/systems").json()["items"]
+    ids = [s["id"] for s in items]
+    assert "dgx-h100" in ids and "gb200-nvl72" in ids and ids == sorted(ids)
+    for system in items:
+        for member in (
+            "accelerator",
+            "gpus_per_node",
+            "scale_up_domain_gpus",
+            "scale_up_fabric",
+            "scale_out_fabric",
+            "scale_up_bandwidth_gb_s",
+            "scale_out_bandwidth_gb_s",
+            "fabric",
+            "sources",
+        ):
+            assert member in system, (system["id"], member)
+    gb200 = client.get("/v1/systems/gb200-nvl72").json()
+    # GB200 NVL72: 18 compute trays of 4 GPUs, one 72-GPU NVLink domain
+    assert (gb200["gpus_per_node"], gb200["scale_up_domain_gpus"]) == (4, 72)
+    assert client.get("/v1/systems/HGX%20H100").json()["id"] == "dgx-h100"
+    assert client.get("/v1/systems/dgx-h100").json()["fabric"] == {
+        "topology": "rail_optimized",
+        "oversubscription": 1.0,
+        "nodes_per_leaf": 32,
+    }
+
+
+def test_fabrics_list_and_read(client: Any) -> None:
+    items = client.get("/v1/fabrics").json()["items"]
+    ids = [f["id"] for f in items]
+    assert "nvlink4-nvswitch" in ids and "infiniband-ndr" in ids
+    for fabric in items:
+        assert set(fabric["collectives"]) == {
+            "all_reduce",
+            "all_gather",
+            "reduce_scatter",
+            "all_to_all",
+            "send_recv",
+        }
+        assert fabric["sources"], fabric["id"]
+    nvlink4 = client.get("/v1/fabrics/nvlink4-nvswitch").json()
+    assert nvlink4["line_rate_gb_s"] == 450.0 and nvlink4["kind"] == "scale_up"
+    nvls = nvlink4["in_network_reduction"]
+    # 8x H200 NVLS all-reduce: 482.26 GB/s busbw at 16 GiB on a 450 GB/s link
+    assert nvls["name"] == "nvls" and nvls["min_ranks"] == 5
+    assert nvls["all_reduce"][-1] == [16 * 1024**3, round(482.26 / 450, 4)]
+    assert client.get("/v1/fabrics/IB%20NDR").json()["id"] == "infiniband-ndr"
+
+
+def test_unknown_system_and_fabric_are_404_problems(client: Any) -> None:
+    body = assert_problem(client.get("/v1/systems/dgx-h10"), 404, path="/v1/systems/dgx-h10")
+    assert "dgx-h100" in body["detail"]
+    assert body["suggestions"][0] == "dgx-h100"
+    assert_problem(client.get("/v1/fabrics/nvlink9"), 404, path="/v1/fabrics/nvlink9")
+
+
+def test_openapi_lists_the_topology_endpoints_and_fields(client: Any) -> None:
+    spec = client.get("/openapi.json").json()
+    for path in (
+        "/v1/systems",
+        "/v1/systems/{system_id}",
+        "/v1/fabrics",
+        "/v1/fabrics/{fabric_id}",
+    ):
+        assert path in spec["paths"], path
+    schemas = spec["components"]["schemas"]
+    node_group = schemas["NodeGroupSpec"]["properties"]
+    for field in ("system", "scale_up_domain_gpus"):
+        assert node_group[field]["description"], field
+    assert "fabric" in schemas["ClusterSpec"]["properties"]
+    layout = schemas["FabricLayoutSpec"]["properties"]
+    assert all(layout[f]["description"] for f in ("topology", "oversubscription", "nodes_per_leaf"))
+
+
+def test_domain_that_does_not_fit_the_node_is_a_422_naming_the_field(
+    client: Any, tiny: dict[str, Any]
+) -> None:
+    group = tiny["cluster"]["node_groups"][0]
+    group.update({"gpus_per_node": 8, "scale_up_domain_gpus": 12})
+    body = {**tiny, "plan": {"parallelism": {"data": 4}}}
+    problem = assert_problem(client.post("/v1/estimate", json=body), 422)
+    assert "cluster.node_groups.0.scale_up_domain_gpus" in error_fields(problem)
+    assert "multiple of gpus_per_node (8)" in problem["detail"]
+
+
+def test_system_that_does_not_hold_the_accelerator_is_a_422(
+    client: Any, tiny: dict[str, Any]
+) -> None:
+    tiny["cluster"]["node_groups"][0]["system"] = "dgx-b200"
+    body = {**tiny, "plan": {"parallelism": {"data": 4}}}
+    problem = assert_problem(client.post("/v1/estimate", json=body), 422)
+    assert "cluster.node_groups[0].system" in error_fields(problem)
+    assert "'b200'" in problem["detail"]
+
+
+def test_unknown_system_in_a_request_is_a_422(client: Any, tiny: dict[str, Any]) -> None:
+    del tiny["cluster"]["node_groups"][0]["accelerator"]
+    tiny["cluster"]["node_groups"][0]["system"] = "dgx-h10"
+    body = {**tiny, "plan": {"parallelism": {"data": 4}}}
+    problem = assert_problem(client.post("/v1/estimate", json=body), 422)
+    assert "cluster.node_groups.0.system" in error_fields(problem)

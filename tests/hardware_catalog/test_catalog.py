@@ -1,5 +1,6 @@
 """Tests for the accelerator catalog: data-file contents against published figures and the
-reference catalog, lookup by id/alias, and cluster resolution."""
+reference catalog, lookup by id/alias, and cluster resolution of accelerator-only groups
+(systems, fabrics and topology resolution: test_topology.py)."""
 
 from __future__ import annotations
 
@@ -77,15 +78,29 @@ def test_public_api_is_pinned() -> None:
     hardware_catalog = _package()
     assert sorted(hardware_catalog.__all__) == sorted(
         [
+            "COLLECTIVES",
             "PRECISIONS",
             "AcceleratorSpec",
+            "Catalog",
             "CatalogDataError",
+            "CollectiveCurve",
+            "FabricLayout",
+            "FabricSpec",
+            "InNetworkReduction",
             "ResolvedCluster",
             "ResolvedNodeGroup",
             "Source",
+            "SystemSpec",
             "get_accelerator",
+            "get_fabric",
+            "get_system",
             "list_accelerators",
+            "list_fabrics",
+            "list_systems",
             "load_accelerators",
+            "load_catalog",
+            "load_fabrics",
+            "load_systems",
             "normalize_accelerator_name",
             "resolve_cluster",
         ]

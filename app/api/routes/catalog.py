@@ -1,4 +1,5 @@
-"""Catalog resources: accelerators, model presets, model resolution and cost models."""
+"""Catalog resources: accelerators, systems, fabrics, model presets, model resolution and
+cost models."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from fastapi.concurrency import run_in_threadpool
 from app.schemas import (
     AcceleratorList,
     CostModelList,
+    FabricList,
     ModelPresetList,
     ModelPublic,
     ModelResolveRequest,
+    SystemList,
 )
 from app.services import planning
-from hardware_catalog.schema import AcceleratorSpec
+from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 
 router = APIRouter(tags=["catalog"])
 
@@ -30,6 +33,30 @@ def list_hardware() -> dict[str, Any]:
 def read_hardware(accelerator_id: str) -> AcceleratorSpec:
     """Read one accelerator by id or alias."""
     return planning.get_hardware(accelerator_id)
+
+
+@router.get("/v1/systems", response_model=SystemList)
+def list_systems() -> dict[str, Any]:
+    """List the systems (node and rack types) of the hardware catalog."""
+    return {"items": planning.list_systems()}
+
+
+@router.get("/v1/systems/{system_id}", response_model=SystemSpec)
+def read_system(system_id: str) -> SystemSpec:
+    """Read one system by id or alias."""
+    return planning.get_system(system_id)
+
+
+@router.get("/v1/fabrics", response_model=FabricList)
+def list_fabrics() -> dict[str, Any]:
+    """List the fabrics (interconnect tiers with collective efficiency curves)."""
+    return {"items": planning.list_fabrics()}
+
+
+@router.get("/v1/fabrics/{fabric_id}", response_model=FabricSpec)
+def read_fabric(fabric_id: str) -> FabricSpec:
+    """Read one fabric by id or alias."""
+    return planning.get_fabric(fabric_id)
 
 
 @router.get("/v1/model-presets", response_model=ModelPresetList)
