@@ -821,6 +821,10 @@ def estimate(
             err_console.print(
                 f"[yellow]{violation.kind}[/yellow]: {violation.detail}", highlight=False
             )
+        for warning in result.warnings:
+            err_console.print(
+                f"[yellow]warning {warning.code}[/yellow]: {warning.detail}", highlight=False
+            )
     if not result.feasible:
         raise typer.Exit(INFEASIBLE_EXIT)
 

@@ -24,6 +24,7 @@ from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
 from specs.serving import ServingMetrics, ServingPlan
+from specs.warnings import PlanWarning
 from specs.workload import Workload
 
 MODEL_EXAMPLES: list[dict[str, Any]] = [
@@ -315,6 +316,9 @@ class EstimatePublic(BaseModel):
     calibration: dict[str, Any] | None = None
     """With `cost_model` `{"name": "calibrated"}` and no explicit parameters: the fit used
     (`accelerator`, `num_samples`, `parameters`, `error_before`, `error_after`, ...)."""
+    warnings: list[PlanWarning] = Field(default_factory=list)
+    """Advisory warnings (`{"code", "detail"}`, possibly empty); they never change
+    `feasible`."""
 
 
 class Progress(BaseModel):
@@ -430,6 +434,9 @@ class PlanPublic(BaseModel):
     explanation: str
     feasible: bool
     violations: list[dict[str, Any]]
+    warnings: list[PlanWarning] = Field(default_factory=list)
+    """Advisory warnings (`{"code", "detail"}`, possibly empty); they never change the
+    plan's feasibility or rank."""
 
 
 class PlanList(BaseModel):

@@ -24,6 +24,7 @@ __all__ = [
     "Parallelism",
     "Placement",
     "Plan",
+    "PlanWarning",
     "Problem",
     "Progress",
     "Search",
@@ -195,6 +196,15 @@ class Violation(_Body):
     detail: str = ""
 
 
+class PlanWarning(_Body):
+    """An advisory warning on a plan or an estimate (it never changes feasibility or rank)."""
+
+    code: str = ""
+    """Stable snake_case code, e.g. `mfu_above_measured`, `outside_validated_range`."""
+    detail: str = ""
+    """A plain sentence with the numbers behind the warning."""
+
+
 _TRAINING_PLAN_FIELDS = (
     "parallelism",
     "micro_batch_size",
@@ -232,6 +242,8 @@ class Plan(_Body):
     explanation: str = ""
     feasible: bool = True
     violations: list[Violation] = Field(default_factory=list)
+    warnings: list[PlanWarning] = Field(default_factory=list)
+    """Advisory warnings (empty from services that predate them)."""
 
     @property
     def is_serving(self) -> bool:
@@ -257,6 +269,8 @@ class Estimate(_Body):
     """The plan as priced (training: `stage_layers` filled in)."""
     cost_model: dict[str, Any] = Field(default_factory=dict)
     details: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[PlanWarning] = Field(default_factory=list)
+    """Advisory warnings (empty from services that predate them)."""
 
 
 class Export(_Body):

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from cost_models.base import TrainingEstimate
+from specs.warnings import PlanWarning
 
 SearchStatus = Literal["complete", "time_limit", "cancelled"]
 
@@ -57,6 +58,8 @@ class RankedPlan:
     """1 = best."""
     estimate: TrainingEstimate
     explanation: str
+    warnings: tuple[PlanWarning, ...] = ()
+    """Advisory warnings (`solver.warnings`); they never change the rank."""
 
     def to_dict(self) -> dict[str, Any]:
         est = self.estimate
@@ -68,6 +71,7 @@ class RankedPlan:
             "metrics": est.metrics.model_dump(mode="json"),
             "memory": est.memory.model_dump(mode="json"),
             "explanation": self.explanation,
+            "warnings": [w.model_dump(mode="json") for w in self.warnings],
         }
 
     def model_dump(self, **_: Any) -> dict[str, Any]:

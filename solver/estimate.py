@@ -2,7 +2,8 @@
 
 When `stage_layers` is None the partition program picks the time-optimal split that fits in
 memory; when no split fits, the time-optimal split ignoring memory is used so the estimate
-reports the memory violation (with numbers) instead of failing.
+reports the memory violation (with numbers) instead of failing. `estimate_with_warnings`
+adds the advisory warnings of `solver.warnings` (which never change the estimate).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from solver.base import SolveStatus
 from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
+from solver.warnings import training_warnings
+from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan, SolverTimeout
 from specs.plan import TrainingPlan
+from specs.warnings import PlanWarning
 
 
 def estimate_plan(
@@ -51,3 +55,21 @@ def estimate_plan(
         raise SolverTimeout(f"the pipeline partition found no split within {time_limit_s} s")
     split = plan.model_copy(update={"stage_layers": res.stage_layers})
     return cost_model.evaluate(problem, TrainingPlan.model_validate(split.model_dump()))
+
+
+def estimate_with_warnings(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    plan: TrainingPlan,
+    *,
+    cluster: ClusterSpec | None = None,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+) -> tuple[TrainingEstimate, list[PlanWarning]]:
+    """`estimate_plan` and the estimate's warnings (`solver.warnings.training_warnings`;
+    `cluster`: the request's cluster spec, whose explicit bandwidths are checked).
+
+    Raises:
+        InfeasiblePlan, SolverTimeout: as `estimate_plan`.
+    """
+    est = estimate_plan(problem, cost_model, plan, time_limit_s=time_limit_s)
+    return est, training_warnings(problem, est, cluster=cluster)

@@ -25,6 +25,7 @@ from specs.plan import (
     Violation,
     canonical_hash,
 )
+from specs.warnings import WARNING_CODES, PlanWarning
 from specs.workload import Precision, TrainingWorkload, Workload
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "NotFound",
     "Objective",
     "ParallelDims",
+    "PlanWarning",
     "PlannerError",
     "PluginNotFound",
     "Precision",
@@ -55,6 +57,7 @@ __all__ = [
     "TrainingWorkload",
     "UnsupportedModelError",
     "Violation",
+    "WARNING_CODES",
     "Workload",
     "canonical_hash",
 ]

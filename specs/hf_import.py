@@ -148,6 +148,8 @@ def _base_fields(config: dict[str, Any], model_type: str) -> dict[str, Any]:
         "tie_embeddings": _bool(config, "tie_word_embeddings", False),
         "norm": "rmsnorm",
         "position_embedding": "rope",
+        # the context the model was trained for (warnings compare sequence lengths with it)
+        "max_position_embeddings": _opt_int(config, "max_position_embeddings"),
     }
 
 

@@ -102,7 +102,10 @@ class ModelSpec(Spec):
     position_embedding: Literal["rope", "learned"] = "rope"
     """Rotary (no parameters) or learned absolute position embeddings."""
     max_position_embeddings: int | None = Field(default=None, ge=1)
-    """Rows of the learned position table (only with learned position embeddings)."""
+    """Longest sequence (positions) the model supports: the rows of the learned position
+    table (required with learned position embeddings), or, with rotary embeddings, the
+    context length it was trained for (a Hugging Face config's `max_position_embeddings`;
+    no parameters). Null: unknown."""
     dropout: bool = False
     """Dropout on attention probabilities and residual branches (GPT-3 era training)."""
     qk_norm: bool = False

@@ -114,6 +114,11 @@ class PlanRecord(SQLModel, table=True):
     violations: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False)
     )
+    warnings: list[dict[str, Any]] | None = Field(
+        default=None, sa_column=Column(JSON, nullable=True)
+    )
+    """Advisory warnings `[{"code", "detail"}]`; null in rows stored before revision 0004
+    (read as no warnings)."""
 
 
 class MeasurementRecord(SQLModel, table=True):

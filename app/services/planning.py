@@ -40,6 +40,7 @@ from cost_models.calibrated import (
     fit_calibration,
 )
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
+from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -53,6 +54,7 @@ from specs.errors import (
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan, canonical_hash
 from specs.serving import ServingWorkload
+from specs.warnings import PlanWarning
 from specs.workload import TrainingWorkload
 
 logger = logging.getLogger(__name__)
@@ -395,13 +397,17 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
     ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id, session)
     cost_model = build_cost_model(ref)
     problem = with_placement_load_factors(problem, [body.plan.parallelism.expert])
-    result = solver.estimate_plan(problem, cost_model, body.plan)
-    public = estimate_public(result, cost_model)
+    result, warnings = estimate_with_warnings(problem, cost_model, body.plan, cluster=body.cluster)
+    public = estimate_public(result, cost_model, warnings)
     public["calibration"] = calibration
     return public
 
 
-def estimate_public(result: TrainingEstimate, cost_model: TrainingCostModel) -> dict[str, Any]:
+def estimate_public(
+    result: TrainingEstimate,
+    cost_model: TrainingCostModel,
+    warnings: Sequence[PlanWarning] = (),
+) -> dict[str, Any]:
     """The `/v1/estimate` answer for one estimate."""
     return {
         "feasible": result.feasible,
@@ -411,6 +417,7 @@ def estimate_public(result: TrainingEstimate, cost_model: TrainingCostModel) -> 
         "plan": result.plan.model_dump(mode="json"),
         "cost_model": {"name": cost_model.name, "version": str(cost_model.version)},
         "details": _jsonable_details(result.details),
+        "warnings": [w.model_dump(mode="json") for w in warnings],
     }
 
 
@@ -712,6 +719,7 @@ def _ranked_plan_dict(ranked: Any) -> dict[str, Any]:
         "metrics": est.metrics.model_dump(mode="json"),
         "memory": est.memory.model_dump(mode="json"),
         "explanation": str(ranked.explanation),
+        "warnings": [w.model_dump(mode="json") for w in getattr(ranked, "warnings", ())],
     }
 
 
@@ -733,6 +741,7 @@ def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[s
         "explanation": plan.get("explanation", ""),
         "feasible": plan.get("feasible", True),
         "violations": plan.get("violations", []),
+        "warnings": plan.get("warnings") or [],
     }
 
 

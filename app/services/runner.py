@@ -137,6 +137,7 @@ def execute_search(
             explanation=p.get("explanation", ""),
             feasible=p.get("feasible", True),
             violations=p.get("violations", []),
+            warnings=p.get("warnings", []),
         )
         for p in outcome.plans
     ]

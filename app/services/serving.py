@@ -113,6 +113,7 @@ def estimate_public(est: ServingEstimate, cost_model: ServingCostModel) -> dict[
         "plan": est.plan.model_dump(mode="json"),
         "cost_model": {"name": cost_model.name, "version": str(getattr(cost_model, "version", ""))},
         "details": est.details,
+        "warnings": [w.model_dump(mode="json") for w in est.warnings],
     }
 
 
@@ -133,7 +134,9 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
         )
     problem = _problem(resolve_model(body.model), resolve_cluster(body.cluster), body.workload)
     cost_model = _cost_model(body.cost_model)
-    est = evaluate_plan(problem, body.plan, InstanceCosts(problem, cost_model))
+    est = evaluate_plan(
+        problem, body.plan, InstanceCosts(problem, cost_model), cluster=body.cluster
+    )
     return estimate_public(est, cost_model)
 
 
@@ -178,6 +181,7 @@ def _plan_dict(ranked: Any) -> dict[str, Any]:
         "metrics": None if est.metrics is None else est.metrics.model_dump(mode="json"),
         "memory": serving_memory(est.details),
         "explanation": str(ranked.explanation),
+        "warnings": [w.model_dump(mode="json") for w in est.warnings],
     }
 
 
@@ -244,6 +248,7 @@ def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[s
         "explanation": plan.get("explanation", ""),
         "feasible": plan.get("feasible", True),
         "violations": plan.get("violations", []),
+        "warnings": plan.get("warnings") or [],
     }
 
 

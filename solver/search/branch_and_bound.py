@@ -104,7 +104,7 @@ def search(
     try:
         if is_lazy_capable(cost_model):
             _lazy(problem, cost_model, constraints, stats, monitor, top, solver)
-            return finish(top, stats, monitor)
+            return finish(top, stats, monitor, problem=problem)
         screened = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
         screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
         for i, item in enumerate(screened):
@@ -126,7 +126,7 @@ def search(
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
-    return finish(top, stats, monitor)
+    return finish(top, stats, monitor, problem=problem)
 
 
 def _lazy(

@@ -55,4 +55,4 @@ def exhaustive_search(
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
-    return finish(top, stats, monitor)
+    return finish(top, stats, monitor, problem=problem)

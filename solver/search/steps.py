@@ -47,6 +47,7 @@ from solver.formulations.stage_partition import (
     rank_times_s,
 )
 from solver.space import block_keys, candidate_blocks, candidates, count_candidates
+from solver.warnings import ordered, training_estimate_warnings, training_problem_warnings
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
 from specs.plan import PlanKey, TrainingPlan
@@ -423,12 +424,21 @@ def total_candidates(problem: TrainingProblem, constraints: SearchConstraints) -
     return count_candidates(problem, constraints)
 
 
-def finish(top: TopK, stats: SearchStats, monitor: Monitor) -> SearchResult:
-    """Rank, explain and time the result."""
+def finish(
+    top: TopK, stats: SearchStats, monitor: Monitor, *, problem: TrainingProblem
+) -> SearchResult:
+    """Rank, explain, warn (`solver.warnings`, after ranking: warnings never reorder) and
+    time the result."""
     estimates = validated_estimates(top)
     sentences = explain(estimates)
+    common = training_problem_warnings(problem) if estimates else []
     plans = [
-        RankedPlan(rank=i + 1, estimate=est, explanation=sentences[i])
+        RankedPlan(
+            rank=i + 1,
+            estimate=est,
+            explanation=sentences[i],
+            warnings=tuple(ordered([*common, *training_estimate_warnings(problem, est)])),
+        )
         for i, est in enumerate(estimates)
     ]
     stats.best_step_time_s = estimates[0].metrics.step_time_s if estimates else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
@@ -39,10 +39,13 @@ from solver.serving.goodput import (
 )
 from solver.serving.queueing import isolated_latency_colocated, isolated_latency_disaggregated
 from solver.serving.simulate import Request, SimResult, simulate_colocated, simulate_disaggregated
+from solver.warnings import serving_warnings
+from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
 from specs.model import ModelSpec
 from specs.plan import Violation
 from specs.serving import ServingInstance, ServingMetrics, ServingPlan, ServingWorkload
+from specs.warnings import PlanWarning
 
 GOODPUT_REL_TOL = 0.02
 """Relative width of the goodput bisection's final bracket."""
@@ -159,6 +162,9 @@ class ServingEstimate:
     violations: list[Violation]
     metrics: ServingMetrics | None
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[PlanWarning, ...] = ()
+    """Advisory warnings (`solver.warnings.serving_warnings`); they never change the
+    plan's feasibility or ranking."""
 
     @property
     def goodput_rps_per_gpu(self) -> float:
@@ -371,10 +377,26 @@ def evaluate_plan(
     costs: InstanceCosts,
     stream: list[Request] | None = None,
     unit_goodput: GoodputResult | None = None,
+    *,
+    cluster: ClusterSpec | None = None,
 ) -> ServingEstimate:
     """Price `plan`: goodput (bisection on simulated SLO attainment), then the latencies at
-    the workload's rate (or at the goodput when none is given). `unit_goodput`: the goodput
-    of the plan's unit when already known (the search passes it), with the same stream."""
+    the workload's rate (or at the goodput when none is given), with the plan's warnings.
+    `unit_goodput`: the goodput of the plan's unit when already known (the search passes
+    it), with the same stream. `cluster`: the request's cluster spec when there is one (its
+    explicit bandwidths are the ones `bandwidth_out_of_range` checks)."""
+    est = _evaluate(problem, plan, costs, stream, unit_goodput)
+    return replace(est, warnings=tuple(serving_warnings(problem, est, cluster=cluster)))
+
+
+def _evaluate(
+    problem: ServingProblem,
+    plan: ServingPlan,
+    costs: InstanceCosts,
+    stream: list[Request] | None,
+    unit_goodput: GoodputResult | None,
+) -> ServingEstimate:
+    """`evaluate_plan` without the warnings."""
     violations = plan_topology_violations(problem, plan)
     if violations:
         return ServingEstimate(plan, False, violations, None)

@@ -130,6 +130,7 @@ def test_public_names_are_pinned() -> None:
             "Parallelism",
             "Placement",
             "Plan",
+            "PlanWarning",
             "Problem",
             "Progress",
             "Search",

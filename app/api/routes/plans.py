@@ -27,6 +27,7 @@ def plan_public(record: PlanRecord) -> dict[str, Any]:
             "explanation": record.explanation,
             "feasible": record.feasible,
             "violations": record.violations,
+            "warnings": record.warnings or [],
         },
         plan_id=record.id,
         search_id=record.search_id,
