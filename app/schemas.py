@@ -424,6 +424,9 @@ class PlanPublic(BaseModel):
     pipeline_schedule: str | None = None
     stage_layers: list[int] | None = None
     flash_attention: bool | None = None
+    framework: str | None = None
+    """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its
+    overlaps and rules are part of the price, and exports refuse another launcher."""
     mode: Literal["colocated", "disaggregated"] | None = None
     """Serving plans: colocated or prefill/decode disaggregated."""
     instances: list[dict[str, Any]] | None = None

@@ -1,8 +1,14 @@
 """Accuracy report: every row of `shared/calibration/published_runs.jsonl` through the search
-(the source's parallel settings fixed, the rest chosen by the planner), predicted vs measured
-time per step and MFU, memory verdicts, and error summaries per source and overall.
+(the source's parallel settings and framework fixed, the rest chosen by the planner),
+predicted vs measured time per step and MFU, memory verdicts, plan orderings, and error
+summaries per source and per framework, in-sample and held out by source.
 
-Usage: `python bench/accuracy.py [--cost-model analytical] [--json]`.
+The analytical model has one fitted parameter, the straggler spread σ (`bench/loso.py`).
+Each row is priced once at σ = 0; σ is then fitted on all rows (the in-sample figure, and the
+shipped default) and, for every source, on the other sources only (the held-out figure: the
+rows it is scored on never touch their own fit). Predictions in the row table are held out.
+
+Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-residuals]`.
 Rows that cannot be represented are listed with the reason, never dropped silently.
 """
 
@@ -19,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out, straggler_z  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.base import TrainingProblem  # noqa: E402
 from cost_models.error_bars import quantiles_from_residuals  # noqa: E402
@@ -33,16 +40,26 @@ from specs.model_input import resolve_model  # noqa: E402
 class RowResult:
     case: Case
     predicted_step_s: float | None = None
+    """Held-out prediction (σ fitted without the row's source)."""
+    in_sample_step_s: float | None = None
+    """In-sample prediction (σ fitted on every row)."""
+    typical_step_s: float | None = None
+    """The prediction at σ = 0."""
+    straggler_z: float = 0.0
     predicted_mfu: float | None = None
     feasible: bool | None = None
     plan: dict[str, Any] | None = None
+    framework: str | None = None
     pruned: dict[str, int] | None = None
 
     @property
     def step_error(self) -> float | None:
-        if self.predicted_step_s is None or not self.case.measured_step_s:
-            return None
-        return (self.predicted_step_s - self.case.measured_step_s) / self.case.measured_step_s
+        """Held-out relative step-time error."""
+        return _rel(self.predicted_step_s, self.case.measured_step_s)
+
+    @property
+    def in_sample_error(self) -> float | None:
+        return _rel(self.in_sample_step_s, self.case.measured_step_s)
 
     @property
     def memory_verdict_ok(self) -> bool:
@@ -51,10 +68,26 @@ class RowResult:
             return not self.feasible
         return bool(self.feasible)
 
+    def sample(self) -> Sample | None:
+        if self.typical_step_s is None or not self.case.measured_step_s:
+            return None
+        if self.case.status == "OOM":
+            return None
+        return Sample(
+            self.case.source, self.typical_step_s, self.straggler_z, self.case.measured_step_s
+        )
+
+
+def _rel(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or not measured:
+        return None
+    return (predicted - measured) / measured
+
 
 def evaluate_case(
     case: Case, cost_model_name: str = "analytical", cost_model_config: dict[str, Any] | None = None
 ) -> RowResult:
+    """Price one row at σ = 0 (the typical step; `fit` applies σ afterwards)."""
     assert case.request is not None
     req = case.request
     constraints = SearchConstraints.model_validate(req["constraints"])
@@ -64,21 +97,50 @@ def evaluate_case(
         workload=TrainingWorkload.model_validate(req["workload"]),
         memory_headroom_gib=constraints.memory_headroom_gib,
     )
-    # The row's framework settings (e.g. no gradient-reduce overlap in 2021 Megatron-LM)
-    # apply under whichever cost model is asked for; explicit options win.
     row_config = (req.get("cost_model") or {}).get("config") or {}
-    cost_model = build_cost_model(cost_model_name, {**row_config, **(cost_model_config or {})})
+    config = {**row_config, **(cost_model_config or {})}
+    if cost_model_name == "analytical":
+        config.setdefault("straggler_sigma", 0.0)
+    cost_model = build_cost_model(cost_model_name, config)
     result = search(problem, cost_model, constraints, top_k=1)
-    out = RowResult(case=case, pruned=dict(result.stats.pruned))
+    out = RowResult(
+        case=case, pruned=dict(result.stats.pruned), straggler_z=straggler_z(problem.num_gpus)
+    )
     if not result.plans:
         out.feasible = False
         return out
     est = result.plans[0].estimate
     out.feasible = est.feasible
-    out.predicted_step_s = est.metrics.step_time_s
+    out.typical_step_s = out.predicted_step_s = out.in_sample_step_s = est.metrics.step_time_s
     out.predicted_mfu = est.metrics.mfu
     out.plan = est.plan.model_dump(mode="json")
+    out.framework = est.plan.framework
     return out
+
+
+@dataclass
+class Fit:
+    """σ in-sample and per held-out source."""
+
+    in_sample_sigma: float
+    held_out: dict[str, HeldOut]
+
+
+def fit(results: list[RowResult]) -> Fit:
+    """Fit σ on every row and without each source; fill in the rows' predictions."""
+    samples = [s for r in results if (s := r.sample()) is not None]
+    sigma = fit_sigma(samples) if samples else 0.0
+    held = leave_one_source_out(samples)
+    for r in results:
+        if r.typical_step_s is None:
+            continue
+        r.in_sample_step_s = r.typical_step_s * (1.0 + sigma * r.straggler_z)
+        fold = held.get(r.case.source)
+        held_sigma = fold.sigma if fold is not None else sigma
+        r.predicted_step_s = r.typical_step_s * (1.0 + held_sigma * r.straggler_z)
+        if r.predicted_mfu is not None:
+            r.predicted_mfu *= r.typical_step_s / r.predicted_step_s
+    return Fit(sigma, held)
 
 
 def run(
@@ -93,19 +155,29 @@ def run(
     return results, skipped
 
 
-def summarise(results: list[RowResult]) -> dict[str, dict[str, float]]:
-    """Mean and max absolute step-time error per source and overall (rows that ran)."""
-    groups: dict[str, list[float]] = {}
+def summarise(results: list[RowResult], by: str = "source") -> dict[str, dict[str, float]]:
+    """Mean and max absolute step-time error, held out and in-sample, per source (or per
+    framework, `by="framework"`), for dense rows, MoE rows and all rows."""
+    groups: dict[str, list[RowResult]] = {}
     for r in results:
-        err = r.step_error
-        if err is None:
+        if r.step_error is None or r.case.status == "OOM":
             continue
-        groups.setdefault(r.case.source, []).append(abs(err))
-        groups.setdefault("all", []).append(abs(err))
-    return {
-        k: {"rows": len(v), "mean_abs_error": statistics.fmean(v), "max_abs_error": max(v)}
-        for k, v in groups.items()
-    }
+        key = r.case.source if by == "source" else (r.framework or "-")
+        kind = "moe" if r.case.source in MOE_SOURCES else "dense"
+        for name in (key, "all", f"all {kind}"):
+            groups.setdefault(name, []).append(r)
+    out: dict[str, dict[str, float]] = {}
+    for name, rows in groups.items():
+        held = [abs(r.step_error or 0.0) for r in rows]
+        ins = [abs(r.in_sample_error or 0.0) for r in rows]
+        out[name] = {
+            "rows": len(rows),
+            "held_out_mean_abs_error": statistics.fmean(held),
+            "held_out_max_abs_error": max(held),
+            "in_sample_mean_abs_error": statistics.fmean(ins),
+            "in_sample_max_abs_error": max(ins),
+        }
+    return out
 
 
 def plan_groups(results: list[RowResult]) -> list[list[RowResult]]:
@@ -156,7 +228,7 @@ column alignment is partly unverified, `Case.unverified_fields`)."""
 
 
 def log_residuals(results: list[RowResult]) -> list[float]:
-    """ln(measured / predicted) step time of every dense row that ran and was predicted."""
+    """ln(measured / held-out predicted) step time of every dense row that ran."""
     return [
         math.log(r.case.measured_step_s / r.predicted_step_s)
         for r in results
@@ -191,23 +263,38 @@ def _fmt(x: float | None, spec: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cost-model", default="analytical")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
     parser.add_argument(
         "--write-residuals",
         action="store_true",
-        help="store the residual quantiles in cost_models/data/residuals.json",
+        help="store the held-out residual quantiles in cost_models/data/residuals.json",
     )
     args = parser.parse_args()
     results, skipped = run(args.cost_model)
+    fitted = fit(results) if args.cost_model == "analytical" else None
     if args.write_residuals:
         write_residuals(args.cost_model, results)
-    summary = summarise(results)
+    by_source, by_framework = summarise(results), summarise(results, by="framework")
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(
+            json.dumps(
+                {
+                    "sigma": {
+                        "in_sample": fitted.in_sample_sigma if fitted else None,
+                        "held_out": {k: v.sigma for k, v in fitted.held_out.items()}
+                        if fitted
+                        else {},
+                    },
+                    "by_source": by_source,
+                    "by_framework": by_framework,
+                },
+                indent=2,
+            )
+        )
         return
     print(
-        f"{'row':>4} {'source':22} {'model':34} {'pred s':>9} {'meas s':>9} {'err':>7} "
-        f"{'pred MFU':>8} {'meas MFU':>8} {'memory':>8}  plan"
+        f"{'row':>4} {'source':22} {'model':34} {'pred s':>9} {'meas s':>9} {'held':>7} "
+        f"{'in-smp':>7} {'pred MFU':>8} {'meas MFU':>8} {'memory':>8}  plan"
     )
     for r in results:
         c = r.case
@@ -217,7 +304,7 @@ def main() -> None:
             (
                 f"dp{par.get('data')} tp{par.get('tensor')} pp{par.get('pipeline')} "
                 f"vp{par.get('virtual_pipeline')} mbs{p.get('micro_batch_size')} "
-                f"z{p.get('zero_stage')} {p.get('recompute')}"
+                f"z{p.get('zero_stage')} {p.get('recompute')} {p.get('framework')}"
             )
             if p
             else f"pruned {r.pruned}"
@@ -230,15 +317,27 @@ def main() -> None:
         print(
             f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {_fmt(r.predicted_step_s, '9.3f')} "
             f"{_fmt(c.measured_step_s, '9.3f')} {_fmt(r.step_error, '+7.1%')} "
+            f"{_fmt(r.in_sample_error, '+7.1%')} "
             f"{_fmt(r.predicted_mfu, '8.3f')} {_fmt(c.measured_mfu, '8.3f')} {verdict:>8}  {plan}"
         )
     print("\nNot representable:")
     for c in skipped:
         print(f"{c.row_id:>4} {c.source:22} {c.label[:34]:34} {c.reason}")
-    print("\nStep-time error (|predicted − measured| / measured):")
-    print(f"{'source':24} {'rows':>5} {'mean':>7} {'max':>7}")
-    for k, v in sorted(summary.items()):
-        print(f"{k:24} {v['rows']:>5.0f} {v['mean_abs_error']:7.1%} {v['max_abs_error']:7.1%}")
+    if fitted is not None:
+        folds = ", ".join(f"without {k}: {v.sigma:.4f}" for k, v in fitted.held_out.items())
+        print(f"\nFitted straggler spread σ: in-sample {fitted.in_sample_sigma:.4f}; {folds}")
+    for title, table in (("source", by_source), ("framework", by_framework)):
+        print(f"\nStep-time error |predicted − measured| / measured, by {title}:")
+        print(
+            f"{title:24} {'rows':>5} {'held-out mean':>14} {'max':>7} "
+            f"{'in-sample mean':>15} {'max':>7}"
+        )
+        for k, v in sorted(table.items()):
+            print(
+                f"{k:24} {v['rows']:>5.0f} {v['held_out_mean_abs_error']:14.1%} "
+                f"{v['held_out_max_abs_error']:7.1%} {v['in_sample_mean_abs_error']:15.1%} "
+                f"{v['in_sample_max_abs_error']:7.1%}"
+            )
     wrong = [r.case.row_id for r in results if not r.memory_verdict_ok]
     print(f"\nMemory verdicts wrong: {wrong or 'none'}")
     groups = plan_groups(results)

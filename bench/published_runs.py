@@ -180,17 +180,37 @@ default (`--recompute-granularity` unset) keeps every activation. Of the two run
 reports as out of memory, the one that fits only under recompute then comes out infeasible (row
 98, Llama3-8x70B TP8 EP8 DP32 ZeRO-1: ~70 GiB of model states per GPU leave no room for the
 activations; the search used to pick full recompute for it)."""
-MOE_FOLDING_FRAMEWORK: dict[str, Any] = {"zero3_flat_ring": False}
-"""Cost-model settings of the source's framework (Megatron-Core with PyTorch 2.5 / NCCL of
-2025 on DGX H100, one 400 Gb/s NIC per GPU): FSDP's parameter all-gathers and gradient
-reduce-scatters run as NCCL rings, one per NIC, so a data-parallel group with g members per
-node crosses the network on g NICs at once, the hierarchical cost every other collective
-gets (`collectives.py`), not the flat one-NIC ring fitted to DeepSpeed ZeRO-3 of 2021
-(`AnalyticalConfig.zero3_flat_ring`). Gradients are reduce-scattered in the parameter dtype
-(bf16, FSDP's default `reduce_dtype`; `zero3_grad_reduce_bytes` = 2) and nothing of the
-gathers is hidden (`zero3_overlap` = 0): at b = 1 the FSDP rows are communication-bound,
-and the measured gap between Mixtral-8x22B and its G8T8 variant under the same FSDP layout
-(rows 81, 91: 7.9 s) is their compute difference, added to, not hidden behind, the gathers."""
+FRAMEWORKS = {
+    "Megatron-LM (2021)": "megatron_lm",
+    "Megatron-LM (2022)": "megatron_lm",
+    "Megatron-LM (2021) / DeepSpeed ZeRO-3": "deepspeed",
+    "Megatron-Core r0.8.0": "megatron_core",
+    "Megatron-Core (PyTorch 2.5, CUDA 12.6)": "megatron_core",
+}
+"""The framework profile (`cost_models.frameworks`) of each row's `framework` field: the
+2021–2022 Megatron-LM code base, DeepSpeed's ZeRO-3 (Narayanan et al. 2021 Table 2 ran it
+for the ZeRO-3 baseline), Megatron-Core (the README rows and the MoE Folding paper, whose
+FSDP baselines run Megatron-Core's own FSDP)."""
+
+
+def framework_of(row: dict[str, Any]) -> str | None:
+    """The framework profile of a row, None when the row's framework is not mapped."""
+    return FRAMEWORKS.get(row.get("framework") or "")
+
+
+FRAMEWORK_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "Megatron-LM (2021) / DeepSpeed ZeRO-3": {"deepspeed": {"elementwise_traffic": 1.0}},
+}
+"""Profile settings a row's framework states: Narayanan et al.'s ZeRO-3 baseline ran
+DeepSpeed's ZeRO-3 on Megatron-LM's GPT model code (its fused norm, bias-GeLU and
+bias-dropout-add kernels), not on eager Hugging Face modules (the `deepspeed` profile's
+default, as meshplan's DeepSpeed export launches AutoTP)."""
+
+
+def framework_config(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The cost-model config carrying a row's framework settings, or None."""
+    settings = FRAMEWORK_SETTINGS.get(row.get("framework") or "")
+    return {"frameworks": settings} if settings else None
 
 
 def _moe_strategy(label: str) -> str | None:
@@ -255,9 +275,8 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
     `--expert-tensor-parallel-size`, None → tensor size) when that layout exists, else left
     to the search; capacity factor 1 on balanced loads (the paper's benchmarking setting);
     the source's setup read once for all its rows (`MOE_FOLDING_MICRO_BATCH`,
-    `MOE_FOLDING_RECOMPUTE`, `MOE_FOLDING_FRAMEWORK`: micro-batch 1, no activation
-    recompute, FSDP collectives on NCCL's per-NIC rings); virtual pipeline left to the
-    search."""
+    `MOE_FOLDING_RECOMPUTE`: micro-batch 1, no activation recompute) and its framework
+    (`FRAMEWORKS`); virtual pipeline left to the search."""
     case.unverified_fields = list(row.get("unverified_fields") or [])
     strategy = _moe_strategy(row["model"])
     if strategy not in MOE_STRATEGIES:
@@ -282,6 +301,9 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
         "micro_batch_size": MOE_FOLDING_MICRO_BATCH,
         "recompute": MOE_FOLDING_RECOMPUTE,
     }
+    framework = framework_of(row)
+    if framework is not None:
+        fixed["framework"] = framework
     grid = dp * cp * tp
     if row["etp"]:
         fixed["expert_tensor"] = row["etp"]
@@ -315,7 +337,6 @@ def moe_case(row: dict[str, Any], case: Case) -> Case:
         "cluster": cluster,
         "workload": workload,
         "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
-        "cost_model": {"name": "analytical", "config": dict(MOE_FOLDING_FRAMEWORK)},
     }
     flops = megatron_moe_flops(model, row["global_batch_seqs"], row["seq_len"])
     if row["mfu_pct"]:
@@ -363,6 +384,9 @@ def to_case(row: dict[str, Any]) -> Case:
         fixed["recompute"] = recompute
     if row["sequence_parallel"] is not None and row["tp"] > 1:
         fixed["sequence_parallel"] = bool(row["sequence_parallel"])
+    framework = framework_of(row)
+    if framework is not None:
+        fixed["framework"] = framework
 
     era_2021_2022 = key in ("narayanan2021", "korthikanti2022")
     # Megatron-LM 2021/2022 ran without fused flash attention. Every source used Megatron's
@@ -393,13 +417,9 @@ def to_case(row: dict[str, Any]) -> Case:
         "workload": workload,
         "constraints": {"fixed": fixed, "memory_headroom_gib": 0.0},
     }
-    if era_2021_2022:
-        # Megatron-LM of 2021/2022 all-reduced the gradients after the backward pass
-        # (LocalDDP, no --overlap-grad-reduce yet): nothing of it is hidden.
-        case.request["cost_model"] = {
-            "name": "analytical",
-            "config": {"dp_overlap_efficiency": 0.0},
-        }
+    settings = framework_config(row)
+    if settings is not None:
+        case.request["cost_model"] = {"name": "analytical", "config": settings}
     n = row["num_gpus"]
     if row["sec_per_iter"]:
         case.measured_step_s = float(row["sec_per_iter"])

@@ -6,15 +6,27 @@ Parameters (few, physical, bounded; everything else stays the analytical model's
 | parameter | scope | bounds | replaces |
 |---|---|---|---|
 | `gemm_efficiency` | per accelerator id | 0.2–1.0 | `AcceleratorSpec.gemm_efficiency` |
-| `scale_up_efficiency` | per accelerator id | 0.2–1.0 | `AcceleratorSpec.scale_up_efficiency` |
-| `scale_out_efficiency` | per accelerator id | 0.2–1.0 | `AcceleratorSpec.scale_out_efficiency` |
+| `scale_up_efficiency` | per accelerator id | 0.2–1.0 | the scale-up line rate, × value / catalog value |
+| `scale_out_efficiency` | per accelerator id | 0.2–1.0 | the NIC line rate, × value / catalog value |
 | `attention_efficiency` | global | 0.2–0.9 | `AnalyticalConfig.attention_efficiency` |
 | `step_overhead_s` | global | 0–5 s | `AnalyticalConfig.step_overhead_s` |
 
-Accelerator parameters apply by pricing a problem whose `AcceleratorSpec` is a
-`model_copy(update=...)` of the catalog entry; fp8 problems scale `gemm_efficiency_fp8` by
-the same factor as `gemm_efficiency` (one fitted "how far below the best-shape MAMF figure
-this machine runs" ratio per accelerator). A fitted model is reproducible from its config
+Accelerator parameters apply by pricing a problem whose node groups are a
+`model_copy(update=...)` of the resolved ones: `gemm_efficiency` replaces the accelerator's
+(fp8 problems scale `gemm_efficiency_fp8` by the same factor: one fitted "how far below the
+best-shape MAMF figure this machine runs" ratio per accelerator); the two fabric efficiencies
+scale the groups' scale-up and NIC line rates by their ratio to the catalog's efficiency, so
+the measured collective curves keep their shape and the fitted value reads as the achieved
+fraction the catalog would have listed.
+
+How many parameters a fit may move: each needs two measurements and one more is kept to
+estimate the error, so n measurements fit at most (n − 1) // 2 of them — the ones the
+samples move most (largest change of the log step times per unit change of the parameter);
+the others keep their start values and the fit says why. One measurement fits nothing: it
+cannot separate five efficiencies, and a fit that matches it exactly says nothing about the
+next run. The fit reports each fitted parameter's standard error and 95 % interval from the
+Jacobian at the optimum: cov = s²·(JᵀJ)⁻¹ with s² = RSS / (n − k) (Gauss–Newton
+linearisation; Seber & Wild, "Nonlinear Regression", 1989, §2.1). A fitted model is reproducible from its config
 alone: `{"base": <AnalyticalConfig fields>, "parameters": {"<accelerator id>": {...},
 "attention_efficiency": ..., "step_overhead_s": ...}}`.
 
@@ -34,7 +46,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -168,17 +180,33 @@ def calibrated_problem(
     changed = False
     for group in problem.cluster.groups:
         params = by_id.get(group.accelerator.id)
-        update = _accelerator_update(group.accelerator, params) if params else {}
-        if update:
-            changed = True
-            group = group.model_copy(
-                update={"accelerator": group.accelerator.model_copy(update=update)}
-            )
+        if params:
+            update = _group_update(group, group.accelerator, params)
+            acc_update = _accelerator_update(group.accelerator, params)
+            if acc_update:
+                update["accelerator"] = group.accelerator.model_copy(update=acc_update)
+            if update:
+                changed = True
+                group = group.model_copy(update=update)
         groups.append(group)
     if not changed:
         return problem
     cluster = problem.cluster.model_copy(update={"groups": groups})
     return dataclasses.replace(problem, cluster=cluster)
+
+
+def _group_update(
+    group: Any, acc: AcceleratorSpec, params: AcceleratorParameters
+) -> dict[str, Any]:
+    """The node group's fabric line rates scaled by the fitted / catalog efficiency."""
+    update: dict[str, Any] = {}
+    if params.scale_up_efficiency is not None:
+        ratio = params.scale_up_efficiency / acc.scale_up_efficiency
+        update["intra_node_bandwidth_gb_s"] = group.intra_node_bandwidth_gb_s * ratio
+    if params.scale_out_efficiency is not None:
+        ratio = params.scale_out_efficiency / acc.scale_out_efficiency
+        update["inter_node_bandwidth_gb_s"] = group.inter_node_bandwidth_gb_s * ratio
+    return update
 
 
 def _inner_config(config: CalibratedConfig) -> AnalyticalConfig:
@@ -307,10 +335,17 @@ class CalibrationFit:
     residuals_before: tuple[float, ...]
     """Per sample, predicted / measured − 1 before the fit."""
     fitted: tuple[str, ...]
-    """Names of the parameters the samples could identify (`h100-sxm.gemm_efficiency`,
-    `attention_efficiency`); the others keep their start values."""
+    """Names of the parameters fitted (`h100-sxm.gemm_efficiency`, `attention_efficiency`);
+    the others keep their start values."""
     nfev: int = 0
     message: str = ""
+    uncertainty: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per fitted parameter: `value`, `std_error`, and the 95 % interval `low`, `high`
+    (module docstring); empty when no degree of freedom is left."""
+    not_fitted: dict[str, str] = field(default_factory=dict)
+    """Parameters left at their start values, with the reason."""
+    max_parameters: int = 0
+    """How many parameters the samples support: (n − 1) // 2."""
 
     def config(self, base: AnalyticalConfig | None = None) -> dict[str, Any]:
         """The calibrated model's config (JSON) for these parameters, with error bars from
@@ -340,6 +375,9 @@ class CalibrationFit:
             "fitted": list(self.fitted),
             "nfev": self.nfev,
             "message": self.message,
+            "uncertainty": {k: dict(v) for k, v in self.uncertainty.items()},
+            "not_fitted": dict(self.not_fitted),
+            "max_parameters": self.max_parameters,
         }
 
 
@@ -424,16 +462,16 @@ def _start_parameters(samples: Sequence[CalibrationSample], base: AnalyticalConf
     params = []
     for acc_id in sorted(accelerators):
         acc = accelerators[acc_id]
-        for field, (lo, hi) in ACCELERATOR_BOUNDS.items():
-            start = _clip(float(getattr(acc, field)), lo, hi)
-            params.append(_Param(f"{acc_id}.{field}", acc_id, field, start, lo, hi, 1.0))
-    for field, (lo, hi) in GLOBAL_BOUNDS.items():
-        value = getattr(base, field)
-        if value is None and field == "attention_efficiency":  # the catalog's, averaged
+        for name, (lo, hi) in ACCELERATOR_BOUNDS.items():
+            start = _clip(float(getattr(acc, name)), lo, hi)
+            params.append(_Param(f"{acc_id}.{name}", acc_id, name, start, lo, hi, 1.0))
+    for name, (lo, hi) in GLOBAL_BOUNDS.items():
+        value = getattr(base, name)
+        if value is None and name == "attention_efficiency":  # the catalog's, averaged
             value = float(np.mean([attention_efficiency(base, a) for a in accelerators.values()]))
         start = _clip(float(value), lo, hi)
-        scale = 1.0 if field != "step_overhead_s" else max(median_step_s, 1e-9)
-        params.append(_Param(field, None, field, start, lo, hi, scale))
+        scale = 1.0 if name != "step_overhead_s" else max(median_step_s, 1e-9)
+        params.append(_Param(name, None, name, start, lo, hi, scale))
     return params
 
 
@@ -492,16 +530,29 @@ def fit_calibration(
     x0 = np.array([p.to_x(p.start) for p in params])
     start_values = [p.start for p in params]
     r0 = log_errors(start_values)
-    free: list[int] = []
+    sensitivity: dict[int, float] = {}
+    not_fitted: dict[str, str] = {}
     for j, param in enumerate(params):
         lo, hi = param.x_bounds
         step = 1e-3 if x0[j] + 1e-3 <= hi else -1e-3
         if not lo <= x0[j] + step <= hi:
+            not_fitted[param.name] = "its start value is at a bound"
             continue
         moved = list(start_values)
         moved[j] = param.from_x(x0[j] + step)
-        if float(np.max(np.abs(log_errors(moved) - r0))) / abs(step) > MIN_SENSITIVITY:
-            free.append(j)
+        change = log_errors(moved) - r0
+        if float(np.max(np.abs(change))) / abs(step) > MIN_SENSITIVITY:
+            sensitivity[j] = float(np.linalg.norm(change)) / abs(step)
+        else:
+            not_fitted[param.name] = "no sample's step time depends on it"
+    max_parameters = (len(samples) - 1) // 2
+    ranked = sorted(sensitivity, key=lambda j: (-sensitivity[j], j))
+    free = sorted(ranked[:max_parameters])
+    for j in ranked[max_parameters:]:
+        not_fitted[params[j].name] = (
+            f"{len(samples)} measurements support {max_parameters} fitted parameters "
+            "(two each, and one more to estimate the error); others move the step times more"
+        )
 
     def full_values(x_free: np.ndarray) -> list[float]:
         x = x0.copy()
@@ -513,8 +564,14 @@ def fit_calibration(
         prior = math.sqrt(PRIOR_WEIGHT) * (x_free - x0[free])
         return np.concatenate([data, prior])
 
-    nfev, message = 0, "no parameter affects the samples"
+    nfev = 0
+    message = (
+        "no parameter affects the samples"
+        if not sensitivity
+        else f"{len(samples)} measurements support no fitted parameter"
+    )
     values = start_values
+    uncertainty: dict[str, dict[str, float]] = {}
     if free:
         lower = np.array([params[j].x_bounds[0] for j in free])
         upper = np.array([params[j].x_bounds[1] for j in free])
@@ -523,6 +580,9 @@ def fit_calibration(
         )
         values = full_values(result.x)
         nfev, message = int(result.nfev), str(result.message)
+        uncertainty = _uncertainty(
+            [params[j] for j in free], result.x, result.jac[: len(samples)] / norm, result.fun
+        )
     rounded = [_clip(_round(v), p.lower, p.upper) for p, v in zip(params, values, strict=True)]
     parameters = _parameters(params, rounded)
     before = _relative_errors(samples, CalibratedConfig(base=base))
@@ -537,4 +597,37 @@ def fit_calibration(
         fitted=tuple(params[j].name for j in free),
         nfev=nfev,
         message=message,
+        uncertainty=uncertainty,
+        not_fitted=not_fitted,
+        max_parameters=max_parameters,
     )
+
+
+def _uncertainty(
+    params: Sequence[_Param], x: np.ndarray, jac: np.ndarray, fun: np.ndarray
+) -> dict[str, dict[str, float]]:
+    """Standard errors and 95 % intervals of the fitted parameters from the data part of the
+    Jacobian (log step time per coordinate) at the optimum (module docstring)."""
+    n, k = jac.shape
+    if n <= k:
+        return {}
+    data = np.asarray(fun[:n], dtype=float) * math.sqrt(n)  # undo the 1/sqrt(n) weighting
+    s2 = float(data @ data) / (n - k)
+    try:
+        cov = s2 * np.linalg.inv(jac.T @ jac)
+    except np.linalg.LinAlgError:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for i, param in enumerate(params):
+        sd_x = math.sqrt(max(0.0, float(cov[i, i])))
+        value = param.from_x(float(x[i]))
+        low = param.from_x(float(x[i]) - 1.96 * sd_x)
+        high = param.from_x(float(x[i]) + 1.96 * sd_x)
+        std_error = value * sd_x if param.is_log else sd_x * param.scale
+        out[param.name] = {
+            "value": _round(value),
+            "std_error": _round(std_error),
+            "low": _round(max(param.lower, low)),
+            "high": _round(min(param.upper, high)),
+        }
+    return out

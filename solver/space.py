@@ -14,12 +14,17 @@ model's `check()` has the last word.
   `pipeline > 1` also every `v` in `2..max_v` with `pipeline·v ≤ num_layers`; interleaving needs
   the micro-batch count to be a multiple of, and at least, `pipeline` (Megatron's schedule).
 - Micro-batch: the requested sizes, or powers of two up to 16, dividing `global_batch / data`.
-- ZeRO 0-3 (Rajbhandari et al. 2020); stages 2 and 3 only without pipelining (Megatron and
-  DeepSpeed do not combine gradient/parameter sharding with pipeline parallelism).
+- ZeRO 0-3 (Rajbhandari et al. 2020) with every pipeline degree; which framework can run a
+  combination is the framework profiles' rule (`cost_models.frameworks`): DeepSpeed and
+  Megatron-Core do not combine ZeRO-2/3 with pipelining, torchtitan (FSDP2) does.
+- Framework: a candidate is priced under Megatron-Core (what the Megatron export launches),
+  under each of `constraints.frameworks` that can run it, or under `fixed.framework`. By
+  default the space is what Megatron-Core can run (ZeRO-2/3 only without pipelining); listing
+  torchtitan adds its FSDP2 + pipeline plans.
 - Recompute none / selective / full (Korthikanti et al. 2022); sequence parallelism is on
   whenever tensor > 1 (it only saves memory and time) unless fixed off.
 - Expert degrees (MoE models only; dense models keep 1 / 1 unless fixed): `expert` divides
-  `num_experts`; `expert_tensor` divides the expert FFN width, stays inside a node unless
+  `num_experts`; `expert_tensor` divides the expert FFN width, stays inside a scale-up domain unless
   tensor groups may span nodes; `expert × expert_tensor` divides `data × context × tensor`
   (Megatron-Core "MoE Parallel Folding", Liu et al. 2025, arXiv 2504.14960 §3: the expert
   layout is folded onto the attention's GPUs independently of the attention layout).
@@ -33,8 +38,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from cost_models.base import TrainingProblem
+from cost_models.frameworks import DEFAULT_PREFERENCE, FrameworkProfile, build_framework
 from specs.constraints import SearchConstraints
-from specs.errors import SpecError
+from specs.errors import PlannerError, SpecError
 from specs.plan import ParallelDims, PlanKey
 
 RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "selective", "full")
@@ -104,6 +110,10 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
         elif name == "pipeline_schedule":
             if value not in ("1f1b", "interleaved_1f1b"):
                 raise SpecError(field, "must be 1f1b or interleaved_1f1b", value)
+        elif name == "framework":
+            if not isinstance(value, str):
+                raise SpecError(field, "must be a framework name", value)
+            _profile(value, field)
         elif name == "stage_layers":
             if value is not None and (
                 not isinstance(value, list | tuple)
@@ -114,6 +124,38 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
             value = tuple(value) if value is not None else None
         out[name] = value
     return out
+
+
+def _profile(name: str, field: str) -> FrameworkProfile:
+    try:
+        return build_framework(name)
+    except PlannerError as exc:
+        raise SpecError(
+            field, "must name a registered framework (GET /v1/frameworks)", name
+        ) from exc
+
+
+DEFAULT_SEARCH_FRAMEWORK = DEFAULT_PREFERENCE[0]
+"""The framework a search prices candidates under when the request names none."""
+
+
+def framework_options(
+    constraints: SearchConstraints,
+) -> tuple[tuple[FrameworkProfile, ...], bool]:
+    """(profiles, requested): the frameworks candidates are priced under, and whether the
+    request named them (`fixed.framework`, `constraints.frameworks`): then a combination none
+    of them can run is still enumerated, under the first, so that the rule check says why;
+    by default such combinations are not part of the space."""
+    fixed = validated_fixed(constraints)
+    if "framework" in fixed:
+        return (_profile(fixed["framework"], "constraints.fixed.framework"),), True
+    if constraints.frameworks:
+        names = list(dict.fromkeys(constraints.frameworks))
+        return (
+            tuple(_profile(n, f"constraints.frameworks[{i}]") for i, n in enumerate(names)),
+            True,
+        )
+    return (build_framework(DEFAULT_SEARCH_FRAMEWORK),), False
 
 
 def _restrict(values: list[Any], fixed: Mapping[str, Any], name: str) -> list[Any]:
@@ -128,7 +170,7 @@ def degree_tuples(
     """Legal `(data, tensor, pipeline, context)` degree tuples, in ascending order.
 
     Rules (Megatron-LM): the product is the GPU count; tensor divides the attention heads, KV
-    heads and FFN width and is at most `gpus_per_node` unless `allow_tensor_across_nodes`;
+    heads and FFN width and is at most the scale-up domain unless `allow_tensor_across_nodes`;
     `pipeline ≤ num_layers`; context > 1 divides `sequence_length / 2`; data divides the
     global batch; every degree within ParallelDims' field limits.
     """
@@ -136,7 +178,7 @@ def degree_tuples(
     model, wl = problem.model, problem.workload
     n = problem.num_gpus
     across = constraints.allow_tensor_across_nodes or problem.allow_tensor_across_nodes
-    gpn = problem.cluster.gpus_per_node
+    gpn = min(problem.cluster.scale_up_domain_gpus, problem.num_gpus)
     for tensor in _restrict(divisors(n), fixed, "tensor"):
         if (
             model.num_attention_heads % tensor
@@ -175,7 +217,7 @@ def expert_degree_options(
 
     Dense models: `[(1, 1)]` (or the fixed values). MoE models (Megatron-Core folding rules,
     module docstring): expert ∈ divisors(num_experts); expert_tensor ∈ divisors(expert FFN
-    width), ≤ gpus_per_node unless tensor groups may span nodes; expert·expert_tensor
+    width), ≤ the scale-up domain unless tensor groups may span nodes; expert·expert_tensor
     divides data·context·tensor; within ParallelDims' field limits.
     """
     fixed = validated_fixed(constraints)
@@ -183,7 +225,7 @@ def expert_degree_options(
     if moe is None:
         return [(fixed.get("expert", 1), fixed.get("expert_tensor", 1))]
     across = constraints.allow_tensor_across_nodes or problem.allow_tensor_across_nodes
-    gpn = problem.cluster.gpus_per_node
+    gpn = min(problem.cluster.scale_up_domain_gpus, problem.num_gpus)
     grid = data * context * tensor
     experts = [
         e
@@ -226,9 +268,9 @@ def micro_batch_options(
     return [b for b in pool if per_replica % b == 0]
 
 
-def zero_stage_options(pipeline: int) -> list[int]:
-    """ZeRO stages: 0-3 without pipelining, 0-1 with it."""
-    return list(ZERO_STAGES) if pipeline == 1 else [0, 1]
+def zero_stage_options() -> list[int]:
+    """ZeRO stages 0-3 (the framework profiles say which a framework combines with what)."""
+    return list(ZERO_STAGES)
 
 
 def interleave_allowed(num_microbatches: int, pipeline: int) -> bool:
@@ -279,18 +321,25 @@ def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers
 
 class Block(NamedTuple):
     """The candidates of one degree tuple: `base` carries the degrees, sequence parallelism,
-    the fixed split (or ()) and flash attention; every (inner, ZeRO, recompute) combination
-    of the lists fills the rest, in `candidates()` order (inner options outermost, recompute
+    the fixed split (or ()) and flash attention; every (inner, ZeRO, framework, recompute)
+    combination fills the rest, in `candidates()` order (inner options outermost, recompute
     innermost)."""
 
     base: PlanKey
     inners: list[_Inner]
     zero_stages: list[int]
     recomputes: list[str]
+    frameworks: dict[tuple[int, str, int], tuple[str, ...]]
+    """Frameworks each (virtual_pipeline, schedule, zero_stage) is priced under."""
 
     @property
     def size(self) -> int:
-        return len(self.inners) * len(self.zero_stages) * len(self.recomputes)
+        per_recompute = sum(
+            len(self.frameworks[(i.virtual_pipeline, i.schedule, z)])
+            for i in self.inners
+            for z in self.zero_stages
+        )
+        return per_recompute * len(self.recomputes)
 
 
 _new_key = tuple.__new__
@@ -299,8 +348,8 @@ search screens one key per candidate)."""
 
 
 def block_keys(block: Block, inner: _Inner, zero: int) -> list[PlanKey]:
-    """The block's keys for one inner option and ZeRO stage, one per recompute mode (the
-    one place a key is built from positions: `PlanKey`'s field order)."""
+    """The block's keys for one inner option and ZeRO stage, one per framework and
+    recompute mode (the one place a key is built from positions: `PlanKey`'s field order)."""
     b = block.base
     return [
         _new_key(
@@ -320,25 +369,59 @@ def block_keys(block: Block, inner: _Inner, zero: int) -> list[PlanKey]:
                 inner.schedule,
                 b.stage_layers,
                 b.flash_attention,
+                framework,
             ),
         )
+        for framework in block.frameworks[(inner.virtual_pipeline, inner.schedule, zero)]
         for recompute in block.recomputes
     ]
+
+
+def _frameworks_of(
+    problem: TrainingProblem,
+    base: PlanKey,
+    inners: list[_Inner],
+    zeros: list[int],
+    profiles: tuple[FrameworkProfile, ...],
+    requested: bool,
+) -> dict[tuple[int, str, int], tuple[str, ...]]:
+    """The frameworks of each (virtual_pipeline, schedule, zero) of a block: every profile
+    that can run it. When none can, a requested framework list keeps its first so that the
+    cost model's rule check reports why (the candidate is counted, not hidden); the default
+    space leaves the combination out."""
+    out: dict[tuple[int, str, int], tuple[str, ...]] = {}
+    model = problem.model
+    for inner in inners:
+        for zero in zeros:
+            slot = (inner.virtual_pipeline, inner.schedule, zero)
+            if slot in out:
+                continue
+            probe = base._replace(
+                virtual_pipeline=inner.virtual_pipeline,
+                pipeline_schedule=inner.schedule,
+                zero_stage=zero,
+            )
+            able = [p.name for p in profiles if p.can_run(model, probe)]
+            if not able and requested:
+                able = [profiles[0].name]
+            out[slot] = tuple(able)
+    return out
 
 
 def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Block]:
     """The space as one block per degree tuple (`candidates()` expands them; the search
     screens them block by block)."""
     fixed = validated_fixed(constraints)
+    profiles, requested = framework_options(constraints)
     num_layers = problem.model.num_layers
     flash = fixed.get("flash_attention", True)
     stage_layers = fixed.get("stage_layers") or ()
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
+    zeros = _restrict(zero_stage_options(), fixed, "zero_stage")
     for data, tensor, pipeline, context in degree_tuples(problem, constraints):
         sp = fixed.get("sequence_parallel", tensor > 1)
         if sp and tensor == 1:
             continue
-        zeros = _restrict(zero_stage_options(pipeline), fixed, "zero_stage")
         inners = [
             inner
             for inner in _inner_options(problem, constraints, fixed, data, pipeline)
@@ -351,19 +434,20 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 data=data,
                 tensor=tensor,
                 pipeline=pipeline,
-                virtual_pipeline=1,
                 context=context,
                 expert=expert,
                 expert_tensor=expert_tensor,
                 sequence_parallel=sp,
-                micro_batch_size=1,
-                zero_stage=0,
-                recompute="none",
-                pipeline_schedule="1f1b",
                 stage_layers=stage_layers,
                 flash_attention=flash,
             )
-            yield Block(base, inners, zeros, recomputes)
+            yield Block(
+                base,
+                inners,
+                zeros,
+                recomputes,
+                _frameworks_of(problem, base, inners, zeros, profiles, requested),
+            )
 
 
 def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[PlanKey]:
@@ -376,18 +460,4 @@ def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iter
 
 def count_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:
     """Number of candidates `candidates()` yields, without building them (progress totals)."""
-    fixed = validated_fixed(constraints)
-    num_layers = problem.model.num_layers
-    n_recompute = len(_restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute"))
-    total = 0
-    for data, tensor, pipeline, context in degree_tuples(problem, constraints):
-        if fixed.get("sequence_parallel", tensor > 1) and tensor == 1:
-            continue
-        n_expert = len(expert_degree_options(problem, constraints, data, tensor, context))
-        n_zero = len(_restrict(zero_stage_options(pipeline), fixed, "zero_stage"))
-        n_inner = sum(
-            _stage_layers_ok(fixed, pipeline, i.virtual_pipeline, num_layers)
-            for i in _inner_options(problem, constraints, fixed, data, pipeline)
-        )
-        total += n_inner * n_zero * n_recompute * n_expert
-    return total
+    return sum(blk.size for blk in candidate_blocks(problem, constraints))

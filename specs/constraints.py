@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from specs._base import Spec
 
@@ -26,6 +26,7 @@ TRAINING_FIXABLE_FIELDS = frozenset(
         "pipeline_schedule",
         "stage_layers",
         "flash_attention",
+        "framework",
     }
 )
 """`fixed` keys of a training search."""
@@ -52,6 +53,20 @@ class SearchConstraints(Spec):
     """Largest virtual pipeline degree searched."""
     micro_batch_sizes: list[int] | None = Field(default=None, min_length=1, max_length=32)
     """Micro-batch sizes searched (default: powers of two up to 16 that divide the batch)."""
+    frameworks: list[str] | None = Field(default=None, min_length=1, max_length=16)
+    """Training frameworks to compare (`GET /v1/frameworks`): every candidate is priced under
+    each listed framework that can run it. Default: Megatron-Core (what the Megatron export
+    launches); `fixed.framework` pins one. List `torchtitan` to add FSDP2 with pipelining
+    (ZeRO-2/3 with pipeline parallelism)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_frameworks(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Requests without `frameworks` dump exactly as before the field existed (request
+        hashes stay)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("frameworks", 0) is None:
+            del data["frameworks"]
+        return data
 
     @field_validator("fixed")
     @classmethod

@@ -110,6 +110,11 @@ class TrainingPlan(Spec):
     (chunk c runs on rank c mod pipeline); null lets the service choose the split."""
     flash_attention: bool = True
     """Fused (flash) attention: no s×s score matrices are stored."""
+    framework: str | None = Field(default=None, min_length=1, max_length=64)
+    """The training framework that runs the plan (`megatron_core`, `torchtitan`,
+    `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
+    what and which combinations are allowed. Null lets the service pick the first framework
+    that can run the plan."""
 
     @model_validator(mode="after")
     def _check(self) -> TrainingPlan:
@@ -157,6 +162,7 @@ class TrainingPlan(Spec):
             pipeline_schedule=self.pipeline_schedule,
             stage_layers=tuple(self.stage_layers) if self.stage_layers else (),
             flash_attention=self.flash_attention,
+            framework=self.framework or "",
         )
 
 
@@ -185,6 +191,8 @@ class PlanKey(NamedTuple):
     stage_layers: tuple[int, ...] = ()
     """Layers per pipeline chunk, or () when the partition program chooses them."""
     flash_attention: bool = True
+    framework: str = ""
+    """The framework's registered name, or "" when the service is to pick one."""
 
     @classmethod
     def of(cls, plan: TrainingPlan) -> PlanKey:
@@ -220,6 +228,7 @@ class PlanKey(NamedTuple):
             pipeline_schedule=self.pipeline_schedule,
             stage_layers=list(layers) if layers is not None else None,
             flash_attention=self.flash_attention,
+            framework=self.framework or None,
         )
 
 
@@ -257,11 +266,17 @@ class TrainingMetrics(_Out):
     tokens_per_s: float
     model_tflops_per_gpu: float
     mfu: float
+    """Model FLOPs utilisation against the dense peak of the workload precision; for FP8
+    training against the dense BF16 peak, as published FP8 results report it."""
     peak_memory_gib: float
     bubble_fraction: float
     time_breakdown_s: TimeBreakdown
     hardware_tflops_per_gpu: float | None = None
     """Achieved FLOP rate counting recomputation."""
+    mfu_bf16_peak: float | None = None
+    """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training)."""
+    mfu_fp8_peak: float | None = None
+    """MFU against the dense FP8 peak (FP8 training only)."""
     step_time_s_low: float | None = None
     step_time_s_high: float | None = None
 

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from specs._base import Spec
 from specs.serving import ServingWorkload
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+FP8_RECIPE_ALIASES = {"current": "tensorwise", "current_scaling": "tensorwise"}
+"""Other names of a recipe (Transformer Engine calls tensorwise scaling "current scaling")."""
 
 
 class MoERoutingSpec(Spec):
@@ -81,16 +90,40 @@ class TrainingWorkload(Spec):
     """Tokens per sequence."""
     precision: Precision = "bf16"
     """Compute precision of the GEMMs (fp8 keeps bf16 weights, as Transformer Engine does)."""
+    fp8_recipe: Fp8Recipe | None = None
+    """FP8 scaling recipe (Megatron-Core `--fp8-recipe`): `delayed` (per-tensor scales from
+    an amax history), `tensorwise` (alias `current`: per-tensor scales from this step's
+    amax), `blockwise` (1×128 / 128×128 blocks, DeepSeek-V3) or `mxfp8` (one scale per 32
+    elements, Blackwell). Only with precision fp8; null: mxfp8 on hardware with MX scaling
+    (Blackwell), else delayed."""
     moe_routing: MoERoutingSpec | None = None
     """MoE token routing (capacity factor, load skew); null: balanced and dropless. Ignored
     for dense models."""
 
+    @field_validator("fp8_recipe", mode="before")
+    @classmethod
+    def _recipe_alias(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return FP8_RECIPE_ALIASES.get(value.lower(), value.lower())
+        return value
+
+    @model_validator(mode="after")
+    def _recipe_needs_fp8(self) -> TrainingWorkload:
+        if self.fp8_recipe is not None and self.precision != "fp8":
+            raise ValueError(
+                f"fp8_recipe ({self.fp8_recipe}) needs precision fp8 (got {self.precision})"
+            )
+        return self
+
     @model_serializer(mode="wrap")
     def _omit_unset_routing(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Dense requests dump exactly as before the field existed (request hashes stay)."""
+        """Requests without the newer optional fields dump exactly as before they existed
+        (request hashes stay)."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("moe_routing", 0) is None:
-            del data["moe_routing"]
+        if isinstance(data, dict):
+            for name in ("moe_routing", "fp8_recipe"):
+                if data.get(name, 0) is None:
+                    del data[name]
         return data
 
     @property

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from app.exports import deepspeed, kubernetes, megatron, sglang, slurm, torchtitan, vllm
-from app.exports.base import ExportContext, ExportResult, UnknownFormat
+from app.exports.base import ExportContext, ExportResult, UnexpressiblePlan, UnknownFormat
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
 from specs.model import ModelSpec
@@ -30,6 +31,55 @@ EXPORTERS: dict[str, Exporter] = {
 }
 FORMATS: tuple[str, ...] = tuple(EXPORTERS)
 """Every export format, in the order API.md lists them."""
+
+LAUNCHES: dict[str, frozenset[str]] = {
+    "megatron": frozenset({"megatron_core", "megatron_lm"}),
+    "torchtitan": frozenset({"torchtitan"}),
+    "deepspeed": frozenset({"deepspeed"}),
+}
+"""The framework profiles (`cost_models.frameworks`) each training launcher runs: a plan is
+priced for one framework (its overlaps, rules and memory) and launches only with it."""
+WRAPPERS = frozenset({"slurm", "kubernetes"})
+"""Formats that wrap a launcher (`?framework=`)."""
+
+
+def _launcher_for(framework: str) -> str | None:
+    return next((name for name, runs in LAUNCHES.items() if framework in runs), None)
+
+
+def _check_framework(ctx: ExportContext, fmt: str) -> ExportContext:
+    """Refuse (422, naming the rule) a training plan made for a framework the format does
+    not launch; a wrapper without `?framework=` launches the plan's own framework. Plans
+    stored before plans named their framework are taken as they are."""
+    plan = ctx.training
+    if plan is None or plan.framework is None:
+        return ctx
+    framework = plan.framework
+    if fmt in WRAPPERS:
+        launcher = ctx.options.get("framework") or _launcher_for(framework)
+        if launcher is None:
+            raise UnexpressiblePlan(
+                fmt,
+                f"{fmt}.framework",
+                f"the plan was priced for {framework}, which no export launches "
+                f"(launchers: {', '.join(sorted(LAUNCHES))}); search with "
+                "constraints.fixed.framework set to one of their frameworks",
+            )
+        if "framework" not in ctx.options:
+            ctx = dataclasses.replace(ctx, options={**ctx.options, "framework": launcher})
+    else:
+        launcher = fmt
+    runs = LAUNCHES.get(launcher)
+    if runs is not None and framework not in runs:
+        raise UnexpressiblePlan(
+            fmt,
+            f"{launcher}.framework",
+            f"the plan was priced for {framework} (its overlaps, combination rules and "
+            f"memory), and {launcher} launches {', '.join(sorted(runs))}; export it with "
+            f"{_launcher_for(framework) or 'no launcher'}, or search with "
+            f"constraints.fixed.framework = {sorted(runs)[0]!r}",
+        )
+    return ctx
 
 
 class StoredPlanUnreadable(PlannerError):
@@ -94,4 +144,5 @@ def export_plan(
         raise UnknownFormat(
             f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}", formats=list(FORMATS)
         )
-    return exporter(build_context(plan_record, problem, options))
+    ctx = _check_framework(build_context(plan_record, problem, options), fmt.lower())
+    return exporter(ctx)

@@ -56,7 +56,7 @@ class TwoTierNetwork:
 
 def _phased(net: TwoTierNetwork, size_bytes: float, group: GroupPlacement, passes: int) -> float:
     """`passes` = 2 for all-reduce (reduce-scatter + all-gather), 1 for either half alone."""
-    g, k = group.members_per_node, group.nodes
+    g, k = group.members_per_domain, group.domains
     if group.size <= 1 or size_bytes <= 0:
         return 0.0
     t = 0.0
@@ -101,11 +101,11 @@ def all_to_all_time_s(
     `off_node_share` replaces (n−g)/n when the payload is not spread uniformly over the
     group, e.g. node-limited MoE routing that crosses the network once per target node
     (DeepSeek-V3, arXiv 2412.19437 §3.2.2); the on-node share is unchanged."""
-    n, g = group.size, group.members_per_node
+    n, g = group.size, group.members_per_domain
     if n <= 1 or size_bytes <= 0:
         return 0.0
     intra = (g - 1) / n * size_bytes / net.group_intra_bytes_per_s(g) if g > 1 else 0.0
-    if group.nodes == 1:
+    if group.domains == 1:
         return (n - 1) * net.alpha_intra_s + intra
     share = (n - g) / n if off_node_share is None else off_node_share
     inter = share * size_bytes / net.inter_bytes_per_s

@@ -7,6 +7,12 @@ m·n·k / (⌈m/128⌉·128 · ⌈n/128⌉·128 · ⌈k/64⌉·64): a kernel com
 tiles over 64-deep k slices (the CUTLASS/cuBLAS tile shape on A100/H100), so thin or ragged
 shapes waste the padded part. Williams et al. 2009 (roofline model) for the max().
 
+Wave quantisation (the last partial wave of output tiles, NVIDIA "Matrix Multiplication
+Background User's Guide") is not modelled: cuBLAS's split-K and stream-K / persistent
+kernels spread the last wave (published Hopper GEMMs with 1.03 waves of 128×128 tiles reach
+63–72 % of peak, docs/research/compute.md §1.1 rows 20–21, where a naive wave count
+predicts half that).
+
 The launch latency (5 µs by default) covers kernel launch and the tail of a kernel that
 does not overlap the next one; it matters only for small GEMMs.
 
@@ -74,4 +80,9 @@ class RooflineGemm:
         """(forward, backward) seconds of a linear layer y = x·W with x (m×k), W (k×n): the
         backward runs the data gradient (m×n)·(n×k) and the weight gradient (k×m)·(m×n),
         2× the forward FLOPs (Narayanan et al. 2021 §5.1)."""
-        return self.time_s(m, k, n), self.time_s(m, n, k) + self.time_s(k, m, n)
+        dgrad, wgrad = self.backward_parts_s(m, k, n)
+        return self.time_s(m, k, n), dgrad + wgrad
+
+    def backward_parts_s(self, m: float, k: float, n: float) -> tuple[float, float]:
+        """(data-gradient, weight-gradient) seconds of the backward of y = x·W."""
+        return self.time_s(m, n, k), self.time_s(k, m, n)

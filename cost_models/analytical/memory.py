@@ -1,11 +1,8 @@
 """Memory per GPU: model states by ZeRO stage, activations by recompute / SP / CP, pipeline
 in-flight micro-batches, logits and fixed allocations.
 
-Model states (mixed-precision Adam; Rajbhandari et al. 2020 §3, Megatron distributed
-optimizer): bf16 weights 2 bytes/param (fp8 training keeps bf16 weights), fp32 main
-gradients 4, fp32 master copy + two moments 12. Sharded over the data × context group (D):
-stage 0: 2 + 4 + 12; stage 1 (Megatron distributed optimizer): 2 + 4 + 12/D; stage 2:
-2 + 4/D + 12/D; stage 3: (2 + 4 + 12)/D.
+Model states per parameter depend on the framework (`cost_models.frameworks`,
+`FrameworkProfile.state_bytes_per_param`).
 
 Activations per layer and micro-batch follow Korthikanti et al. 2022 §4.1 / Table 2, counted
 tensor by tensor for a generic layer so that a GPT layer with dropout and no flash attention
@@ -18,23 +15,7 @@ from cost_models.analytical.flops import attention_dims
 from specs.model import ModelSpec
 from specs.plan import Recompute
 
-WEIGHT_BYTES = 2.0
-GRAD_BYTES = 4.0
-OPTIMIZER_BYTES = 12.0
 GIB = 1024.0**3
-
-
-def state_bytes_per_param(zero_stage: int, shards: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter on one GPU for a ZeRO stage with
-    the states sharded over `shards` ranks (Rajbhandari et al. 2020, Fig. 1)."""
-    d = float(max(1, shards))
-    if zero_stage == 0:
-        return WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES
-    if zero_stage == 1:
-        return WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES / d
-    if zero_stage == 2:
-        return WEIGHT_BYTES, GRAD_BYTES / d, OPTIMIZER_BYTES / d
-    return WEIGHT_BYTES / d, GRAD_BYTES / d, OPTIMIZER_BYTES / d
 
 
 def activation_terms(
@@ -46,6 +27,7 @@ def activation_terms(
     flash: bool = True,
     expert_tensor: int = 1,
     load_factor: float = 1.0,
+    linear_input_bytes: float = 2.0,
 ) -> tuple[float, float, float]:
     """(replicated, split, score) activation bytes of one layer and micro-batch, before
     tensor parallelism and recompute.
@@ -62,13 +44,20 @@ def activation_terms(
     tensor-parallel share, `moe.py`): the gathered input (2h bytes, every ETP rank keeps the
     whole token) and the expert's up / activation outputs (2·f·(up+1)/etp bytes), i.e.
     λ·top_k·(2h·etp + 2f·(up+1)) per token before the division by t.
+
+    `linear_input_bytes`: bytes per element of a saved linear input (2 in BF16; FP8
+    training saves the FP8 copies the wgrad GEMM reads, `fp8.py`): the QKV and MLP inputs,
+    the activation output (the down projection's input), the experts' gathered inputs and
+    activation outputs; the attention output stays in BF16 for flash attention's backward
+    and gains its FP8 copy.
     """
     h, a, g = model.hidden_size, model.num_attention_heads, model.kv_heads
     sl = s / context
     tok = sl * b
     qk, v = attention_dims(model)
     drop = model.dropout
-    rep = tok * h * (2 * 2 + 2 + 2) + (2 * tok * h if drop else 0.0)
+    ib = linear_input_bytes
+    rep = tok * h * (2 * 2 + ib + ib) + (2 * tok * h if drop else 0.0)
     if model.mla is not None:
         m = model.mla
         rep += 2 * tok * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
@@ -77,18 +66,20 @@ def activation_terms(
         split = 2 * tok * (a * qk + g * qk + g * v) + 2 * tok * a * v
     if flash:
         split += 4 * tok * a
+    if ib != 2.0:  # the out-projection's FP8 input copy beside the BF16 attention output
+        split += ib * tok * a * v
     if is_moe:
         assert model.moe is not None
         moe = model.moe
         rep += 4 * tok * moe.num_experts  # fp32 router logits
         fe = moe.expert_ffn_hidden_size
         up = 2 if model.gated_mlp else 1
-        split += load_factor * moe.top_k * (2 * tok * h * expert_tensor + 2 * tok * fe * (up + 1))
+        split += load_factor * moe.top_k * (ib * tok * h * expert_tensor + tok * fe * (2 * up + ib))
         if moe.num_shared_experts:
-            split += 2 * tok * moe.num_shared_experts * moe.shared_ffn * (up + 1)
+            split += tok * moe.num_shared_experts * moe.shared_ffn * (2 * up + ib)
     else:
         up = 2 if model.gated_mlp else 1
-        split += 2 * tok * model.ffn_hidden_size * (up + 1)
+        split += tok * model.ffn_hidden_size * (2 * up + ib)
     score = 0.0
     if not flash:
         score = a * sl * s * b * (5 if drop else 2)
@@ -107,6 +98,7 @@ def layer_activation_bytes(
     recompute: Recompute,
     expert_tensor: int = 1,
     load_factor: float = 1.0,
+    linear_input_bytes: float = 2.0,
 ) -> float:
     """Activation bytes one layer stores per in-flight micro-batch on one GPU.
 
@@ -119,7 +111,7 @@ def layer_activation_bytes(
         inp = 2.0 * (s / context) * b * model.hidden_size
         return inp / tensor if sequence_parallel else inp
     rep, split, score = activation_terms(
-        model, is_moe, b, s, context, flash, expert_tensor, load_factor
+        model, is_moe, b, s, context, flash, expert_tensor, load_factor, linear_input_bytes
     )
     if recompute == "selective":
         score = 0.0

@@ -129,11 +129,11 @@ def node_limited_off_node_share(
     """Share of the dispatch buffer crossing the scale-out network under node-limited
     routing (DeepSeek-V3 §3.2.2): min(M, K, top_k)·(K−1)/(K·top_k), never above the
     unrestricted (n−g)/n; None (uniform spread) without a limit or inside one node."""
-    if max_nodes_per_token is None or group.nodes <= 1:
+    if max_nodes_per_token is None or group.domains <= 1:
         return None
-    k_nodes = group.nodes
+    k_nodes = group.domains
     limited = min(max_nodes_per_token, k_nodes, top_k) * (k_nodes - 1) / (k_nodes * top_k)
-    uniform = (group.size - group.members_per_node) / group.size
+    uniform = (group.size - group.members_per_domain) / group.size
     return min(limited, uniform)
 
 

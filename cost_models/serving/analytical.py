@@ -582,7 +582,7 @@ class AnalyticalInstanceCost:
         if group.size <= 1 or size_bytes <= 0:
             return 0.0
         ring = all_reduce_time_s(self._net, size_bytes, group)
-        if group.nodes > 1:
+        if group.domains > 1:
             return ring
         one_shot = self.config.allreduce_latency_s + (group.size - 1) * size_bytes / (
             self._net.group_intra_bytes_per_s(group.size)

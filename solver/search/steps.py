@@ -234,8 +234,7 @@ def screen_light(
     next_poll = 0
     for blk in candidate_blocks(problem, constraints):
         free_split = not blk.base.stage_layers
-        per_inner = len(blk.zero_stages) * len(blk.recomputes)
-        fits_by_zero: dict[int, bool] = {}
+        fits_by_group: dict[tuple[int, str], bool] = {}
         for inner in blk.inners:
             if n >= next_poll:
                 stats.enumerated += n - counted
@@ -245,10 +244,10 @@ def screen_light(
                 memory_bound = done = 0
                 monitor.poll(report=n > 0)
                 next_poll = n - n % _POLL_EVERY + _POLL_EVERY
-            n += per_inner
             for zero in blk.zero_stages:
-                fits = fits_by_zero.get(zero)
-                for key in block_keys(blk, inner, zero):
+                keys = block_keys(blk, inner, zero)
+                n += len(keys)
+                for key in keys:
                     violations = check_key(problem, key)
                     if violations:
                         stats.rule_rejected += 1
@@ -256,8 +255,10 @@ def screen_light(
                         done += 1
                         continue
                     if free_split:
+                        group = (zero, key.framework)
+                        fits = fits_by_group.get(group)
                         if fits is None:
-                            fits = fits_by_zero[zero] = group_bound(problem, key) <= usable
+                            fits = fits_by_group[group] = group_bound(problem, key) <= usable
                         if not fits:
                             memory_bound += 1
                             continue
@@ -303,6 +304,7 @@ def _memory_group(key: PlanKey) -> tuple[Any, ...]:
         key.sequence_parallel,
         key.zero_stage,
         key.flash_attention,
+        key.framework,
     )
 
 

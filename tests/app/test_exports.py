@@ -54,14 +54,21 @@ def _search(body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]
 
 @pytest.fixture(scope="module")
 def searches() -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Best plans: unconstrained, and constrained to shapes a DeepSpeed config expresses
-    (no tensor × pipeline, no context parallelism, no interleaving)."""
+    """Best plans for each launcher's framework: Megatron-Core (the default), torchtitan,
+    and DeepSpeed constrained to shapes a DeepSpeed config expresses (no tensor × pipeline,
+    no context parallelism, no interleaving)."""
     out = {}
     for key, model, fixed in (
         ("llama", "llama3-70b", {}),
         ("mixtral", "mixtral-8x22b", {}),
-        ("llama-ds", "llama3-70b", {"pipeline": 1}),
-        ("mixtral-ds", "mixtral-8x22b", {"context": 1, "tensor": 1, "virtual_pipeline": 1}),
+        ("llama-tt", "llama3-70b", {"framework": "torchtitan"}),
+        ("mixtral-tt", "mixtral-8x22b", {"framework": "torchtitan"}),
+        ("llama-ds", "llama3-70b", {"pipeline": 1, "framework": "deepspeed"}),
+        (
+            "mixtral-ds",
+            "mixtral-8x22b",
+            {"context": 1, "tensor": 1, "virtual_pipeline": 1, "framework": "deepspeed"},
+        ),
     ):
         out[key] = _search(
             {
@@ -144,7 +151,7 @@ def megatron_stage_layers(args: list[str]) -> list[int]:
 
 
 # ---- training plans ----------------------------------------------------------------------
-@pytest.mark.parametrize("key", ["llama", "mixtral", "llama-ds", "mixtral-ds"])
+@pytest.mark.parametrize("key", ["llama", "mixtral"])
 def test_megatron_args_reproduce_the_plan(searches: dict[str, Any], key: str) -> None:
     problem, row = _best(searches, key)
     plan = row["plan"]
@@ -184,7 +191,7 @@ def test_megatron_args_reproduce_the_plan(searches: dict[str, Any], key: str) ->
     assert result.env.get("CUDA_DEVICE_MAX_CONNECTIONS") == ("1" if zero < 2 else None)
 
 
-@pytest.mark.parametrize("key", ["llama", "mixtral", "llama-ds", "mixtral-ds"])
+@pytest.mark.parametrize("key", ["llama-tt", "mixtral-tt"])
 def test_torchtitan_toml_reproduces_the_plan(searches: dict[str, Any], key: str) -> None:
     problem, row = _best(searches, key)
     plan, par = row["plan"], row["plan"]["parallelism"]
@@ -218,25 +225,25 @@ def test_torchtitan_toml_reproduces_the_plan(searches: dict[str, Any], key: str)
     tt_export.check_config(cfg, world_size=64, num_layers=problem["model"]["num_layers"])
 
 
-def test_deepspeed_refuses_the_unconstrained_best_plans_naming_the_rule(
+def test_a_launcher_refuses_plans_priced_for_another_framework(
     searches: dict[str, Any],
 ) -> None:
-    """The best Llama plan pairs tensor with pipeline parallelism, the best Mixtral plan uses
-    context parallelism; a DeepSpeed config expresses neither."""
-    for key in ("llama", "mixtral"):
-        problem, row = _best(searches, key)
-        par = row["plan"]["parallelism"]
+    """A plan is priced for one framework (its overlaps, rules and memory): exported to a
+    launcher of another, it is refused naming the rule; a wrapper launches the plan's own
+    framework unless told otherwise, and refuses a mismatch."""
+    problem, row = _best(searches, "llama")
+    assert row["plan"]["framework"] == "megatron_core"
+    for fmt, rule in (("deepspeed", "deepspeed.framework"), ("torchtitan", "torchtitan.framework")):
         with pytest.raises(UnexpressiblePlan) as info:
-            export_plan(row, problem, "deepspeed")
-        expected = (
-            "deepspeed.context-parallel"
-            if par["context"] > 1
-            else "deepspeed.interleaved-pipeline"
-            if par["virtual_pipeline"] > 1
-            else "deepspeed.tensor-with-pipeline"
-        )
-        assert info.value.rule == expected
-        assert info.value.status == 422
+            export_plan(row, problem, fmt)
+        assert info.value.rule == rule and info.value.status == 422
+        assert "megatron_core" in str(info.value)
+    with pytest.raises(UnexpressiblePlan) as info:
+        export_plan(row, problem, "slurm", {"framework": "deepspeed"})
+    assert info.value.rule == "deepspeed.framework"
+    tt_problem, tt_row = _best(searches, "llama-tt")
+    slurm = export_plan(tt_row, tt_problem, "slurm")  # torchtitan's own launcher by default
+    assert "framework: torchtitan" in slurm.notes
 
 
 @pytest.mark.parametrize("key", ["llama-ds", "mixtral-ds"])
@@ -261,7 +268,7 @@ def test_deepspeed_json_reproduces_the_plan(searches: dict[str, Any], key: str) 
 
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed"])
 def test_slurm_wraps_the_framework_command(searches: dict[str, Any], framework: str) -> None:
-    key = "llama-ds" if framework == "deepspeed" else "llama"
+    key = {"megatron": "llama", "torchtitan": "llama-tt", "deepspeed": "llama-ds"}[framework]
     problem, row = _best(searches, key)
     result = export_plan(row, problem, "slurm", {"framework": framework})
     text = result.content
@@ -315,7 +322,7 @@ def test_kubernetes_training_manifests(searches: dict[str, Any], key: str, kind:
 
 
 def test_kubernetes_torchtitan_config_map(searches: dict[str, Any]) -> None:
-    problem, row = _best(searches, "mixtral")
+    problem, row = _best(searches, "mixtral-tt")
     result = export_plan(row, problem, "kubernetes", {"framework": "torchtitan"})
     config_map, job = yaml.safe_load_all(result.content)
     toml_text = config_map["data"]["train.toml"]
@@ -482,11 +489,11 @@ def test_disaggregated_slurm_places_each_replica_on_its_nodes() -> None:
 
 
 def test_every_training_format_is_produced_for_both_models(searches: dict[str, Any]) -> None:
-    """The issue's acceptance line: for each model every training format renders (DeepSpeed
-    from the best DeepSpeed-expressible plan of the same problem)."""
+    """The issue's acceptance line: for each model every training format renders, each from
+    the best plan of the same problem for the framework it launches."""
     for model in ("llama", "mixtral"):
         for fmt in TRAINING_FORMATS:
-            key = f"{model}-ds" if fmt == "deepspeed" else model
+            key = {"deepspeed": f"{model}-ds", "torchtitan": f"{model}-tt"}.get(fmt, model)
             problem, row = _best(searches, key)
             result = export_plan(row, problem, fmt).to_dict()
             assert set(result) >= {"format", "filename", "content", "args", "env"}
@@ -537,9 +544,14 @@ def test_http_export_answers_the_contract(export_client: Any, tiny: dict[str, An
     )
     assert back["micro_batch_size"] == plan["micro_batch_size"]
 
-    slurm = export_client.get(f"/v1/plans/{plan['id']}/export/slurm?framework=torchtitan")
+    assert plan["framework"] == "megatron_core"
+    slurm = export_client.get(f"/v1/plans/{plan['id']}/export/slurm")
     assert slurm.status_code == 200, slurm.text
-    assert "torchtitan.train" in slurm.json()["args"]
+    assert "pretrain_gpt.py" in slurm.json()["content"]
+    # The plan was priced for Megatron-Core: torchtitan would run other overlaps and rules.
+    other = export_client.get(f"/v1/plans/{plan['id']}/export/slurm?framework=torchtitan")
+    problem = assert_problem(other, 422)
+    assert problem["rule"] == "torchtitan.framework"
 
     bad = export_client.get(f"/v1/plans/{plan['id']}/export/vllm")
     problem = assert_problem(bad, 422, path=f"/v1/plans/{plan['id']}/export/vllm")

@@ -44,7 +44,7 @@ def test_hierarchical_all_reduce_two_nodes() -> None:
 
 def test_ring_over_nics_one_rank_per_node() -> None:
     g = place_group(4, 8, 8)  # stride 8: one member per node
-    assert (g.members_per_node, g.nodes, g.tier) == (1, 4, "inter")
+    assert (g.members_per_domain, g.domains, g.tier) == (1, 4, "inter")
     expected = 2 * 3 / 4 * GIB / (50e9 * 0.97) + 6 * 30e-6
     assert all_reduce_time_s(H100, GIB, g) == pytest.approx(expected, rel=1e-12)
 
@@ -93,12 +93,12 @@ def test_all_to_all_intra_and_inter() -> None:
 )
 def test_placement(size: int, stride: int, gpn: int, expected: tuple[int, int, str]) -> None:
     g = place_group(size, stride, gpn)
-    assert (g.members_per_node, g.nodes, g.tier) == expected
+    assert (g.members_per_domain, g.domains, g.tier) == expected
 
 
 def test_place_groups_megatron_order() -> None:
-    gr = place_groups(tensor=4, context=2, data=2, pipeline=4, gpus_per_node=8)
+    gr = place_groups(tensor=4, context=2, data=2, pipeline=4, domain_gpus=8)
     assert gr.tensor.tier == "intra" and gr.context.tier == "intra"
-    assert (gr.data.members_per_node, gr.data.nodes) == (1, 2)
-    assert (gr.data_context.members_per_node, gr.data_context.nodes) == (2, 2)
+    assert (gr.data.members_per_domain, gr.data.domains) == (1, 2)
+    assert (gr.data_context.members_per_domain, gr.data_context.domains) == (2, 2)
     assert gr.pipeline.tier == "inter"

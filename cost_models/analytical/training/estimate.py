@@ -4,6 +4,7 @@ pipeline rank, metrics and the figures explanations quote."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
@@ -13,7 +14,7 @@ from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.data_parallel import data_parallel_s
+from cost_models.analytical.training.data_parallel import RankWork, data_parallel_s
 from cost_models.analytical.training.layer_sequence import PREFIX_FIELDS
 from cost_models.analytical.training.placements import expert_groups, expert_load
 from cost_models.analytical.training.profile import Profiled, profiled
@@ -126,6 +127,7 @@ def evaluate(
             "tp": chunk_sum("tp", j),
             "cp": chunk_sum("cp", j),
             "ep": chunk_sum("ep", j),
+            "host": chunk_sum("host", j),
             "pp": p2p_rank,
         }
         fw = chunk_sum("forward", j)
@@ -155,26 +157,44 @@ def evaluate(
     shard_params[0] += prof.first.state.shard_params
     params[-1] += prof.last.state.params
     shard_params[-1] += prof.last.state.shard_params
-
-    dp_exposed, dp_raw = data_parallel_s(
-        ctx, prof, key, params, fwd_rank, bwd_rank, m, expert_params
-    )
+    layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
+    ranks = [
+        RankWork(
+            dense_params=params[j] - expert_params[j],
+            expert_params=expert_params[j],
+            units=layers_per_rank[j] + (j == 0) + (j == pp - 1),
+            forward_s=fwd_rank[j],
+            backward_s=bwd_rank[j],
+            fill_slack_s=sum(fwd_rank[:j]),
+            drain_slack_s=sum(bwd_rank[:j]),
+        )
+        for j in range(pp)
+    ]
+    dp = data_parallel_s(ctx, prof, key, ranks, m)
     hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    optimizer_s = max(sp_ * cfg.optimizer_bytes_per_param / hbm for sp_ in shard_params)
-    step = sched.step_s + dp_exposed + optimizer_s + cfg.step_overhead_s
+    optimizer_s = max(sp_ * cfg.adam_step_bytes_per_param / hbm for sp_ in shard_params)
+    # Overlapped send/receives still fill and drain the pipeline: one hop per stage
+    # boundary each way.
+    fill_drain = 2 * (pp - 1) * prof.p2p_raw_s if prof.p2p_s == 0.0 else 0.0
+    fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof)
+    # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
+    dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
+    typical = sched.step_s + fill_drain + dp_exposed + optimizer_s + fp8_weights
+    stragglers = typical * (straggler_factor(cfg.straggler_sigma, ctx.num_gpus) - 1.0)
+    step = typical + stragglers + cfg.step_overhead_s
 
     cparts = comp[crit]
     breakdown = TimeBreakdown(
         compute=m * (cparts["compute"] + cparts["recompute"]),
         tensor_parallel_comm=m * cparts["tp"],
         data_parallel_comm=dp_exposed,
-        pipeline_comm=m * cparts["pp"],
+        pipeline_comm=m * cparts["pp"] + fill_drain,
         context_parallel_comm=m * cparts["cp"],
         expert_parallel_comm=m * cparts["ep"],
         bubble=sched.bubble_s,
         optimizer=optimizer_s,
         recompute=m * cparts["recompute"],
-        overhead=cfg.step_overhead_s,
+        overhead=cfg.step_overhead_s + m * cparts["host"] + fp8_weights + stragglers,
     )
     memory, totals = _memory(ctx, prof, rank_ranges, chunk_sum, violations)
 
@@ -188,6 +208,7 @@ def evaluate(
         tokens_per_s=ctx.global_batch * ctx.seq / step,
         model_tflops_per_gpu=ctx.model_flops / step / n / 1e12,
         mfu=ctx.model_flops / step / n / ctx.peak_flops,
+        **_mfu_by_peak(ctx, ctx.model_flops / step / n),
         peak_memory_gib=memory.peak_gib,
         bubble_fraction=sched.bubble_s / step,
         time_breakdown_s=breakdown,
@@ -200,9 +221,11 @@ def evaluate(
         "rank_forward_s": fwd_rank,
         "critical_rank": crit,
         "group_tiers": prof.groups.tiers(),
-        "p2p_time_s": prof.p2p_s,
-        "data_parallel_comm_raw_s": dp_raw,
-        "data_parallel_comm_exposed_s": dp_exposed,
+        "p2p_time_s": prof.p2p_raw_s,
+        "p2p_overlapped": prof.p2p_s == 0.0 and prof.p2p_raw_s > 0.0,
+        "data_parallel_comm_raw_s": dp.raw_s,
+        "data_parallel_comm_exposed_s": dp.exposed_s,
+        "framework": key.framework,
         "rank_params": params,
         "memory_total_gib": [_gib(x) for x in totals],
     }
@@ -216,6 +239,52 @@ def evaluate(
         memory=memory,
         details=details,
     )
+
+
+def straggler_factor(sigma: float, num_gpus: int) -> float:
+    """How much longer a synchronous step on `num_gpus` GPUs takes than a typical GPU's:
+    1 + σ·sqrt(2·ln N), the expected maximum of N normal variates (`AnalyticalConfig.
+    straggler_sigma`)."""
+    if num_gpus < 2 or sigma <= 0:
+        return 1.0
+    return 1.0 + sigma * math.sqrt(2.0 * math.log(num_gpus))
+
+
+def _mfu_by_peak(ctx: ProblemContext, flops_per_gpu_s: float) -> dict[str, float]:
+    """MFU against the dense BF16 and, for FP8 training, FP8 peaks (both named)."""
+    acc = ctx.problem.cluster.accelerator
+    out: dict[str, float] = {}
+    precision = ctx.problem.workload.precision
+    if precision in ("bf16", "fp16", "fp8"):
+        try:
+            out["mfu_bf16_peak"] = flops_per_gpu_s / acc.peak_flops("bf16")
+        except KeyError:
+            pass
+    if precision == "fp8" and acc.peak_tflops.get("fp8"):
+        out["mfu_fp8_peak"] = flops_per_gpu_s / acc.peak_flops("fp8")
+    return out
+
+
+def _fp8_weight_casts_s(
+    ctx: ProblemContext, key: PlanKey, params: list[float], prof: Profiled
+) -> float:
+    """FP8 weight quantisation, once per step on the busiest rank (Transformer Engine caches
+    the FP8 weights across a step's micro-batches, `fp8.py`): read BF16, write the FP8
+    copies; with FP8 primary weights only the transposes where needed. The embedding and
+    the LM head stay in BF16."""
+    fp8 = ctx.fp8
+    if fp8 is None:
+        return 0.0
+    if ctx.framework(key.framework).config.fp8_param_gather:
+        per_param = 2.0 if fp8.transposes else 0.0
+    else:
+        per_param = fp8.quantize_bytes_per_element
+    extras = (prof.first.state.params, prof.last.state.params)
+    layer_params = [
+        p - (extras[0] if j == 0 else 0.0) - (extras[1] if j == len(params) - 1 else 0.0)
+        for j, p in enumerate(params)
+    ]
+    return max(layer_params) * per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
 
 
 def _memory(

@@ -47,8 +47,10 @@ class LayerCore:
     """Their backward."""
     attention_forward_s: float
     attention_backward_s: float
-    tp_s: float
-    """Tensor-parallel communication per direction."""
+    tp_forward_s: float
+    """Exposed tensor-parallel communication of the forward."""
+    tp_backward_s: float
+    """Exposed tensor-parallel communication of the backward."""
     cp_forward_s: float
     """Exposed context-parallel exchange, forward."""
     cp_backward_s: float
@@ -58,6 +60,12 @@ class LayerCore:
     """Expert-parallel communication per direction."""
     a2a_s: float
     """Of which the dispatch / combine all-to-alls."""
+    forward_kernels: int
+    """Kernels one forward pass launches (host overhead)."""
+    backward_kernels: int
+    """Kernels one backward pass launches."""
+    attention_kernels: int
+    """Kernels of the attention core's forward (what selective recompute re-runs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,26 +91,66 @@ class LayerCost:
     """Raw activation bytes per in-flight micro-batch (no fragmentation)."""
     working_bytes: float
     """Activation bytes of the layer without recomputation (full recompute working set)."""
+    host_s: float = 0.0
+    """Host time by which issuing the layer's kernels exceeds their GPU time (the GPU waits
+    for the CPU; 0 when the GPU work is longer)."""
 
     @property
     def total_s(self) -> float:
-        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s
+        return self.compute_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.host_s
 
 
 def tp_exchange_s(
-    ctx: ProblemContext, size_bytes: float, groups: ParallelGroups, sp: bool
+    ctx: ProblemContext,
+    size_bytes: float,
+    groups: ParallelGroups,
+    sp: bool,
+    hidden: float = 0.0,
+    gather_bytes: float | None = None,
 ) -> float:
     """One tensor-parallel exchange of an activation of `size_bytes` (Korthikanti et al.
-    2022 §4.2.2): an all-gather plus a reduce-scatter with sequence parallelism, an
-    all-reduce without; the hidden share `tp_comm_overlap` removed. 0 without TP."""
+    2022 §4.2.2): an all-gather (of `gather_bytes` when the gathered tensor is already
+    quantised to FP8) plus a reduce-scatter with sequence parallelism, an all-reduce without;
+    the `hidden` share (the framework's `tp_comm_overlap`) removed. 0 without TP."""
     group = groups.tensor
     if group.size <= 1:
         return 0.0
     if sp:
-        raw = ctx.comm.all_gather(size_bytes, group) + ctx.comm.reduce_scatter(size_bytes, group)
+        gathered = size_bytes if gather_bytes is None else gather_bytes
+        raw = ctx.comm.all_gather(gathered, group) + ctx.comm.reduce_scatter(size_bytes, group)
     else:
         raw = ctx.comm.all_reduce(size_bytes, group)
-    return raw * (1.0 - ctx.config.tp_comm_overlap)
+    return raw * (1.0 - hidden)
+
+
+def _tp_backward_s(
+    ctx: ProblemContext,
+    size_bytes: float,
+    groups: ParallelGroups,
+    sp: bool,
+    hidden: float,
+    pairs: list[tuple[float, float]],
+    gather_bytes: float,
+) -> float:
+    """Exposed backward tensor-parallel communication when column-parallel linears overlap
+    their backward collectives with their GEMMs (Megatron's
+    `LinearWithGradAccumulationAndAsyncCommunication`, Korthikanti et al. 2022 §4.2.2 for the
+    collectives): per (column-parallel, row-parallel) pair with sequence parallelism, the
+    row-parallel backward all-gathers its output gradient (exposed), the column-parallel
+    backward re-gathers its input while the dgrad GEMM runs and reduce-scatters the input
+    gradient while the wgrad GEMM runs; without sequence parallelism only the input
+    gradient's all-reduce remains, behind the wgrad GEMM. `pairs`: (dgrad s, wgrad s) of
+    each pair's column-parallel GEMMs."""
+    group = groups.tensor
+    if group.size <= 1:
+        return 0.0
+    keep = 1.0 - hidden
+    if sp:
+        ag = ctx.comm.all_gather(gather_bytes, group) * keep
+        rs = ctx.comm.reduce_scatter(size_bytes, group) * keep
+        return sum(ag + max(0.0, ag - dgrad) + max(0.0, rs - wgrad) for dgrad, wgrad in pairs)
+    ar = ctx.comm.all_reduce(size_bytes, group) * keep
+    return sum(max(0.0, ar - wgrad) for _dgrad, wgrad in pairs)
 
 
 def _activation_bytes(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> float:
@@ -120,6 +168,7 @@ def _activation_bytes(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> f
         shape.recompute,  # type: ignore[arg-type]
         shape.expert_tensor if is_moe else 1,
         load,
+        ctx.fp8.saved_input_bytes_per_element if ctx.fp8 else 2.0,
     )
 
 
@@ -134,36 +183,55 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
     if core is None:
         core = ctx.layer_cores[(is_moe, core_shape)] = layer_core(ctx, is_moe, core_shape)
     rc = shape.recompute
+    kernels = core.forward_kernels + core.backward_kernels
     if rc == "full":  # the whole forward again, collectives included
         rc_s = core.forward_s + core.attention_forward_s
-        tp_rc, cp_rc, ep_rc, a2a_rc = core.tp_s, core.cp_forward_s, core.ep_s, core.a2a_s
+        tp_rc, cp_rc, ep_rc, a2a_rc = core.tp_forward_s, core.cp_forward_s, core.ep_s, core.a2a_s
+        kernels += core.forward_kernels
     elif rc == "selective":
         rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = core.attention_forward_s, 0.0, 0.0, 0.0, 0.0
+        kernels += core.attention_kernels
     else:
         rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = 0.0, 0.0, 0.0, 0.0, 0.0
-    forward = core.forward_s + core.attention_forward_s + core.tp_s + core.cp_forward_s + core.ep_s
-    cost = LayerCost(
-        compute_s=core.forward_s
-        + core.backward_s
+    compute = (
+        core.forward_s + core.backward_s + core.attention_forward_s + core.attention_backward_s
+    )
+    tp = core.tp_forward_s + core.tp_backward_s + tp_rc
+    cp = core.cp_forward_s + core.cp_backward_s + cp_rc
+    ep = 2 * core.ep_s + ep_rc
+    # The GPU waits when issuing the kernels takes the host longer than running them.
+    host = kernels * ctx.framework(shape.framework).config.host_overhead_per_kernel_s
+    host_excess = max(0.0, host - (compute + rc_s + tp + cp + ep))
+    forward_share = core.forward_kernels / kernels
+    forward = (
+        core.forward_s
         + core.attention_forward_s
-        + core.attention_backward_s,
+        + core.tp_forward_s
+        + core.cp_forward_s
+        + core.ep_s
+        + host_excess * forward_share
+    )
+    cost = LayerCost(
+        compute_s=compute,
         recompute_s=rc_s,
-        tp_s=2 * core.tp_s + tp_rc,
-        cp_s=core.cp_forward_s + core.cp_backward_s + cp_rc,
-        ep_s=2 * core.ep_s + ep_rc,
+        tp_s=tp,
+        cp_s=cp,
+        ep_s=ep,
         a2a_s=2 * core.a2a_s + a2a_rc,
         forward_s=forward,
         backward_s=core.backward_s
         + core.attention_backward_s
         + rc_s
-        + core.tp_s
+        + core.tp_backward_s
         + tp_rc
         + core.cp_backward_s
         + cp_rc
         + core.ep_s
-        + ep_rc,
+        + ep_rc
+        + host_excess * (1.0 - forward_share),
         activation_bytes=_activation_bytes(ctx, is_moe, shape),
         working_bytes=core.working_bytes,
+        host_s=host_excess,
     )
     ctx.layer_costs[key] = cost
     return cost
@@ -185,15 +253,40 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         shape.flash_attention,
     )
     groups = parallel_groups(ctx, t, c, 1, 1)
+    framework = ctx.framework(shape.framework).config
     h = model.hidden_size
     tokens = b * s / c
     fwd = bwd = 0.0
+    # (dgrad, wgrad) of the column-parallel GEMMs of the attention and of the MLP pair
+    hiding = {"attention": [0.0, 0.0], "mlp": [0.0, 0.0]}
+    gemm_kernels = 0
+    fp8 = ctx.fp8
+    # FP8 quantisation (`fp8.py`): bytes moved forward / backward, kernels
+    quant_f = quant_b = 0.0
+    quant_kernels = 0
     for gm in layer_gemms(model, is_moe, tokens):
         if is_moe and gm.split.startswith("expert"):
             continue  # priced per expert below
-        f, bw = ctx.gemm.forward_backward_s(*split_gemm(gm, t, etp))
+        m_, k_, n_ = split_gemm(gm, t, etp)
+        quantized = fp8 is not None and gm.name != "router"
+        gemm = ctx.linear_gemm if quantized else ctx.gemm
+        f = gemm.time_s(m_, k_, n_)
+        dgrad, wgrad = gemm.backward_parts_s(m_, k_, n_)
         fwd += f
-        bwd += bw
+        bwd += dgrad + wgrad
+        gemm_kernels += 1
+        if quantized:
+            assert fp8 is not None
+            if gm.name in NORM_FED_LINEARS:  # the norm writes the FP8 copies (its shard)
+                quant_f += m_ * k_ / (t if sp else 1) * fp8.fused_quantize_bytes_per_element
+            else:
+                quant_f += m_ * k_ * fp8.quantize_bytes_per_element
+            quant_b += m_ * n_ * fp8.quantize_bytes_per_element
+            quant_kernels += fp8.kernels_per_quantization
+        if gm.split == "col":
+            side = hiding["mlp" if gm.name.startswith(("mlp", "shared")) else "attention"]
+            side[0] += dgrad
+            side[1] += wgrad
     ep_dir = a2a_dir = 0.0
     load = 1.0
     tp_pairs = 2.0
@@ -206,7 +299,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         # Balanced tokens per local expert after the ETP all-gather: e·etp·(T/t)·k/E.
         balanced = e * etp * tokens_gpu * moe.top_k / moe.num_experts
         ef, eb = grouped_expert_gemm_s(
-            ctx.gemm,
+            ctx.linear_gemm,
             tuple(x * balanced for x in busiest.local_factors),
             h,
             moe.expert_ffn_hidden_size,
@@ -218,6 +311,14 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         )
         fwd += ef + perm
         bwd += eb + BACKWARD_BYTES_RATIO * perm
+        gemm_kernels += 2 * len(busiest.local_factors)
+        if fp8 is not None:  # the dispatched tokens and the experts' output gradients
+            routed = load * tokens_gpu * moe.top_k * etp
+            up = (2 if model.gated_mlp else 1) * moe.expert_ffn_hidden_size / etp
+            down = moe.expert_ffn_hidden_size / etp
+            quant_f += routed * (h + down) * fp8.quantize_bytes_per_element
+            quant_b += routed * (up + h) * fp8.quantize_bytes_per_element
+            quant_kernels += 2 * fp8.kernels_per_quantization
         egroups = expert_groups(ctx, e, etp, e * etp)
         routing = ctx.problem.workload.moe_routing
         mcomm = moe_comm_s(
@@ -235,8 +336,31 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     heads = model.num_attention_heads / t
     att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
     att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash)
-    # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective.
-    tp_dir = tp_pairs * tp_exchange_s(ctx, tokens * h * 2.0, groups, sp)
+    # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective;
+    # under FP8 the sequence-parallel all-gathers move the quantised FP8 shards.
+    size = tokens * h * 2.0
+    gathered = size / 2.0 * (fp8.saved_input_bytes_per_element if fp8 else 2.0)
+    hidden = framework.tp_comm_overlap
+    tp_fwd = tp_pairs * tp_exchange_s(ctx, size, groups, sp, hidden, gathered)
+    if framework.tp_backward_overlap:
+        pairs = [(hiding["attention"][0], hiding["attention"][1])]
+        if tp_pairs > 1:
+            pairs.append((hiding["mlp"][0], hiding["mlp"][1]))
+        tp_bwd = _tp_backward_s(ctx, size, groups, sp, hidden, pairs, gathered)
+        # what the GEMMs hid still took SMs from them
+        tp_bwd += ctx.interference * max(0.0, tp_fwd - tp_bwd)
+    else:
+        tp_bwd = tp_fwd
+    if fp8 is not None and fp8.amax_reductions and t > 1 and sp:
+        # current scaling: each gathered input and gathered output gradient first
+        # all-reduces its amax (one FP32 scalar) over the tensor group
+        amax = ctx.comm.all_reduce(4.0, groups.tensor)
+        tp_fwd += tp_pairs * amax
+        tp_bwd += tp_pairs * amax
+    if fp8 is not None:
+        hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+        fwd += quant_f / hbm
+        bwd += quant_b / hbm
     # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
     # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
     cp_f = cp_b = 0.0
@@ -247,36 +371,91 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
             kv_elems = model.kv_heads * (qk + vd) / t
         block = tokens * kv_elems * 2.0
         ring = (c - 1) * ctx.comm.send_recv(block, groups.context.tier)
-        cp_f = max(0.0, ring - att_f)
-        cp_b = max(0.0, 2 * ring - att_b)
+        cp_f = max(0.0, ring - att_f) + ctx.interference * min(ring, att_f)
+        cp_b = max(0.0, 2 * ring - att_b) + ctx.interference * min(2 * ring, att_b)
     # Memory-bound elementwise kernels (norms, rotary, activation, residual adds).
     width = mlp_width(model, is_moe)
     if is_moe and load != 1.0:  # the busiest rank's routed share of the activation work
         assert model.moe is not None
         routed = model.moe.top_k * model.moe.expert_ffn_hidden_size
         width += (load - 1.0) * routed
-    elem_f = layer_elementwise_bytes(
-        model,
-        tokens,
-        tensor=t,
-        sequence_parallel=sp,
-        ffn_hidden_size=width,
-        gated=model.gated_mlp,
-    ) / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+    elem_f = (
+        layer_elementwise_bytes(
+            model,
+            tokens,
+            tensor=t,
+            sequence_parallel=sp,
+            ffn_hidden_size=width,
+            gated=model.gated_mlp,
+        )
+        * framework.elementwise_traffic
+        / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+    )
     fwd += elem_f
     bwd += BACKWARD_BYTES_RATIO * elem_f
+    fwd_kernels, bwd_kernels, att_kernels = _kernel_counts(
+        is_moe, gemm_kernels, flash, t > 1, sp, c, tp_pairs, framework.elementwise_traffic
+    )
+    fwd_kernels += quant_kernels
+    bwd_kernels += quant_kernels
     return LayerCore(
         forward_s=fwd,
         backward_s=bwd,
         attention_forward_s=att_f,
         attention_backward_s=att_b,
-        tp_s=tp_dir,
+        tp_forward_s=tp_fwd,
+        tp_backward_s=tp_bwd,
         cp_forward_s=cp_f,
         cp_backward_s=cp_b,
         working_bytes=_activation_bytes(ctx, is_moe, shape),
         ep_s=ep_dir,
         a2a_s=a2a_dir,
+        forward_kernels=fwd_kernels,
+        backward_kernels=bwd_kernels,
+        attention_kernels=att_kernels,
     )
+
+
+NORM_FED_LINEARS = frozenset({"qkv", "q", "q_down", "kv_down", "mlp_up", "shared_up"})
+"""Linears whose input is a norm's output: Transformer Engine's LayerNormLinear /
+LayerNormMLP quantise it in the norm kernel (`fp8.py`)."""
+ELEMENTWISE_KERNELS_FORWARD = 6
+"""Fused elementwise kernels of a layer's forward (Megatron / Transformer Engine fusions): two
+norms, rotary embedding, the activation and two bias-dropout-add residuals."""
+ELEMENTWISE_KERNELS_BACKWARD = 9
+"""Their backward: the same kernels plus gradient accumulation of the norm weights and the
+residual branches."""
+MOE_ROUTING_KERNELS = 10
+"""Router softmax / top-k, auxiliary loss, token permutation and unpermutation (forward;
+as many backward)."""
+
+
+def _kernel_counts(
+    is_moe: bool,
+    gemm_kernels: int,
+    flash: bool,
+    tensor_parallel: bool,
+    sp: bool,
+    context: int,
+    tp_pairs: float,
+    elementwise_traffic: float = 1.0,
+) -> tuple[int, int, int]:
+    """(forward, backward, attention-core forward) kernels of one layer per micro-batch: the
+    GEMMs (2 per GEMM backward: dgrad and wgrad), the attention core (flash: 1 forward, 3
+    backward: preprocess, main, postprocess — FlashAttention-2's backward; unfused: 2 batched
+    GEMMs, softmax and dropout), the fused elementwise kernels, the tensor-parallel
+    collectives (2 per pair with sequence parallelism, 1 without), context-parallel ring
+    steps (2 per step) and MoE routing."""
+    attention = (1 if flash else 4) * max(1, 2 * context if context > 1 else 1)
+    comm = int(tp_pairs * (2 if sp else 1)) if tensor_parallel else 0
+    routing = MOE_ROUTING_KERNELS if is_moe else 0
+    elementwise_f = round(ELEMENTWISE_KERNELS_FORWARD * elementwise_traffic)
+    elementwise_b = round(ELEMENTWISE_KERNELS_BACKWARD * elementwise_traffic)
+    forward = gemm_kernels + attention + elementwise_f + comm + routing
+    backward = (
+        2 * gemm_kernels + (3 if flash else 8) * max(1, context) + elementwise_b + comm + routing
+    )
+    return forward, backward, attention
 
 
 def cost_seq(ctx: ProblemContext, shape: LayerShape) -> LayerSeq:

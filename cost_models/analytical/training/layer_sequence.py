@@ -17,6 +17,7 @@ PREFIX_FIELDS = {
     "cp": "cp_s",
     "ep": "ep_s",
     "a2a": "a2a_s",
+    "host": "host_s",
     "act": "activation_bytes",
     "params": "params",
     "expert_params": "expert_params",

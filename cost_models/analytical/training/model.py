@@ -56,30 +56,41 @@ class AnalyticalTrainingCostModel:
         return ctx
 
     def check(self, problem: TrainingProblem, plan: TrainingPlan) -> list[Violation]:
-        """Structural rules (no costs), `rules.check`."""
-        return rules.check(self.context(problem), plan.key())
+        """Structural rules (no costs), `rules.check`. A plan that names no framework is
+        checked under the one `resolve` picks."""
+        ctx = self.context(problem)
+        return rules.check(ctx, ctx.resolve(plan.key()))
 
     def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
         """`check()` of the plan `key` describes, without building the plan."""
-        return rules.check_key(self.context(problem), key)
+        ctx = self.context(problem)
+        return rules.check_key(ctx, ctx.resolve(key))
 
     def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
         """Per-layer costs independent of the pipeline split (stage_layers is ignored)."""
-        return profiled(self.context(problem), plan.key()).public
+        ctx = self.context(problem)
+        return profiled(ctx, ctx.resolve(plan.key())).public
 
     def profile_key(self, problem: TrainingProblem, key: PlanKey) -> LayerProfile:
         """`profile()` of the plan `key` describes, without building the plan."""
-        return profiled(self.context(problem), key).public
+        ctx = self.context(problem)
+        return profiled(ctx, ctx.resolve(key)).public
 
     def evaluate(self, problem: TrainingProblem, plan: TrainingPlan) -> TrainingEstimate:
-        """Full estimate of a plan with stage_layers set (`estimate.evaluate`)."""
+        """Full estimate of a plan with stage_layers set (`estimate.evaluate`); a plan that
+        names no framework is priced, and returned, with the one `resolve` picks."""
         ctx = self.context(problem)
-        return estimate.evaluate(ctx, plan, rules.check_key(ctx, plan.key()))
+        key = ctx.resolve(plan.key())
+        if plan.framework is None:
+            plan = plan.model_copy(update={"framework": key.framework})
+        return estimate.evaluate(ctx, plan, rules.check_key(ctx, key))
 
     def group_memory_lower_bound_bytes(self, problem: TrainingProblem, key: PlanKey) -> float:
         """`bounds.group_memory_lower_bound_bytes`."""
-        return bounds.group_memory_lower_bound_bytes(self.context(problem), key)
+        ctx = self.context(problem)
+        return bounds.group_memory_lower_bound_bytes(ctx, ctx.resolve(key))
 
     def step_time_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
         """`bounds.step_time_lower_bound_s`."""
-        return bounds.step_time_lower_bound_s(self.context(problem), key)
+        ctx = self.context(problem)
+        return bounds.step_time_lower_bound_s(ctx, ctx.resolve(key))

@@ -1,16 +1,18 @@
 """Per-GPU parameters and their model-state bytes (weights, gradients, optimizer states) by
-layer, embedding and LM head, under the plan's tensor, expert and ZeRO sharding
-(`memory.state_bytes_per_param`), and the ZeRO-3 gathered working copy."""
+layer, embedding and LM head, under the plan's tensor, expert and ZeRO sharding and its
+framework's bytes per parameter (`FrameworkProfile.state_bytes_per_param`), and the ZeRO-3
+gathered working copy."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from cost_models.analytical.flops import layer_gemms
-from cost_models.analytical.memory import state_bytes_per_param
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.layer_sequence import LayerSeq, per_layer
 from cost_models.analytical.training.shapes import StateShape
+from cost_models.frameworks import FrameworkProfile
 from specs.model import ModelSpec
 
 
@@ -32,14 +34,24 @@ class LayerState:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
-def state(dense_params: float, expert_params: float, shape: StateShape) -> LayerState:
+def state(
+    profile: FrameworkProfile,
+    dense_params: float,
+    expert_params: float,
+    shape: StateShape,
+    weight_extra_bytes: float = 0.0,
+) -> LayerState:
     """State bytes of per-GPU parameters: dense ones sharded over data × context
     (`shape.shards`), expert ones over the expert-data-parallel group
-    data·context·tensor / (expert·expert_tensor)."""
+    data·context·tensor / (expert·expert_tensor). `weight_extra_bytes` per parameter are
+    held next to unsharded weights (FP8 weight copies, `fp8_weight_extra_bytes`)."""
     zero, shards = shape.zero_stage, shape.shards
-    w, g, o = state_bytes_per_param(zero, shards)
+    w, g, o = profile.state_bytes_per_param(zero, shards)
     e_shards = max(1, shards * shape.tensor // (shape.expert * shape.expert_tensor))
-    we, ge, oe = state_bytes_per_param(zero, e_shards)
+    we, ge, oe = profile.state_bytes_per_param(zero, e_shards)
+    if zero < 3:
+        w += weight_extra_bytes
+        we += weight_extra_bytes
     if zero == 0:  # every replica runs the full Adam step
         shard_params = dense_params + expert_params
     else:
@@ -73,7 +85,11 @@ def state_seq(ctx: ProblemContext, shape: StateShape) -> LayerSeq:
     hit = ctx.state_seqs.get(shape)
     if hit is not None:
         return hit
-    states = {k: state(*layer_params(ctx.model, k, shape), shape) for k in ctx.kinds}
+    profile = ctx.framework(shape.framework)
+    extra = fp8_weight_extra_bytes(ctx, profile)
+    states = {
+        k: state(profile, *layer_params(ctx.model, k, shape), shape, extra) for k in ctx.kinds
+    }
     items = per_layer(states, ctx.moe_flags)
     hit = ctx.state_seqs[shape] = LayerSeq(
         items=items,
@@ -88,6 +104,18 @@ def state_seq(ctx: ProblemContext, shape: StateShape) -> LayerSeq:
     return hit
 
 
+def fp8_weight_extra_bytes(ctx: ProblemContext, profile: FrameworkProfile) -> float:
+    """Bytes per layer parameter FP8 training adds to the weights (`fp8.py`): the resident
+    FP8 copies, or, with FP8 primary weights (`fp8_param_gather`), the FP8 weight (1 B, plus
+    its transpose where the GEMMs need one) in place of the BF16 one."""
+    fp8 = ctx.fp8
+    if fp8 is None:
+        return 0.0
+    if profile.config.fp8_param_gather:
+        return 1.0 + (1.0 if fp8.transposes else 0.0) - profile.config.weight_bytes_per_param
+    return fp8.weight_copy_bytes_per_param
+
+
 def extra_states(
     ctx: ProblemContext, shape: StateShape, head_params_on: bool
 ) -> tuple[LayerState, LayerState]:
@@ -98,9 +126,10 @@ def extra_states(
     if hit is not None:
         return hit
     model, t = ctx.model, shape.tensor
-    first = state(model.embedding_parameters() / t, 0.0, shape)
+    profile = ctx.framework(shape.framework)
+    first = state(profile, model.embedding_parameters() / t, 0.0, shape)
     head_params = model.vocab_size * model.hidden_size if head_params_on else 0
-    last = state(head_params / t + model.norm_parameters(), 0.0, shape)
+    last = state(profile, head_params / t + model.norm_parameters(), 0.0, shape)
     hit = ctx.extra_states[key] = (first, last)
     return hit
 
@@ -115,6 +144,7 @@ ZERO3_LIVE_MODULES = 2
 """Gathered modules resident at once under ZeRO-3: the one computing and the one prefetched."""
 
 
+@functools.lru_cache(maxsize=4096)
 def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tensor: int) -> float:
     """bf16 bytes of the parameters ZeRO-3 holds gathered at once on one GPU.
 

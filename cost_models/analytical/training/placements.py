@@ -19,7 +19,7 @@ def parallel_groups(ctx: ProblemContext, t: int, c: int, d: int, pp: int) -> Par
     key = (t, c, d, pp)
     hit = ctx.groups.get(key)
     if hit is None:
-        hit = ctx.groups[key] = place_groups(t, c, d, pp, ctx.gpus_per_node)
+        hit = ctx.groups[key] = place_groups(t, c, d, pp, ctx.domain_gpus, ctx.leaf_gpus)
     return hit
 
 
@@ -29,7 +29,9 @@ def expert_groups(ctx: ProblemContext, e: int, etp: int, dct: int) -> ExpertGrou
     key = (e, etp, dct)
     hit = ctx.expert_groups.get(key)
     if hit is None:
-        hit = ctx.expert_groups[key] = place_expert_groups(e, etp, dct, ctx.gpus_per_node)
+        hit = ctx.expert_groups[key] = place_expert_groups(
+            e, etp, dct, ctx.domain_gpus, ctx.leaf_gpus
+        )
     return hit
 
 

@@ -42,6 +42,9 @@ class Profiled:
     first: Extra
     last: Extra
     p2p_s: float
+    """Boundary transfer per chunk that stays in the rank's work (0 when overlapped)."""
+    p2p_raw_s: float
+    """One boundary send/recv, overlapped or not."""
     runtime_bytes: float
     bucket_bytes: float
     zero3_working_bytes: float
@@ -66,6 +69,12 @@ def p2p_s(ctx: ProblemContext, shape: LayerShape, groups: ParallelGroups) -> flo
         size = act_size / shape.tensor if shape.sequence_parallel else act_size
         hit = ctx.p2p[key] = ctx.comm.send_recv(size, groups.pipeline.tier)
     return hit
+
+
+def p2p_overlapped(ctx: ProblemContext, key: PlanKey) -> bool:
+    """The framework overlaps pipeline send/receives with compute in the steady state."""
+    mode = ctx.framework(key.framework).config.p2p_overlap
+    return mode == "always" or (mode == "interleaved" and key.virtual_pipeline > 1)
 
 
 def inflight(
@@ -104,7 +113,8 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     costs = cost_seq(ctx, layer)
     states = state_seq(ctx, states_shape)
     first, last = extras(ctx, layer, states_shape, head_params_on_last(ctx.model, pp))
-    p2p = p2p_s(ctx, layer, groups) if pp > 1 else 0.0
+    p2p_raw = p2p_s(ctx, layer, groups) if pp > 1 else 0.0
+    p2p = 0.0 if p2p_overlapped(ctx, key) else p2p_raw
 
     # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy
     # (zero3_working_bytes), full recompute's one-layer working set.
@@ -142,6 +152,7 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         first=first,
         last=last,
         p2p_s=p2p,
+        p2p_raw_s=p2p_raw,
         runtime_bytes=runtime,
         bucket_bytes=bucket,
         zero3_working_bytes=zero3,

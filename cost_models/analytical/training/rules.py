@@ -1,16 +1,20 @@
 """Structural rules of a training plan (no costs): degrees against the model and cluster,
-micro-batches, virtual pipeline, schedule, ZeRO and expert rules, in a fixed order.
+micro-batches, virtual pipeline, schedule, the framework's combination rules
+(`cost_models.frameworks`), expert and precision rules, in a fixed order.
 
-The rules that read only the degrees are cached per `Degrees`; `check_key` answers a key
-whose degrees pass from that cache and a few integer tests, and runs the full check only
-when one of them fails.
+The rules that read only the degrees are cached per `Degrees`, the framework's per the
+fields its rules read; `check_key` answers a key whose degrees and framework pass from those
+caches and a few integer tests, and runs the full check only when one of them fails.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from cost_models.analytical.fp8 import default_recipe
+from cost_models.analytical.fp8 import supports as fp8_supports
 from cost_models.analytical.training.context import ProblemContext
+from specs.errors import PlannerError
 from specs.plan import PlanKey, Violation
 
 
@@ -29,8 +33,40 @@ class Degrees(NamedTuple):
         return cls(key.tensor, key.context, key.data, key.pipeline, key.expert, key.expert_tensor)
 
 
+def _framework_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
+    """The framework's combination rules (cached per the fields they read)."""
+    fkey = _framework_key(key)
+    hit = ctx.framework_checks.get(fkey)
+    if hit is None:
+        try:
+            profile = ctx.framework(key.framework)
+        except PlannerError as exc:
+            hit = [Violation(kind="framework", detail=str(exc))]
+        else:
+            hit = [
+                Violation(kind="framework", detail=detail)
+                for detail in profile.violations(ctx.model, key)
+            ]
+        ctx.framework_checks[fkey] = hit
+    return hit
+
+
+def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str]:
+    return (
+        key.framework,
+        key.zero_stage,
+        key.tensor,
+        key.pipeline,
+        key.virtual_pipeline,
+        key.context,
+        key.expert,
+        key.pipeline_schedule,
+    )
+
+
 def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
-    """Every rule `key` breaks (empty: the plan can be expressed)."""
+    """Every rule `key` breaks (empty: the plan can be expressed); `key` names its
+    framework (`ProblemContext.resolve`)."""
     gbs = ctx.global_batch
     b, d, pp = key.micro_batch_size, key.data, key.pipeline
     # a plain tuple equal to (and hashing like) Degrees.of(key), without the named
@@ -44,7 +80,7 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
             key.pipeline_schedule != "interleaved_1f1b"
             or (pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp)
         )
-        and (key.zero_stage < 2 or pp <= 1)
+        and ctx.framework_checks.get(_framework_key(key)) == []
     ):
         return []
     return check(ctx, key)
@@ -101,17 +137,7 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
                     ),
                 )
             )
-    zero = key.zero_stage
-    if zero >= 2 and pp > 1:
-        out.append(
-            Violation(
-                kind="zero",
-                detail=(
-                    f"zero_stage {zero} cannot be combined with pipeline "
-                    f"parallelism (pipeline = {pp}; DeepSpeed forbids ZeRO-2/3 with pipelining)"
-                ),
-            )
-        )
+    out.extend(_framework_rules(ctx, key))
     out.extend(after)
     return out
 
@@ -149,11 +175,11 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
             "divisibility",
             f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible by tensor ({t})",
         )
-    gpn = cluster.gpus_per_node
-    if t > gpn and not problem.allow_tensor_across_nodes:
+    domain = ctx.domain_gpus
+    if t > domain and not problem.allow_tensor_across_nodes:
         bad(
             "topology",
-            f"tensor ({t}) must not exceed gpus_per_node ({gpn}) unless "
+            f"tensor ({t}) must not exceed the scale-up domain ({domain} GPUs) unless "
             "allow_tensor_across_nodes is set",
         )
     s = work.sequence_length
@@ -186,10 +212,10 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
                 "divisibility",
                 f"moe.expert_ffn_hidden_size ({fe}) must be divisible by expert_tensor ({et})",
             )
-        if et > gpn and not problem.allow_tensor_across_nodes:
+        if et > domain and not problem.allow_tensor_across_nodes:
             bad(
                 "topology",
-                f"expert_tensor ({et}) must not exceed gpus_per_node ({gpn}) "
+                f"expert_tensor ({et}) must not exceed the scale-up domain ({domain} GPUs) "
                 "unless allow_tensor_across_nodes is set",
             )
         if model.moe.num_shared_experts:
@@ -212,4 +238,8 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
         and (acc.peak_tflops.get("bf16") or acc.peak_tflops.get("fp16"))
     ):
         bad("precision", f"{acc.id} has no dense {work.precision} peak in the catalog")
+    elif work.precision == "fp8":
+        why = fp8_supports(work.fp8_recipe or default_recipe(acc), acc)
+        if why is not None:
+            bad("precision", why)
     return before, out

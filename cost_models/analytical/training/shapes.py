@@ -21,6 +21,7 @@ class LayerShape(NamedTuple):
     flash_attention: bool
     expert: int
     expert_tensor: int
+    framework: str
 
     @classmethod
     def of(cls, key: PlanKey) -> LayerShape:
@@ -33,6 +34,7 @@ class LayerShape(NamedTuple):
             key.flash_attention,
             key.expert,
             key.expert_tensor,
+            key.framework,
         )
 
     def without_recompute(self) -> LayerShape:
@@ -49,6 +51,7 @@ class StateShape(NamedTuple):
     zero_stage: int
     expert: int
     expert_tensor: int
+    framework: str
 
     @classmethod
     def of(cls, key: PlanKey) -> StateShape:
@@ -58,4 +61,5 @@ class StateShape(NamedTuple):
             key.zero_stage,
             key.expert,
             key.expert_tensor,
+            key.framework,
         )

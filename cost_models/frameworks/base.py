@@ -1,0 +1,153 @@
+"""Framework profiles: what a training framework overlaps with what, how it reduces gradients
+and gathers parameters, what it keeps in memory per parameter, and which plans it can run.
+
+A profile is a plug-in (`registry.py`, the same registry shape as the cost models): a class
+registered under a lower_snake name with a nested pydantic `Config` holding its behaviour,
+every field defaulting to what the framework does as meshplan's exports launch it (the
+launch flags and library defaults are cited per profile). A request may override fields per
+framework through the analytical cost model's `frameworks` option.
+
+The cost model reads the behaviour; the rules (`violations`) say which plans the framework
+can run. Sources for every default: `docs/research/frameworks.md` (framework code read at
+pinned commits) unless a field's docstring says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specs.model import ModelSpec
+from specs.plan import PlanKey
+
+ReduceCollective = Literal["reduce_scatter", "all_reduce"]
+P2POverlap = Literal["none", "interleaved", "always"]
+
+
+class FrameworkConfig(BaseModel):
+    """The behaviour of a framework that prices a plan (every field physical and sourced in
+    the profile's defaults)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    grad_reduce_bytes: float = Field(default=4.0, gt=0, le=8)
+    """Bytes per gradient element on the wire of the data-parallel reduction (4 fp32, 2 bf16)."""
+    sharded_grad_collective: ReduceCollective = "reduce_scatter"
+    """The collective that reduces gradients for a sharded optimizer (ZeRO-1/2): a true
+    reduce-scatter, or an all-reduce of which each rank keeps its slice (DeepSpeed's default
+    `use_multi_rank_bucket_allreduce`)."""
+    grad_bucket_elements: float | None = Field(default=40e6, gt=0)
+    """Gradient elements per reduction bucket; null reduces all of a rank's gradients in one
+    collective."""
+    bucket_per_layer: bool = False
+    """Gradients are reduced one layer (one FSDP unit) at a time, whatever its size
+    (`grad_bucket_elements` is then ignored)."""
+    grad_bucket_elements_per_dp_rank: float = Field(default=0.0, ge=0)
+    """Added to the bucket per data-parallel rank (Megatron-Core: max(40M, 1M × dp))."""
+    buckets_on_first_stage_only: bool = False
+    """Only pipeline rank 0 splits its gradients into buckets; the other ranks reduce in one
+    collective after their backward (Megatron-Core `DistributedDataParallel`)."""
+    overlap_grad_reduce: bool = True
+    """Gradient buckets are reduced while the backward pass still runs."""
+    overlap_param_gather: bool = True
+    """The distributed optimizer's parameter all-gather (ZeRO-1/2) is waited on in a forward
+    pre-hook, overlapping the next step's first forward pass."""
+    zero3_prefetch: bool = True
+    """ZeRO-3 / FSDP all-gathers the next unit's parameters while the current one computes
+    (forward and backward prefetch)."""
+    zero3_flat_ring: bool = False
+    """ZeRO-3 gathers and reduce-scatters cross the network as one flat ring over each GPU's
+    own NIC instead of NCCL's rings over every NIC of a node."""
+    grad_reduce_every_microbatch: bool = False
+    """ZeRO-2 / FSDP reduce (and, for ZeRO-3, re-gather) on every micro-batch of a step
+    without pipeline parallelism, instead of once per step."""
+    tp_backward_overlap: bool = True
+    """Column-parallel layers overlap their backward tensor-parallel collectives with the
+    data- and weight-gradient GEMMs (Megatron `LinearWithGradAccumulationAndAsyncCommunication`:
+    the input all-gather with the dgrad GEMM, the gradient reduce-scatter or all-reduce with
+    the wgrad GEMM)."""
+    tp_comm_overlap: float = Field(default=0.0, ge=0, le=1)
+    """Fraction of the remaining tensor-parallel communication hidden behind GEMMs
+    (Transformer Engine userbuffers, `--tp-comm-overlap`; async TP)."""
+    p2p_overlap: P2POverlap = "interleaved"
+    """When pipeline send/receives overlap compute in the steady state: never, only in the
+    interleaved schedule (Megatron `overlap_p2p_comm`), or always (asynchronous schedules)."""
+    host_overhead_per_kernel_s: float = Field(default=6e-6, ge=0, le=1e-3)
+    """CPU time to issue one kernel (Python, dispatcher, autograd, launch). A pipeline rank's
+    micro-batch takes at least the CPU time of its kernels: eager PyTorch ops with autograd
+    cost 5–7 µs each on the host (pytorch/pytorch#41383, maintainer measurement); kernel
+    launches 5–20 µs of CPU time (Meta HTA kernel-launch statistics)."""
+    elementwise_traffic: float = Field(default=1.0, ge=1.0, le=8.0)
+    """HBM traffic of a layer's norms, rotary embedding, activation and residual kernels
+    relative to Megatron / Transformer Engine's fused kernels. Eager PyTorch runs them op by
+    op: RMSNorm as pow, mean, rsqrt and two multiplies (≈5 passes against a fused kernel's
+    2), SwiGLU as silu then multiply (≈5 against 3), rotary embedding as about six
+    elementwise ops against one fused pass (2): about twice the bytes, and as many more
+    kernels."""
+    fp8_param_gather: bool = False
+    """FP8 training keeps the compute weights in FP8 and all-gathers them in FP8
+    (Megatron `--fp8-param-gather`; torchao FSDP float8 all-gather)."""
+    weight_bytes_per_param: float = Field(default=2.0, gt=0, le=8)
+    """Compute (bf16) weight bytes per parameter held between forward and backward."""
+    grad_bytes_per_param: float = Field(default=4.0, gt=0, le=8)
+    """Gradient bytes per parameter kept for the optimizer (Megatron's fp32 main grads 4;
+    DeepSpeed bf16 with ZeRO 2)."""
+    optimizer_bytes_per_param: float = Field(default=12.0, gt=0, le=32)
+    """Optimizer bytes per parameter: fp32 master copy 4 + Adam moments 8."""
+
+
+class FrameworkProfile:
+    """A framework: its behaviour (`config`) and the plans it can run (`violations`)."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    """Human-readable name for explanations."""
+    zero_stages: ClassVar[frozenset[int]] = frozenset({0, 1, 2, 3})
+    """ZeRO stages the framework implements."""
+    supports_moe: ClassVar[bool] = True
+    """Whether the framework trains mixture-of-experts models."""
+    Config: ClassVar[type[FrameworkConfig]] = FrameworkConfig
+
+    def __init__(self, config: FrameworkConfig | None = None) -> None:
+        self.config = config or self.Config()
+
+    def violations(self, model: ModelSpec, key: PlanKey) -> list[str]:
+        """Why this framework cannot run `key` of `model` (empty: it can). Each entry names
+        the rule."""
+        out: list[str] = []
+        if key.zero_stage not in self.zero_stages:
+            stages = ", ".join(str(z) for z in sorted(self.zero_stages))
+            out.append(f"{self.name} implements zero_stage {stages} (got {key.zero_stage})")
+        if model.moe is not None and not self.supports_moe:
+            out.append(f"{self.name} has no mixture-of-experts layers")
+        out.extend(self._rules(key))
+        return out
+
+    def _rules(self, key: PlanKey) -> list[str]:
+        """The framework's own combination rules (none by default)."""
+        del key
+        return []
+
+    def can_run(self, model: ModelSpec, key: PlanKey) -> bool:
+        return not self.violations(model, key)
+
+    def state_bytes_per_param(self, zero_stage: int, shards: int) -> tuple[float, float, float]:
+        """(weights, gradients, optimizer) bytes per parameter on one GPU with the states
+        sharded over `shards` ranks at `zero_stage` (Rajbhandari et al. 2020, Fig. 1: stage 1
+        shards the optimizer states, 2 also the gradients, 3 also the weights)."""
+        c = self.config
+        d = float(max(1, shards))
+        w, g, o = c.weight_bytes_per_param, c.grad_bytes_per_param, c.optimizer_bytes_per_param
+        if zero_stage == 0:
+            return w, g, o
+        if zero_stage == 1:
+            return w, g, o / d
+        if zero_stage == 2:
+            return w, g / d, o / d
+        return w / d, g / d, o / d
+
+    def reshards_after_forward(self, zero_stage: int) -> bool:
+        """ZeRO-3 frees gathered parameters after each unit's forward and gathers them again
+        for its backward; ZeRO-2 (FSDP `reshard_after_forward=False`) keeps them."""
+        return zero_stage == 3

@@ -1,0 +1,56 @@
+"""PyTorch FSDP (FSDP1 `FullyShardedDataParallel` / FSDP2 `fully_shard`) used on its own:
+data parallelism with sharding, no tensor, pipeline or context parallelism (torchtitan is
+the profile that composes FSDP2 with them).
+
+Sources (docs/research/frameworks.md §4–5): ZeRO-3 = `FULL_SHARD` / `reshard_after_forward=
+True`, ZeRO-2 = `SHARD_GRAD_OP` / `False`, ZeRO-0 = `NO_SHARD`; gradients reduce-scattered per
+FSDP unit (one transformer block) in its post-backward hook, overlapping the backward of the
+earlier units, on every micro-batch unless `no_sync` is used; the next unit's all-gather is
+prefetched in forward and backward; with `MixedPrecision(param_dtype=bf16)` and no
+`reduce_dtype` the reduction runs in bf16; sharded parameters are the fp32 masters.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile
+from cost_models.frameworks.registry import register_framework
+from specs.plan import PlanKey
+
+
+class FSDPConfig(FrameworkConfig):
+    """FSDP's behaviour (PyTorch defaults with bf16 mixed precision)."""
+
+    grad_reduce_bytes: float = Field(default=2.0, gt=0, le=8)
+    """bf16 reduction (reduce_dtype unset follows param_dtype)."""
+    bucket_per_layer: bool = True
+    """One reduce-scatter per FSDP unit (a transformer block)."""
+    grad_reduce_every_microbatch: bool = True
+    """FSDP reduces on every backward unless `no_sync` is used."""
+    tp_backward_overlap: bool = False
+    """No tensor parallelism."""
+    elementwise_traffic: float = Field(default=2.0, ge=1.0, le=8.0)
+    """Eager PyTorch modules (Hugging Face style): unfused elementwise kernels."""
+
+
+@register_framework("fsdp")
+class FSDP(FrameworkProfile):
+    """PyTorch FSDP / FSDP2 data parallelism."""
+
+    name = "fsdp"
+    label = "PyTorch FSDP"
+    zero_stages = frozenset({0, 2, 3})
+    Config = FSDPConfig
+
+    def _rules(self, key: PlanKey) -> list[str]:
+        out = []
+        for field in ("tensor", "pipeline", "context", "expert"):
+            value = getattr(key, field)
+            if value > 1:
+                out.append(
+                    f"fsdp alone runs data parallelism only ({field} = {value}; "
+                    "torchtitan composes FSDP2 with tensor, pipeline, context and expert "
+                    "parallelism)"
+                )
+        return out

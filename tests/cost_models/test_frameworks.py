@@ -1,0 +1,175 @@
+"""Framework profiles (`cost_models/frameworks`): state bytes, combination rules, the
+framework picked for a plan that names none, and what each overlaps, seen through the
+analytical model's estimates."""
+
+from __future__ import annotations
+
+import pytest
+from cm_support import llama3_70b
+
+from cost_models.analytical.training import AnalyticalTrainingCostModel
+from cost_models.base import TrainingProblem
+from cost_models.frameworks import DEFAULT_PREFERENCE, build_framework, list_frameworks
+from hardware_catalog import resolve_cluster
+from solver import search
+from specs.cluster import ClusterSpec
+from specs.constraints import SearchConstraints
+from specs.errors import PluginNotFound
+from specs.plan import PlanKey
+from specs.workload import TrainingWorkload
+
+D = 8
+
+
+def _problem(nodes: int = 8, gbs: int = 256, seq: int = 4096) -> TrainingProblem:
+    cluster = {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": nodes, "gpus_per_node": 8}]}
+    return TrainingProblem(
+        model=llama3_70b(),
+        cluster=resolve_cluster(ClusterSpec.model_validate(cluster)),
+        workload=TrainingWorkload(global_batch_size=gbs, sequence_length=seq),
+    )
+
+
+def test_registry_lists_every_builtin_and_refuses_unknown_names() -> None:
+    assert set(DEFAULT_PREFERENCE) == set(list_frameworks())
+    with pytest.raises(PluginNotFound, match="unknown framework 'jax'"):
+        build_framework("jax")
+
+
+def test_state_bytes_follow_each_frameworks_dtypes() -> None:
+    # Megatron-Core: bf16 params 2, fp32 main grads 4, fp32 master + Adam 12
+    # (Megatron docs: 18 B/param, 6 + 12/d with the distributed optimizer)
+    mc = build_framework("megatron_core")
+    assert sum(mc.state_bytes_per_param(0, D)) == 18
+    assert sum(mc.state_bytes_per_param(1, D)) == 6 + 12 / D
+    assert sum(mc.state_bytes_per_param(2, D)) == 2 + 16 / D
+    assert sum(mc.state_bytes_per_param(3, D)) == 18 / D
+    # DeepSpeed with ZeRO accumulates gradients in bf16
+    ds = build_framework("deepspeed")
+    assert sum(ds.state_bytes_per_param(1, D)) == 2 + 2 + 12 / D
+
+
+@pytest.mark.parametrize(
+    ("framework", "key", "rule"),
+    [
+        ("deepspeed", PlanKey(data=4, pipeline=2, zero_stage=2), "incompatible with pipeline"),
+        ("deepspeed", PlanKey(data=4, pipeline=2, virtual_pipeline=2), "no interleaved"),
+        ("megatron_core", PlanKey(data=4, pipeline=2, zero_stage=3), "requires pipeline = 1"),
+        ("fsdp", PlanKey(data=4, tensor=2, zero_stage=3), "data parallelism only"),
+        ("fsdp", PlanKey(data=8, zero_stage=1), "implements zero_stage 0, 2, 3"),
+        ("megatron_lm", PlanKey(data=4, context=2), "no context parallelism"),
+    ],
+)
+def test_rules_live_in_the_profiles(framework: str, key: PlanKey, rule: str) -> None:
+    violations = build_framework(framework).violations(llama3_70b(), key)
+    assert any(rule in v for v in violations), violations
+
+
+def test_torchtitan_combines_fsdp_with_pipelining() -> None:
+    key = PlanKey(data=4, pipeline=4, zero_stage=3)
+    assert build_framework("torchtitan").can_run(llama3_70b(), key)
+
+
+def test_a_plan_without_framework_gets_the_first_that_can_run_it() -> None:
+    problem = _problem()
+    cm = AnalyticalTrainingCostModel()
+    zero1 = PlanKey(data=4, tensor=4, pipeline=4, sequence_parallel=True, zero_stage=1)
+    zero3_pp = zero1._replace(zero_stage=3)
+    est1 = cm.evaluate(problem, zero1.to_plan([20, 20, 20, 20]))
+    est3 = cm.evaluate(problem, zero3_pp.to_plan([20, 20, 20, 20]))
+    assert est1.plan.framework == "megatron_core"
+    assert est3.plan.framework == "torchtitan"
+    assert est3.feasible or all(v.kind != "framework" for v in est3.violations)
+    # naming a framework that cannot run the plan is a rule violation, not a crash
+    forced = cm.evaluate(problem, zero3_pp._replace(framework="deepspeed").to_plan([20] * 4))
+    assert [v.kind for v in forced.violations if v.kind == "framework"] == ["framework"]
+
+
+def _dp_details(framework: str, zero: int, **overrides: object) -> tuple[float, float]:
+    problem = _problem(nodes=4, gbs=64)
+    key = PlanKey(
+        data=8, tensor=4, sequence_parallel=True, zero_stage=zero, framework=framework
+    )._replace(**overrides)
+    est = AnalyticalTrainingCostModel().evaluate(problem, key.to_plan([80]))
+    d = est.details
+    return d["data_parallel_comm_exposed_s"], d["data_parallel_comm_raw_s"]
+
+
+def test_megatron_core_hides_its_gradient_reduction_legacy_megatron_does_not() -> None:
+    exposed, raw = _dp_details("megatron_core", 1)
+    legacy_exposed, legacy_raw = _dp_details("megatron_lm", 1)
+    assert raw > 0
+    assert exposed < 0.5 * raw  # bucketed during the last backward, gather in next forward
+    assert legacy_exposed == pytest.approx(legacy_raw)  # after the backward, nothing hidden
+
+
+def test_fsdp_prefetch_hides_gathers_deepspeed_measured_does_not() -> None:
+    problem = _problem(nodes=2, gbs=32)
+    cm = AnalyticalTrainingCostModel()
+    times = {}
+    for framework in ("fsdp", "deepspeed"):
+        key = PlanKey(data=16, zero_stage=3, micro_batch_size=1, framework=framework)
+        est = cm.evaluate(problem, key.to_plan([80]))
+        times[framework] = est.details
+    fsdp, ds = times["fsdp"], times["deepspeed"]
+    assert fsdp["data_parallel_comm_exposed_s"] < fsdp["data_parallel_comm_raw_s"]
+    assert ds["data_parallel_comm_exposed_s"] == pytest.approx(ds["data_parallel_comm_raw_s"])
+    assert ds["data_parallel_comm_exposed_s"] > fsdp["data_parallel_comm_exposed_s"]
+
+
+def test_tensor_parallel_backward_overlap_only_where_the_framework_has_it() -> None:
+    problem = _problem(nodes=1, gbs=8)
+    cm = AnalyticalTrainingCostModel()
+    tp = {}
+    for framework in ("megatron_core", "torchtitan"):
+        key = PlanKey(data=1, tensor=8, sequence_parallel=True, zero_stage=0, framework=framework)
+        est = cm.evaluate(problem, key.to_plan([80]))
+        tp[framework] = est.metrics.time_breakdown_s.tensor_parallel_comm
+    # Megatron hides the column-parallel backward collectives behind their GEMMs
+    assert tp["megatron_core"] < 0.9 * tp["torchtitan"]
+
+
+def test_interleaved_megatron_overlaps_p2p_deepspeed_cannot_interleave() -> None:
+    problem = _problem(nodes=4, gbs=64)
+    cm = AnalyticalTrainingCostModel()
+    inter = PlanKey(
+        data=2,
+        tensor=4,
+        pipeline=4,
+        virtual_pipeline=2,
+        sequence_parallel=True,
+        pipeline_schedule="interleaved_1f1b",
+        framework="megatron_core",
+    )
+    est = cm.evaluate(problem, inter.to_plan([10] * 8))
+    m = est.details["num_microbatches"]
+    raw_p2p = est.details["p2p_time_s"]
+    # steady state hidden: only the fill and drain hops (2·(p−1)) remain
+    assert est.metrics.time_breakdown_s.pipeline_comm < m * raw_p2p
+    plain = cm.evaluate(problem, inter._replace(framework="megatron_lm").to_plan([10] * 8))
+    assert plain.metrics.time_breakdown_s.pipeline_comm > est.metrics.time_breakdown_s.pipeline_comm
+
+
+def test_search_compares_the_listed_frameworks() -> None:
+    problem = _problem(nodes=2, gbs=32)
+    cons = SearchConstraints(
+        frameworks=["deepspeed", "torchtitan"],
+        fixed={"tensor": 8, "pipeline": 2, "micro_batch_size": 1, "recompute": "full"},
+    )
+    result = search(problem, AnalyticalTrainingCostModel(), cons, top_k=20)
+    frameworks = {p.estimate.plan.framework for p in result.plans}
+    assert frameworks <= {"deepspeed", "torchtitan"}
+    assert "torchtitan" in frameworks
+    # ZeRO-2/3 with pipelining only under torchtitan
+    for p in result.plans:
+        if p.estimate.plan.zero_stage >= 2:
+            assert p.estimate.plan.framework == "torchtitan"
+    pinned = search(
+        problem,
+        AnalyticalTrainingCostModel(),
+        cons.model_copy(
+            update={"frameworks": None, "fixed": {**cons.fixed, "framework": "deepspeed"}}
+        ),
+        top_k=5,
+    )
+    assert {p.estimate.plan.framework for p in pinned.plans} == {"deepspeed"}
