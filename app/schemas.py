@@ -289,6 +289,55 @@ class ModelPresetList(BaseModel):
     items: list[ModelPublic]
 
 
+class FrameworkOptionPublic(BaseModel):
+    """One behaviour option of a framework profile."""
+
+    default: bool | float | str | None
+    """The value the service prices with unless `cost_model.config.frameworks.<name>`
+    overrides it."""
+    description: str
+    """What the option means (the same for every framework)."""
+    default_note: str | None = None
+    """Why this framework's default is what it is (its launch flags or library defaults);
+    null when it keeps the common default."""
+    json_schema: dict[str, Any] = Field(default_factory=dict)
+    """The option's JSON Schema (type, bounds, allowed values) as an override is
+    validated."""
+
+
+class FrameworkPublic(BaseModel):
+    """A training framework profile: what it implements, how it behaves, what launches it."""
+
+    name: str
+    """The name plans, `constraints.frameworks` and `constraints.fixed.framework` use."""
+    label: str
+    """Human-readable name (explanations use it)."""
+    description: str
+    zero_stages: list[int]
+    """ZeRO stages the framework implements."""
+    supports_moe: bool
+    """Whether it trains mixture-of-experts models."""
+    default_for_search: bool
+    """Searches price candidates under this framework when the request names none."""
+    preference_rank: int | None
+    """Its place (1 = first) in the order an estimate picks a framework for a plan that
+    names none: the first that can run the plan; null when it is never picked."""
+    launchers: list[str]
+    """Training export formats that launch it (`GET /v1/plans/{id}/export/{format}`); an
+    export refuses a plan priced for another framework."""
+    export_formats: list[str]
+    """Every export format that can launch it: its launchers and the formats wrapping
+    them (`slurm`, `kubernetes`)."""
+    config: dict[str, FrameworkOptionPublic]
+    """Its behaviour, option by option; override per request with the analytical cost
+    model's `frameworks` option (`{"cost_model": {"name": "analytical", "config":
+    {"frameworks": {"<name>": {"<option>": value}}}}}`)."""
+
+
+class FrameworkList(BaseModel):
+    items: list[FrameworkPublic]
+
+
 class CostModelPublic(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -535,6 +584,18 @@ class CalibrationError(BaseModel):
     max: float
 
 
+class ParameterUncertainty(BaseModel):
+    """How well the measurements pin one fitted parameter (Gauss–Newton linearisation at
+    the optimum)."""
+
+    value: float
+    std_error: float
+    low: float
+    """Lower end of the 95 % interval (within the parameter's bounds)."""
+    high: float
+    """Upper end of the 95 % interval (within the parameter's bounds)."""
+
+
 class CalibrationPublic(BaseModel):
     """The calibrated cost model's current fit for one accelerator."""
 
@@ -550,5 +611,13 @@ class CalibrationPublic(BaseModel):
     """With the fitted values."""
     fitted: list[str]
     """Parameters the samples could identify; the others keep their catalog values."""
+    max_parameters: int = 0
+    """How many parameters the measurements support: (n − 1) // 2 for n measurements (two
+    per parameter, one more to estimate the error)."""
+    uncertainty: dict[str, ParameterUncertainty] = Field(default_factory=dict)
+    """Per fitted parameter: its value, standard error and 95 % interval; empty when the
+    fit leaves no degree of freedom."""
+    not_fitted: dict[str, str] = Field(default_factory=dict)
+    """Parameters left at their start values, each with the reason."""
     cost_model: dict[str, Any]
     """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""

@@ -21,6 +21,7 @@ from meshplan_client.models import (
     Calibration,
     Estimate,
     Export,
+    Framework,
     Health,
     Measurement,
     ModelInfo,
@@ -163,6 +164,14 @@ def list_hardware() -> Call[list[Accelerator]]:
 
 def get_hardware(accelerator_id: str) -> Call[Accelerator]:
     return Call("GET", f"/v1/hardware/{_seg(accelerator_id)}", _parser(Accelerator))
+
+
+def list_frameworks() -> Call[list[Framework]]:
+    return Call("GET", "/v1/frameworks", _items(Framework))
+
+
+def get_framework(name: str) -> Call[Framework]:
+    return Call("GET", f"/v1/frameworks/{_seg(name)}", _parser(Framework))
 
 
 def list_presets() -> Call[list[ModelInfo]]:

@@ -45,6 +45,7 @@ from meshplan_client.models import (
     Calibration,
     Estimate,
     Export,
+    Framework,
     Health,
     Measurement,
     ModelInfo,
@@ -184,6 +185,14 @@ class AsyncMeshplanClient:
     async def get_hardware(self, accelerator_id: str) -> Accelerator:
         """One accelerator by id or alias (`NotFound` if unknown)."""
         return await self._call(_base.get_hardware(accelerator_id))
+
+    async def list_frameworks(self) -> list[Framework]:
+        """The training framework profiles plans are priced for."""
+        return await self._call(_base.list_frameworks())
+
+    async def get_framework(self, name: str) -> Framework:
+        """One framework profile by name (`NotFound` if unknown)."""
+        return await self._call(_base.get_framework(name))
 
     async def list_presets(self) -> list[ModelInfo]:
         """The built-in model presets with their parameter counts."""

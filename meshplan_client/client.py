@@ -44,6 +44,7 @@ from meshplan_client.models import (
     Calibration,
     Estimate,
     Export,
+    Framework,
     Health,
     Measurement,
     ModelInfo,
@@ -187,6 +188,14 @@ class MeshplanClient:
     def get_hardware(self, accelerator_id: str) -> Accelerator:
         """One accelerator by id or alias (`NotFound` if unknown)."""
         return self._call(_base.get_hardware(accelerator_id))
+
+    def list_frameworks(self) -> list[Framework]:
+        """The training framework profiles plans are priced for."""
+        return self._call(_base.list_frameworks())
+
+    def get_framework(self, name: str) -> Framework:
+        """One framework profile by name (`NotFound` if unknown)."""
+        return self._call(_base.get_framework(name))
 
     def list_presets(self) -> list[ModelInfo]:
         """The built-in model presets with their parameter counts."""

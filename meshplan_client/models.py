@@ -17,6 +17,8 @@ __all__ = [
     "Estimate",
     "Export",
     "FieldError",
+    "Framework",
+    "FrameworkOption",
     "Health",
     "Measurement",
     "Metrics",
@@ -83,6 +85,37 @@ class Accelerator(_Body):
     scale_up_bandwidth_gb_s: float | None = None
     scale_out_bandwidth_gb_s: float | None = None
     sources: Any = None
+
+
+class FrameworkOption(_Body):
+    """One behaviour option of a framework profile."""
+
+    default: Any = None
+    """What the service prices with unless a request overrides it."""
+    description: str = ""
+    default_note: str | None = None
+    """Why this framework's default is what it is (None: the common default)."""
+    json_schema: dict[str, Any] = Field(default_factory=dict)
+
+
+class Framework(_Body):
+    """A training framework profile (`GET /v1/frameworks`): the value of a plan's
+    `framework`, `constraints.frameworks` and `constraints.fixed.framework`."""
+
+    name: str
+    label: str = ""
+    description: str = ""
+    zero_stages: list[int] = Field(default_factory=list)
+    supports_moe: bool = True
+    default_for_search: bool = False
+    preference_rank: int | None = None
+    """Where it ranks when an estimate picks the framework (1 = first; None: never)."""
+    launchers: list[str] = Field(default_factory=list)
+    """Export formats that launch it."""
+    export_formats: list[str] = Field(default_factory=list)
+    """Every export format that can launch it (launchers and their wrappers)."""
+    config: dict[str, FrameworkOption] = Field(default_factory=dict)
+    """Its behaviour by option (override with the analytical cost model's `frameworks`)."""
 
 
 class ModelInfo(_Body):
@@ -213,6 +246,7 @@ _TRAINING_PLAN_FIELDS = (
     "pipeline_schedule",
     "stage_layers",
     "flash_attention",
+    "framework",
 )
 _SERVING_PLAN_FIELDS = ("mode", "instances")
 
@@ -234,6 +268,8 @@ class Plan(_Body):
     pipeline_schedule: str | None = None
     stage_layers: list[int] | None = None
     flash_attention: bool | None = None
+    framework: str | None = None
+    """The framework the plan was priced for (None from services that predate it)."""
     # serving plans
     mode: str | None = None
     instances: list[ServingInstance] | None = None
@@ -332,4 +368,10 @@ class Calibration(_Body):
     fitted: list[str] = Field(default_factory=list)
     error_before: dict[str, Any] | None = None
     error_after: dict[str, Any] | None = None
+    max_parameters: int | None = None
+    """How many parameters the measurements support (None from older services)."""
+    uncertainty: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Per fitted parameter: `value`, `std_error` and the 95 % interval `low`, `high`."""
+    not_fitted: dict[str, str] = Field(default_factory=dict)
+    """Parameters left at their start values, with the reason."""
     cost_model: dict[str, Any] = Field(default_factory=dict)

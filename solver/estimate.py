@@ -2,8 +2,12 @@
 
 When `stage_layers` is None the partition program picks the time-optimal split that fits in
 memory; when no split fits, the time-optimal split ignoring memory is used so the estimate
-reports the memory violation (with numbers) instead of failing. `estimate_with_warnings`
-adds the advisory warnings of `solver.warnings` (which never change the estimate).
+reports the memory violation (with numbers) instead of failing. Likewise a well-formed plan
+that its named framework cannot run (a `framework` violation: DeepSpeed with an interleaved
+schedule, FSDP with tensor parallelism) is priced under that framework's behaviour and
+comes back infeasible with the rule, like a plan that does not fit; any other broken rule
+means there is nothing to price and raises. `estimate_with_warnings` adds the advisory
+warnings of `solver.warnings` (which never change the estimate).
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ from __future__ import annotations
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from solver.base import SolveStatus
 from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
+from solver.space import check_framework
 from solver.warnings import training_warnings
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan, SolverTimeout
 from specs.plan import TrainingPlan
 from specs.warnings import PlanWarning
+
+PRICEABLE_VIOLATIONS = frozenset({"framework"})
+"""Violation kinds of a well-formed plan that can still be priced: the estimate reports them
+(infeasible) instead of raising."""
 
 
 def estimate_plan(
@@ -28,14 +37,19 @@ def estimate_plan(
     """The cost model's estimate of `plan`, with the split filled in when absent.
 
     Raises:
-        InfeasiblePlan: the cost model cannot price the plan at all (e.g. GPU count mismatch).
+        SpecError: `plan.framework` names no registered framework (field `plan.framework`).
+        InfeasiblePlan: the cost model cannot price the plan at all (e.g. GPU count mismatch);
+            violations of `PRICEABLE_VIOLATIONS` alone are reported in the estimate instead.
         SolverTimeout: the partition program found no split within `time_limit_s`.
     """
+    if plan.framework is not None:
+        check_framework(plan.framework, "plan.framework")
     if plan.stage_layers is not None:
         return cost_model.evaluate(problem, plan)
     violations = cost_model.check(problem, plan)
-    if violations:
-        first = violations[0]
+    blocking = [v for v in violations if v.kind not in PRICEABLE_VIOLATIONS]
+    if blocking:
+        first = blocking[0]
         raise InfeasiblePlan(
             first.kind, first.detail, violations=[v.model_dump() for v in violations]
         )
@@ -69,7 +83,7 @@ def estimate_with_warnings(
     `cluster`: the request's cluster spec, whose explicit bandwidths are checked).
 
     Raises:
-        InfeasiblePlan, SolverTimeout: as `estimate_plan`.
+        SpecError, InfeasiblePlan, SolverTimeout: as `estimate_plan`.
     """
     est = estimate_plan(problem, cost_model, plan, time_limit_s=time_limit_s)
     return est, training_warnings(problem, est, cluster=cluster)

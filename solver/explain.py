@@ -1,16 +1,20 @@
 """Plain-language explanations of ranked plans, built only from the estimates' numbers.
 
-For each plan: its bottleneck (the largest time component of `metrics.time_breakdown_s`),
-the bubble share, the exposed communication and its tier (from `details["comm_tiers"]`
-when the cost model gives it), the memory headroom, and what it trades against its
-neighbour (the plan above it; for #1 the plan below it).
+For each plan: the framework it was priced for (its label, `cost_models.frameworks`), its
+bottleneck (the largest time component of `metrics.time_breakdown_s`), the bubble share, the
+exposed communication and its tier (from `details["comm_tiers"]` when the cost model gives
+it), the memory headroom, and what it trades against its neighbour (the plan above it; for
+#1 the plan below it), a different framework included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from cost_models.base import TrainingEstimate
+from cost_models.frameworks import build_framework
+from specs.errors import PlannerError
 from specs.plan import TrainingPlan
 
 _COMPONENT_LABEL = {
@@ -40,6 +44,18 @@ def _seconds(x: float) -> str:
     return f"{x:.2f} s" if abs(x) >= 1.0 else f"{x * 1e3:.3g} ms"
 
 
+@lru_cache(maxsize=64)
+def _framework_label(name: str | None) -> str | None:
+    """`Megatron-Core` for `megatron_core`; the name itself when no profile has it; None
+    for a plan that names no framework (a cost model without framework profiles)."""
+    if not name:
+        return None
+    try:
+        return build_framework(name).label
+    except PlannerError:
+        return name
+
+
 def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
     p = plan.parallelism
     return [
@@ -54,6 +70,7 @@ def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
         ("ZeRO stage", plan.zero_stage),
         ("recompute", plan.recompute),
         ("flash attention", plan.flash_attention),
+        ("framework", _framework_label(plan.framework)),
     ]
 
 
@@ -88,7 +105,8 @@ def _tier(est: TrainingEstimate, component: str) -> str | None:
 
 
 def describe(est: TrainingEstimate) -> str:
-    """One sentence: bottleneck, bubble, exposed communication and tier, memory headroom."""
+    """One sentence: step time and MFU with the framework priced for, bottleneck, bubble,
+    exposed communication and tier, memory headroom."""
     m = est.metrics
     tb = m.time_breakdown_s
     components = {name: float(getattr(tb, name)) for name in _COMPONENT_LABEL}
@@ -104,8 +122,10 @@ def describe(est: TrainingEstimate) -> str:
             f"{_seconds(comm)} exposed communication (mostly {_COMPONENT_LABEL[biggest]}{where})"
         )
     headroom = est.memory.usable_gib - est.memory.peak_gib
+    label = _framework_label(est.plan.framework)
+    framework = f" with {label}" if label else ""
     return (
-        f"{_seconds(m.step_time_s)} per step at {m.mfu:.1%} MFU; the bottleneck is "
+        f"{_seconds(m.step_time_s)} per step at {m.mfu:.1%} MFU{framework}; the bottleneck is "
         f"{_COMPONENT_LABEL[bottleneck]} ({share:.0%} of the step), the bubble is "
         f"{m.bubble_fraction:.1%}, {comm_text}, and {headroom:.1f} GiB of memory headroom."
     )

@@ -111,9 +111,7 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
             if value not in ("1f1b", "interleaved_1f1b"):
                 raise SpecError(field, "must be 1f1b or interleaved_1f1b", value)
         elif name == "framework":
-            if not isinstance(value, str):
-                raise SpecError(field, "must be a framework name", value)
-            _profile(value, field)
+            check_framework(value, field)
         elif name == "stage_layers":
             if value is not None and (
                 not isinstance(value, list | tuple)
@@ -126,13 +124,23 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
     return out
 
 
-def _profile(name: str, field: str) -> FrameworkProfile:
+FRAMEWORK_RULE = "must name a registered framework (GET /v1/frameworks)"
+"""The rule an unknown framework name breaks, wherever a request names one."""
+
+
+def check_framework(name: Any, field: str) -> FrameworkProfile:
+    """The profile `name` names, with its default behaviour.
+
+    Raises:
+        SpecError: `name` is not a string, or no registered framework has it (the error
+            names `field`; its message lists the registered frameworks).
+    """
+    if not isinstance(name, str):
+        raise SpecError(field, "must be a framework name", name)
     try:
         return build_framework(name)
     except PlannerError as exc:
-        raise SpecError(
-            field, "must name a registered framework (GET /v1/frameworks)", name
-        ) from exc
+        raise SpecError(field, FRAMEWORK_RULE, name, f"{field}: {exc.detail}") from exc
 
 
 DEFAULT_SEARCH_FRAMEWORK = DEFAULT_PREFERENCE[0]
@@ -148,13 +156,14 @@ def framework_options(
     by default such combinations are not part of the space."""
     fixed = validated_fixed(constraints)
     if "framework" in fixed:
-        return (_profile(fixed["framework"], "constraints.fixed.framework"),), True
+        return (check_framework(fixed["framework"], "constraints.fixed.framework"),), True
     if constraints.frameworks:
-        names = list(dict.fromkeys(constraints.frameworks))
-        return (
-            tuple(_profile(n, f"constraints.frameworks[{i}]") for i, n in enumerate(names)),
-            True,
-        )
+        # checked at the request's own indices, then each framework once
+        profiles = [
+            check_framework(n, f"constraints.frameworks.{i}")
+            for i, n in enumerate(constraints.frameworks)
+        ]
+        return tuple({p.name: p for p in profiles}.values()), True
     return (build_framework(DEFAULT_SEARCH_FRAMEWORK),), False
 
 

@@ -14,6 +14,7 @@ Input errors are re-labelled with the request field they came from (`model.num_k
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ import hardware_catalog
 import solver
 from app.core.config import Settings
 from app.db import crud
+from app.exports.registry import FORMATS, LAUNCHES, WRAPPERS
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
 from cost_models import registry
 from cost_models.analytical import AnalyticalConfig
@@ -39,9 +41,17 @@ from cost_models.calibrated import (
     CalibrationSample,
     fit_calibration,
 )
+from cost_models.frameworks import (
+    DEFAULT_PREFERENCE,
+    FrameworkConfig,
+    FrameworkProfile,
+    build_framework,
+)
+from cost_models.frameworks import list_frameworks as registered_frameworks
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
+from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
 from specs.constraints import TRAINING_FIXABLE_FIELDS, SearchConstraints
@@ -150,6 +160,69 @@ def get_fabric(fabric_id: str) -> FabricSpec:
     return hardware_catalog.get_fabric(fabric_id)
 
 
+def _one_line(text: str | None) -> str:
+    """A docstring as one line (its line breaks are layout)."""
+    return " ".join((text or "").split())
+
+
+def framework_public(profile: FrameworkProfile) -> dict[str, Any]:
+    """A framework profile as `GET /v1/frameworks` shows it: what it implements, where it
+    ranks when a plan names no framework, which exports launch it, and its behaviour with
+    each option's meaning, default and JSON Schema (what `cost_model.config.frameworks`
+    accepts)."""
+    config_cls = type(profile.config)
+    properties = config_cls.model_json_schema().get("properties", {})
+    defaults = profile.config.model_dump(mode="json")
+    config = {}
+    for option, info in config_cls.model_fields.items():
+        base = FrameworkConfig.model_fields.get(option)
+        meaning = _one_line((base.description if base else None) or info.description)
+        own = _one_line(info.description)
+        note = own if own and own != meaning else None
+        schema = {
+            k: v
+            for k, v in properties.get(option, {}).items()
+            if k not in ("title", "description", "default")
+        }
+        config[option] = {
+            "default": defaults[option],
+            "description": meaning,
+            "default_note": note,
+            "json_schema": schema,
+        }
+    launchers = sorted(name for name, runs in LAUNCHES.items() if profile.name in runs)
+    formats = [f for f in FORMATS if f in launchers or (launchers and f in WRAPPERS)]
+    return {
+        "name": profile.name,
+        "label": profile.label,
+        "description": _one_line(inspect.getdoc(type(profile))),
+        "zero_stages": sorted(profile.zero_stages),
+        "supports_moe": profile.supports_moe,
+        "default_for_search": profile.name == DEFAULT_SEARCH_FRAMEWORK,
+        "preference_rank": (
+            DEFAULT_PREFERENCE.index(profile.name) + 1
+            if profile.name in DEFAULT_PREFERENCE
+            else None
+        ),
+        "launchers": launchers,
+        "export_formats": formats,
+        "config": config,
+    }
+
+
+def list_frameworks() -> list[dict[str, Any]]:
+    """Every registered framework profile, by name."""
+    return [framework_public(build_framework(name)) for name in registered_frameworks()]
+
+
+def get_framework(name: str) -> dict[str, Any]:
+    """One framework profile; CatalogLookupError (404) if unknown."""
+    if name not in registered_frameworks():
+        known = ", ".join(registered_frameworks())
+        raise CatalogLookupError(f"unknown framework {name!r}; registered: {known}")
+    return framework_public(build_framework(name))
+
+
 def model_public(spec: ModelSpec) -> dict[str, Any]:
     """The explicit spec plus `num_parameters` (and `num_active_parameters` for MoE)."""
     out: dict[str, Any] = spec.model_dump(mode="json")
@@ -251,6 +324,11 @@ def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> 
     except ValidationError as exc:
         errs = validation_errors(exc, f"{field}.config")
         raise InputError(f"invalid {field}.config: {errs[0]['message']}", errs) from exc
+    except SpecError as exc:
+        errs = _framework_override_errors(exc)
+        if errs:
+            raise InputError("; ".join(e["message"] for e in errs), errs) from exc
+        raise
     except PlannerError as exc:
         if "errors" not in exc.extensions:
             exc.extensions["errors"] = [
@@ -258,6 +336,36 @@ def build_cost_model(ref: CostModelRef | None, *, field: str = "cost_model") -> 
             ]
         raise
     return model
+
+
+def _framework_override_errors(exc: SpecError) -> list[dict[str, Any]]:
+    """The field errors of a cost-model config whose framework overrides (a `frameworks`
+    member: `cost_model.config.frameworks`, `cost_model.config.base.frameworks`) failed to
+    validate: one per unknown framework (`<field>.<name>`, the registered names listed) and
+    one per bad option (`<field>.<name>.<option>`). Empty for any other config error."""
+    errors = exc.extensions.get("errors")
+    if not isinstance(errors, list) or len(errors) != 1:
+        return []
+    field, overrides = str(errors[0].get("field", "")), errors[0].get("value")
+    if not field.endswith(".frameworks") or not isinstance(overrides, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for name, options in overrides.items():
+        path = f"{field}.{name}"
+        unknown = _framework_name_errors(name, path)
+        if unknown:
+            out.extend(unknown)
+            continue
+        try:
+            build_framework(name, options)
+        except SpecError as bad:
+            for err in bad.extensions.get("errors", []):
+                # the profile's Config names its options cost_model.config.<option>
+                where = path + str(err.get("field", "")).removeprefix("cost_model.config")
+                out.append(
+                    _field_error(where, err["rule"], err.get("value"), f"{where}: {err['rule']}")
+                )
+    return out
 
 
 def load_plugins(allowlist: Sequence[str]) -> list[str]:
@@ -476,6 +584,8 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
         elif key in ("sequence_parallel", "flash_attention"):
             if not isinstance(value, bool):
                 errors.append(_field_error(field, "boolean", value, f"{field} must be a boolean"))
+        elif key == "framework":
+            errors.extend(_framework_name_errors(value, field))
         elif key in _CHOICES:
             if value not in _CHOICES[key] or isinstance(value, bool):
                 errors.append(
@@ -529,6 +639,27 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
         )
 
 
+def _framework_name_errors(name: Any, field: str) -> list[dict[str, Any]]:
+    """`[]` when `name` is a registered framework, else the field error naming it."""
+    try:
+        check_framework(name, field)
+    except SpecError as exc:
+        return list(exc.extensions.get("errors", []))
+    return []
+
+
+def _check_frameworks(frameworks: Sequence[str] | None) -> None:
+    """Every entry of `constraints.frameworks` is a registered framework (422 listing each
+    unknown one, at the request's index, before the search is stored)."""
+    errors = [
+        err
+        for index, name in enumerate(frameworks or ())
+        for err in _framework_name_errors(name, f"constraints.frameworks.{index}")
+    ]
+    if errors:
+        raise InputError("; ".join(e["message"] for e in errors), errors)
+
+
 @dataclass(frozen=True)
 class PreparedSearch:
     """A validated search request, ready to store and run."""
@@ -576,6 +707,7 @@ def prepare_search(
                 )
             ],
         )
+    _check_frameworks(constraints.frameworks)
     if isinstance(body.workload, ServingWorkload):
         from app.services import serving
 
@@ -841,6 +973,9 @@ def current_calibration(
         "error_before": fit.error_before.to_dict() if fit.error_before else None,
         "error_after": fit.error_after.to_dict() if fit.error_after else None,
         "fitted": list(fit.fitted),
+        "max_parameters": fit.max_parameters,
+        "uncertainty": {name: dict(values) for name, values in fit.uncertainty.items()},
+        "not_fitted": dict(fit.not_fitted),
         "measurements_hash": key[:16],
         "detail": detail,
         "samples": [

@@ -27,6 +27,7 @@ from meshplan_client import (
     Conflict,
     Estimate,
     Export,
+    Framework,
     InvalidInput,
     MeshplanClient,
     MeshplanConnectionError,
@@ -118,6 +119,8 @@ def test_public_names_are_pinned() -> None:
             "Estimate",
             "Export",
             "FieldError",
+            "Framework",
+            "FrameworkOption",
             "Health",
             "InvalidInput",
             "Measurement",
@@ -160,6 +163,53 @@ def test_catalog_calls_are_typed(mp: MeshplanClient) -> None:
     # gated MLP 3·256·1024, two norms 2·256; final norm 256
     per_layer = 2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 1024 + 2 * 256
     assert mp.resolve_model(TINY_MODEL).num_parameters == 2 * 1000 * 256 + 4 * per_layer + 256
+
+
+def test_framework_calls_are_typed(mp: MeshplanClient) -> None:
+    frameworks = mp.list_frameworks()
+    assert all(isinstance(f, Framework) for f in frameworks)
+    assert [f.name for f in frameworks] == [
+        "deepspeed",
+        "fsdp",
+        "megatron_core",
+        "megatron_lm",
+        "torchtitan",
+    ]
+    deepspeed = mp.get_framework("deepspeed")
+    assert (deepspeed.label, deepspeed.launchers) == ("DeepSpeed", ["deepspeed"])
+    assert deepspeed.zero_stages == [0, 1, 2, 3] and deepspeed.supports_moe
+    # DeepSpeed communicates bf16 gradients (2 bytes) and all-reduces 5e8-element buckets
+    assert deepspeed.config["grad_reduce_bytes"].default == 2.0
+    assert deepspeed.config["grad_bucket_elements"].default == 5e8
+    assert deepspeed.config["grad_reduce_bytes"].json_schema["maximum"] == 8
+    # legacy Megatron-LM predates ZeRO-2/3 and MoE in Megatron
+    legacy = mp.get_framework("megatron_lm")
+    assert legacy.zero_stages == [0, 1] and not legacy.supports_moe
+    with pytest.raises(NotFound) as missing:
+        mp.get_framework("jax")
+    assert missing.value.type == "https://meshplan.dev/problems/unknown-catalog-entry"
+
+
+def test_a_stored_plan_is_priced_again_for_its_own_framework(mp: MeshplanClient) -> None:
+    search = mp.create_search(
+        TINY_MODEL,
+        TINY_CLUSTER,
+        _workload(),
+        constraints={"fixed": {"framework": "torchtitan"}},
+        top_k=1,
+        wait=30,
+    )
+    assert search.succeeded
+    (plan,) = mp.list_plans(search.id)
+    assert plan.framework == "torchtitan"
+    assert plan.plan_fields()["framework"] == "torchtitan"
+    priced = mp.estimate(TINY_MODEL, TINY_CLUSTER, _workload(), plan)
+    assert priced.plan["framework"] == "torchtitan"
+    assert priced.metrics is not None
+    assert priced.metrics.step_time_s == pytest.approx(plan.metrics.step_time_s, rel=1e-9)
+    with pytest.raises(InvalidInput) as bad:
+        mp.estimate(TINY_MODEL, TINY_CLUSTER, _workload(), {**plan.plan_fields(), "framework": "x"})
+    assert [(e.field, e.value) for e in bad.value.errors] == [("plan.framework", "x")]
 
 
 def test_problems_become_typed_exceptions(mp: MeshplanClient) -> None:
@@ -317,7 +367,13 @@ def test_measurements_calibration_and_placements(mp: MeshplanClient) -> None:
     assert stored.error == pytest.approx(0.1)  # measured / predicted − 1
     assert stored.tokens_per_s == pytest.approx(32 * 512 / (predicted * 1.1))
     assert [m.id for m in mp.list_measurements(plan.id)] == [stored.id]
-    assert mp.calibration("h100-sxm").num_samples == 1
+    calibration = mp.calibration("h100-sxm")
+    assert calibration.num_samples == 1
+    # one measurement supports no fitted parameter: nothing fitted, every parameter says why
+    assert calibration.max_parameters == 0
+    assert calibration.fitted == [] and calibration.uncertainty == {}
+    assert calibration.not_fitted["h100-sxm.scale_out_efficiency"]  # one node: no network
+    assert len(calibration.not_fitted) == 5
     # two ranks of two expert slots: the best split of each layer, by hand —
     # layer 0 {132, 40} | {90, 61} → max 172 of mean 161.5;
     # layer 1 {20, 107} | {104, 64} → max 168 of mean 147.5
@@ -605,6 +661,9 @@ def test_async_client_against_the_app(settings_factory: Callable[..., Any]) -> N
             ) as mp,
         ):
             assert (await mp.health()).status == "ok"
+            titan = await mp.get_framework("torchtitan")
+            assert titan.launchers == ["torchtitan"] and titan.zero_stages == [0, 2, 3]
+            assert "torchtitan" in [f.name for f in await mp.list_frameworks()]
             ids = []
             for batch in (8, 16, 24):
                 started = await mp.create_search(

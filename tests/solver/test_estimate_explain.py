@@ -7,8 +7,9 @@ from fake_cost_model import FakeCostModel, make_problem, tiny_model
 
 import solver
 from cost_models.base import TrainingEstimate
+from cost_models.registry import build_cost_model
 from solver import estimate_plan, explain
-from specs.errors import InfeasiblePlan
+from specs.errors import InfeasiblePlan, SpecError
 from specs.plan import (
     MemoryReport,
     ParallelDims,
@@ -75,6 +76,61 @@ def test_estimate_raises_on_rule_violation() -> None:
         estimate_plan(problem, FakeCostModel(), plan)
 
 
+def test_estimate_prices_a_plan_its_framework_cannot_run_and_reports_the_rule() -> None:
+    # DeepSpeed's PipelineEngine has no interleaved schedule: the plan is well formed, so it
+    # is priced (split chosen) and answered infeasible with the rule instead of raising
+    analytical = build_cost_model("analytical")
+    problem = make_problem(tiny_model(num_layers=8), 1, global_batch=16)
+    plan = TrainingPlan(
+        parallelism=ParallelDims(data=2, tensor=2, pipeline=2, virtual_pipeline=2),
+        pipeline_schedule="interleaved_1f1b",
+        framework="deepspeed",
+    )
+    est = estimate_plan(problem, analytical, plan)
+    assert not est.feasible
+    assert [v.kind for v in est.violations] == ["framework"]
+    assert "no interleaved schedule" in est.violations[0].detail
+    assert est.plan.framework == "deepspeed"
+    assert est.plan.stage_layers is not None and sum(est.plan.stage_layers) == 8
+    # the split it chose, given back, prices the same
+    again = analytical.evaluate(problem, est.plan)
+    assert again.metrics == est.metrics and again.violations == est.violations
+    # Megatron-Core runs the same plan
+    megatron = estimate_plan(problem, analytical, plan.model_copy(update={"framework": None}))
+    assert megatron.feasible and megatron.plan.framework == "megatron_core"
+
+
+def test_estimate_still_raises_when_a_non_framework_rule_breaks_too() -> None:
+    analytical = build_cost_model("analytical")
+    problem = make_problem(tiny_model(num_layers=8), 1, global_batch=16)
+    # 16 sequences cannot be cut into micro-batches of 3 on 4 data-parallel ranks
+    plan = TrainingPlan(
+        parallelism=ParallelDims(data=4, tensor=2), micro_batch_size=3, framework="fsdp"
+    )
+    with pytest.raises(InfeasiblePlan) as exc:
+        estimate_plan(problem, analytical, plan)
+    assert exc.value.extensions["kind"] == "batch"
+    kinds = [v["kind"] for v in exc.value.extensions["violations"]]
+    assert "framework" in kinds and "batch" in kinds
+
+
+@pytest.mark.parametrize("stage_layers", [None, [4, 4]])
+def test_estimate_refuses_an_unknown_framework_naming_the_field(
+    stage_layers: list[int] | None,
+) -> None:
+    problem = make_problem(tiny_model(num_layers=8), 1, global_batch=16)
+    plan = TrainingPlan(
+        parallelism=ParallelDims(data=4, pipeline=2),
+        stage_layers=stage_layers,
+        framework="megatron",
+    )
+    with pytest.raises(SpecError) as exc:
+        estimate_plan(problem, FakeCostModel(), plan)
+    assert exc.value.field == "plan.framework"
+    assert exc.value.extensions["errors"][0]["value"] == "megatron"
+    assert "megatron_core" in exc.value.detail  # the registered names
+
+
 def _estimate(
     pipeline: int,
     step: float,
@@ -82,6 +138,7 @@ def _estimate(
     dp: float,
     peak: float,
     tiers: dict[str, str] | None = None,
+    framework: str | None = None,
 ) -> TrainingEstimate:
     compute = step - bubble * step - dp
     return TrainingEstimate(
@@ -90,6 +147,7 @@ def _estimate(
                 data=64 // (8 * pipeline), tensor=8, pipeline=pipeline, sequence_parallel=True
             ),
             stage_layers=[80 // pipeline] * pipeline,
+            framework=framework,
         ),
         feasible=True,
         violations=[],
@@ -147,3 +205,18 @@ def test_explain_names_bottleneck_bubble_comm_headroom_and_trade() -> None:
 
 def test_explain_of_nothing_is_empty() -> None:
     assert explain([]) == []
+
+
+def test_explain_names_the_framework_and_a_framework_difference() -> None:
+    first = _estimate(4, 10.0, 0.02, 0.5, 70.0, framework="megatron_core")
+    second = _estimate(4, 10.5, 0.02, 0.5, 70.0, framework="torchtitan")
+    one, two = explain([first, second])
+    assert one.startswith("#1: 10.00 s per step at 41.0% MFU with Megatron-Core; the bottleneck")
+    assert "faster than #2: framework Megatron-Core instead of torchtitan" in one
+    assert "10.50 s per step at 41.0% MFU with torchtitan;" in two
+    assert "5.0% slower than #1: framework torchtitan instead of Megatron-Core" in two
+    # a name no profile has is shown as it is; no framework, no mention
+    (unknown,) = explain([_estimate(4, 10.0, 0.02, 0.5, 70.0, framework="jax")])
+    assert "MFU with jax;" in unknown
+    (plain,) = explain([_estimate(4, 10.0, 0.02, 0.5, 70.0)])
+    assert "MFU; the bottleneck" in plain and " with " not in plain

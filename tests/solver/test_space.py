@@ -14,6 +14,7 @@ from solver.space import (
     count_candidates,
     degree_tuples,
     divisors,
+    framework_options,
     micro_batch_options,
     virtual_pipeline_options,
     zero_stage_options,
@@ -164,3 +165,19 @@ def test_fixed_value_of_wrong_type_is_a_spec_error() -> None:
     problem = make_problem(tiny_model(), 1)
     with pytest.raises(SpecError, match="constraints.fixed.tensor"):
         list(candidates(problem, SearchConstraints(fixed={"tensor": "eight"})))
+
+
+def test_framework_options_name_an_unknown_entry_at_its_request_index() -> None:
+    # duplicates are priced once, but an unknown entry keeps the index it has in the request
+    constraints = SearchConstraints(frameworks=["fsdp", "fsdp", "torchtitan", "jax"])
+    with pytest.raises(SpecError) as exc:
+        framework_options(constraints)
+    assert exc.value.field == "constraints.frameworks.3"
+    assert exc.value.extensions["errors"][0]["value"] == "jax"
+    profiles, requested = framework_options(
+        SearchConstraints(frameworks=["fsdp", "torchtitan", "fsdp"])
+    )
+    assert [p.name for p in profiles] == ["fsdp", "torchtitan"] and requested
+    with pytest.raises(SpecError) as fixed:
+        framework_options(SearchConstraints(fixed={"framework": "jax"}))
+    assert fixed.value.field == "constraints.fixed.framework"

@@ -1,5 +1,5 @@
-"""Catalog resources: accelerators, systems, fabrics, model presets, model resolution and
-cost models."""
+"""Catalog resources: accelerators, systems, fabrics, model presets, model resolution, cost
+models and training framework profiles."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from app.schemas import (
     AcceleratorList,
     CostModelList,
     FabricList,
+    FrameworkList,
+    FrameworkPublic,
     ModelPresetList,
     ModelPublic,
     ModelResolveRequest,
@@ -82,3 +84,15 @@ async def resolve_model(body: ModelResolveRequest) -> dict[str, Any]:
 def list_cost_models() -> dict[str, Any]:
     """List the registered cost models."""
     return {"items": planning.list_cost_models()}
+
+
+@router.get("/v1/frameworks", response_model=FrameworkList)
+def list_frameworks() -> dict[str, Any]:
+    """List the training framework profiles plans are priced for."""
+    return {"items": planning.list_frameworks()}
+
+
+@router.get("/v1/frameworks/{name}", response_model=FrameworkPublic)
+def read_framework(name: str) -> dict[str, Any]:
+    """Read one training framework profile: rules, behaviour and launchers."""
+    return planning.get_framework(name)
