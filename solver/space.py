@@ -328,27 +328,27 @@ def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers
     return layers is None or (len(layers) == pipeline * v and sum(layers) == num_layers)
 
 
+class Slot(NamedTuple):
+    """One (inner option, ZeRO stage) of a block with the frameworks it is priced under."""
+
+    inner: _Inner
+    zero_stage: int
+    frameworks: tuple[str, ...]
+
+
 class Block(NamedTuple):
     """The candidates of one degree tuple: `base` carries the degrees, sequence parallelism,
-    the fixed split (or ()) and flash attention; every (inner, ZeRO, framework, recompute)
-    combination fills the rest, in `candidates()` order (inner options outermost, recompute
-    innermost)."""
+    the fixed split (or ()) and flash attention; every slot (inner option, ZeRO stage and
+    its frameworks) times every recompute mode fills the rest, in `candidates()` order
+    (slots outermost, recompute innermost). Slots no framework can run are left out."""
 
     base: PlanKey
-    inners: list[_Inner]
-    zero_stages: list[int]
+    slots: list[Slot]
     recomputes: list[str]
-    frameworks: dict[tuple[int, str, int], tuple[str, ...]]
-    """Frameworks each (virtual_pipeline, schedule, zero_stage) is priced under."""
 
     @property
     def size(self) -> int:
-        per_recompute = sum(
-            len(self.frameworks[(i.virtual_pipeline, i.schedule, z)])
-            for i in self.inners
-            for z in self.zero_stages
-        )
-        return per_recompute * len(self.recomputes)
+        return sum(len(slot.frameworks) for slot in self.slots) * len(self.recomputes)
 
 
 _new_key = tuple.__new__
@@ -356,10 +356,10 @@ _new_key = tuple.__new__
 search screens one key per candidate)."""
 
 
-def block_keys(block: Block, inner: _Inner, zero: int) -> list[PlanKey]:
-    """The block's keys for one inner option and ZeRO stage, one per framework and
-    recompute mode (the one place a key is built from positions: `PlanKey`'s field order)."""
-    b = block.base
+def block_keys(block: Block, slot: Slot) -> list[PlanKey]:
+    """The block's keys for one slot, one per framework and recompute mode (the one place a
+    key is built from positions: `PlanKey`'s field order)."""
+    b, inner, zero = block.base, slot.inner, slot.zero_stage
     return [
         _new_key(
             PlanKey,
@@ -381,40 +381,31 @@ def block_keys(block: Block, inner: _Inner, zero: int) -> list[PlanKey]:
                 framework,
             ),
         )
-        for framework in block.frameworks[(inner.virtual_pipeline, inner.schedule, zero)]
+        for framework in slot.frameworks
         for recompute in block.recomputes
     ]
 
 
-def _frameworks_of(
-    problem: TrainingProblem,
-    base: PlanKey,
-    inners: list[_Inner],
-    zeros: list[int],
-    profiles: tuple[FrameworkProfile, ...],
-    requested: bool,
-) -> dict[tuple[int, str, int], tuple[str, ...]]:
-    """The frameworks of each (virtual_pipeline, schedule, zero) of a block: every profile
-    that can run it. When none can, a requested framework list keeps its first so that the
-    cost model's rule check reports why (the candidate is counted, not hidden); the default
-    space leaves the combination out."""
-    out: dict[tuple[int, str, int], tuple[str, ...]] = {}
-    model = problem.model
-    for inner in inners:
-        for zero in zeros:
-            slot = (inner.virtual_pipeline, inner.schedule, zero)
-            if slot in out:
-                continue
-            probe = base._replace(
-                virtual_pipeline=inner.virtual_pipeline,
-                pipeline_schedule=inner.schedule,
-                zero_stage=zero,
-            )
-            able = [p.name for p in profiles if p.can_run(model, probe)]
-            if not able and requested:
-                able = [profiles[0].name]
-            out[slot] = tuple(able)
-    return out
+class _FrameworkChooser:
+    """The frameworks a candidate is priced under: every profile that can run it. When none
+    can, a requested framework list keeps its first so that the cost model's rule check
+    reports why (the candidate is counted, not hidden); the default space leaves the
+    combination out. Answers are cached per the fields framework rules read."""
+
+    def __init__(self, model: Any, profiles: tuple[FrameworkProfile, ...], requested: bool) -> None:
+        self.model, self.profiles, self.requested = model, profiles, requested
+        self.memo: dict[tuple[Any, ...], tuple[str, ...]] = {}
+
+    def __call__(self, base: PlanKey, v: int, schedule: str, zero: int) -> tuple[str, ...]:
+        memo_key = (base.tensor, base.pipeline, base.context, base.expert, v, schedule, zero)
+        hit = self.memo.get(memo_key)
+        if hit is None:
+            probe = base._replace(virtual_pipeline=v, pipeline_schedule=schedule, zero_stage=zero)
+            able = [p.name for p in self.profiles if p.can_run(self.model, probe)]
+            if not able and self.requested:
+                able = [self.profiles[0].name]
+            hit = self.memo[memo_key] = tuple(able)
+        return hit
 
 
 def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[Block]:
@@ -422,6 +413,7 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     screens them block by block)."""
     fixed = validated_fixed(constraints)
     profiles, requested = framework_options(constraints)
+    frameworks_of = _FrameworkChooser(problem.model, profiles, requested)
     num_layers = problem.model.num_layers
     flash = fixed.get("flash_attention", True)
     stage_layers = fixed.get("stage_layers") or ()
@@ -450,21 +442,24 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 stage_layers=stage_layers,
                 flash_attention=flash,
             )
-            yield Block(
-                base,
-                inners,
-                zeros,
-                recomputes,
-                _frameworks_of(problem, base, inners, zeros, profiles, requested),
-            )
+            # the frameworks depend on the inner option's (virtual pipeline, schedule) only
+            runnable = {
+                vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
+                for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
+            }
+            slots = [
+                Slot(inner, zero, able)
+                for inner in inners
+                for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+            ]
+            yield Block(base, slots, recomputes)
 
 
 def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[PlanKey]:
     """Every candidate of the declared space, in a deterministic order."""
     for blk in candidate_blocks(problem, constraints):
-        for inner in blk.inners:
-            for zero in blk.zero_stages:
-                yield from block_keys(blk, inner, zero)
+        for slot in blk.slots:
+            yield from block_keys(blk, slot)
 
 
 def count_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:

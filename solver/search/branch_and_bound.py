@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import cast
 
-from cost_models.base import TrainingCostModel, TrainingProblem
+from cost_models.base import BoundedTrainingCostModel, TrainingCostModel, TrainingProblem
 from solver.base import SearchResult, SearchStats
 from solver.formulations.stage_partition import (
     PartitionSolver,
@@ -42,6 +43,7 @@ from solver.formulations.stage_partition import (
     default_solver,
 )
 from solver.search.steps import (
+    BOUND_SAFETY,
     Monitor,
     Queued,
     Screened,
@@ -56,8 +58,8 @@ from solver.search.steps import (
     screen_light,
     split_lower_bound_s,
     split_screened,
-    total_candidates,
 )
+from solver.space import Block, candidate_blocks
 from specs.constraints import SearchConstraints
 from specs.errors import SpecError
 
@@ -97,13 +99,14 @@ def search(
         raise SpecError("top_k", "must be at least 1", top_k)
     solver = solver or default_solver()
     stats = SearchStats()
+    blocks = list(candidate_blocks(problem, constraints))
     monitor = Monitor(
-        constraints.time_limit_s, progress, should_stop, total_candidates(problem, constraints)
+        constraints.time_limit_s, progress, should_stop, sum(blk.size for blk in blocks)
     )
     top = TopK(top_k)
     try:
         if is_lazy_capable(cost_model):
-            _lazy(problem, cost_model, constraints, stats, monitor, top, solver)
+            _lazy(problem, cost_model, blocks, stats, monitor, top, solver)
             return finish(top, stats, monitor, problem=problem)
         screened = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
         screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
@@ -132,14 +135,15 @@ def search(
 def _lazy(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
-    constraints: SearchConstraints,
+    blocks: list[Block],
     stats: SearchStats,
     monitor: Monitor,
     top: TopK,
     solver: PartitionSolver,
 ) -> None:
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
-    heap: list[Queued] = screen_light(problem, cost_model, constraints, stats, monitor)
+    step_bound = cast(BoundedTrainingCostModel, cost_model).step_time_lower_bound_s
+    heap: list[Queued] = screen_light(problem, cost_model, blocks, stats, monitor)
     heapq.heapify(heap)
     heappop, heappush = heapq.heappop, heapq.heappush
     while heap:
@@ -181,7 +185,11 @@ def _lazy(
                 monitor.done += 1
                 continue
             if max_rank_time_s is not None:
-                split_bound = split_lower_bound_s(profile, max_rank_time_s)
+                split_bound = max(
+                    split_lower_bound_s(profile, max_rank_time_s),
+                    step_bound(problem, key._replace(stage_layers=tuple(layers)))
+                    * (1.0 - BOUND_SAFETY),
+                )
                 if split_bound > bound:  # the split is lumpier than the bound assumed
                     heappush(heap, (split_bound, key, profile, layers))
                     continue

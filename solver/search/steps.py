@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -46,7 +46,7 @@ from solver.formulations.stage_partition import (
     memory_lower_bound_bytes,
     rank_times_s,
 )
-from solver.space import block_keys, candidate_blocks, candidates, count_candidates
+from solver.space import Block, block_keys, candidates, count_candidates
 from solver.warnings import ordered, training_estimate_warnings, training_problem_warnings
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
@@ -209,7 +209,7 @@ def is_lazy_capable(cost_model: TrainingCostModel) -> bool:
 def screen_light(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
-    constraints: SearchConstraints,
+    blocks: Iterable[Block],
     stats: SearchStats,
     monitor: Monitor,
 ) -> list[Pending]:
@@ -217,7 +217,7 @@ def screen_light(
     model's step-time bound (no profile yet), as `Pending` entries. Needs
     `is_lazy_capable(cost_model)`.
 
-    Walks the space block by block (one degree tuple each, `solver.space.candidate_blocks`)
+    Walks the space's blocks (one degree tuple each, `solver.space.candidate_blocks`)
     and builds only the plan key and the canonical key of each point; the group memory bound
     is asked once per (block, ZeRO stage), the first time a member passes the check."""
     cm: Any = cost_model
@@ -232,10 +232,10 @@ def screen_light(
     counted = 0  # of which already added to stats.enumerated / monitor.done
     memory_bound = done = 0
     next_poll = 0
-    for blk in candidate_blocks(problem, constraints):
+    for blk in blocks:
         free_split = not blk.base.stage_layers
         fits_by_group: dict[tuple[int, str], bool] = {}
-        for inner in blk.inners:
+        for slot in blk.slots:
             if n >= next_poll:
                 stats.enumerated += n - counted
                 counted = n
@@ -244,25 +244,24 @@ def screen_light(
                 memory_bound = done = 0
                 monitor.poll(report=n > 0)
                 next_poll = n - n % _POLL_EVERY + _POLL_EVERY
-            for zero in blk.zero_stages:
-                keys = block_keys(blk, inner, zero)
-                n += len(keys)
-                for key in keys:
-                    violations = check_key(problem, key)
-                    if violations:
-                        stats.rule_rejected += 1
-                        stats.add_pruned(f"rule:{violations[0].kind}")
-                        done += 1
+            keys = block_keys(blk, slot)
+            n += len(keys)
+            for key in keys:
+                violations = check_key(problem, key)
+                if violations:
+                    stats.rule_rejected += 1
+                    stats.add_pruned(f"rule:{violations[0].kind}")
+                    done += 1
+                    continue
+                if free_split:
+                    group = (slot.zero_stage, key.framework)
+                    fits = fits_by_group.get(group)
+                    if fits is None:
+                        fits = fits_by_group[group] = group_bound(problem, key) <= usable
+                    if not fits:
+                        memory_bound += 1
                         continue
-                    if free_split:
-                        group = (zero, key.framework)
-                        fits = fits_by_group.get(group)
-                        if fits is None:
-                            fits = fits_by_group[group] = group_bound(problem, key) <= usable
-                        if not fits:
-                            memory_bound += 1
-                            continue
-                    append((step_bound(problem, key) * slack, key))
+                append((step_bound(problem, key) * slack, key))
     stats.enumerated += n - counted
     if memory_bound:
         stats.add_pruned("memory_bound", memory_bound)

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import flat_group
+from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.estimate import straggler_factor
+from cost_models.analytical.training.estimate import rank_work
 from cost_models.analytical.training.extras import extra_times
 from cost_models.analytical.training.layer_costs import cost_seq
 from cost_models.analytical.training.model_states import (
@@ -20,7 +21,12 @@ from cost_models.analytical.training.model_states import (
     zero3_working_bytes,
 )
 from cost_models.analytical.training.placements import parallel_groups
-from cost_models.analytical.training.profile import microbatches, p2p_overlapped, p2p_s
+from cost_models.analytical.training.profile import (
+    microbatches,
+    p2p_overlapped,
+    p2p_s,
+    profiled,
+)
 from cost_models.analytical.training.shapes import LayerShape, StateShape
 from specs.plan import PlanKey
 
@@ -90,6 +96,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     """
     pp, v, d, t, c = key.pipeline, key.virtual_pipeline, key.data, key.tensor, key.context
     e, etp = key.expert, key.expert_tensor
+    if key.stage_layers:
+        return _split_bound_s(ctx, key)
     # Plain tuples equal to (and hashing like) the named shapes, built field by field: this
     # runs once per candidate of a search; the named shapes are built on a miss only.
     layer = (
@@ -127,7 +135,6 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         sched = m * w_max + (total - w_max) / v
     else:
         sched = (m - 1) * w_max + total
-    factor = straggler_factor(ctx.config.straggler_sigma, ctx.num_gpus)
     gathers = 0.0
     if key.zero_stage >= 2:
         unit = ctx.bound_gathers.get((states, pp))
@@ -135,7 +142,7 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
             named = StateShape.of(key)
             unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
         gathers = terms.microbatches * unit
-    return (sched + optimizer + gathers) * factor + ctx.config.step_overhead_s
+    return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
 
 
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
@@ -202,3 +209,27 @@ def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int) -> float:
     shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params
     hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
     return shard_total / pp * ctx.config.adam_step_bytes_per_param / hbm
+
+
+def _split_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """The bound of a key whose split is fixed: evaluate()'s schedule of the ranks' exact
+    work (`estimate.rank_work`), the fill and drain of overlapped transfers, the Adam step
+    of the busiest shard and the per-micro-batch ZeRO-2/3 gathers no overlap hides; only
+    the exposed data-parallel communication beyond those and the FP8 weight casts (both
+    ≥ 0) are left out."""
+    prof = profiled(ctx, key)
+    pp, v = key.pipeline, key.virtual_pipeline
+    m = prof.public.num_microbatches
+    split = rank_work(prof, key.stage_layers, pp, v)
+    sched = pipeline_step(split.work, m, v, key.pipeline_schedule).step_s
+    fill_drain = 2 * (pp - 1) * prof.p2p_raw_s if prof.p2p_s == 0.0 else 0.0
+    shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
+    shard[0] += prof.first.state.shard_params
+    shard[-1] += prof.last.state.shard_params
+    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+    optimizer = max(shard) * ctx.config.adam_step_bytes_per_param / hbm
+    gathers = 0.0
+    if key.zero_stage >= 2:
+        gathers = m * _unit_gather_s(ctx, key)
+    typical = sched + fill_drain + optimizer + gathers
+    return typical * ctx.straggler + ctx.config.step_overhead_s

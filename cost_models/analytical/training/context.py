@@ -5,6 +5,7 @@ projection of the plan it depends on, `shapes.py`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,8 @@ class ProblemContext:
     leaf_gpus: int
     """GPUs under one scale-out leaf (a scalable unit)."""
     num_gpus: int
+    straggler: float
+    """`straggler_factor` of this problem's GPU count."""
     usable_bytes: float
     is_homogeneous: bool
     gemm: RooflineGemm
@@ -98,9 +101,11 @@ class ProblemContext:
         default_factory=dict
     )
     """(rules before, rules after the per-step rules) per degrees."""
-    degrees_clear: dict[Any, bool] = field(default_factory=dict)
-    """Per degrees (`Degrees` or the equal plain tuple `check_key` builds): no degree rule
-    fails (`check_key`'s fast path)."""
+    degrees_clear: dict[Degrees, bool] = field(default_factory=dict)
+    """Per degrees: no degree rule fails."""
+    combinations_clear: dict[tuple[Any, ...], bool] = field(default_factory=dict)
+    """Per (degrees, zero stage, virtual pipeline, schedule, framework): every rule that
+    does not read the micro-batch size passes (`rules.check_key`'s fast path)."""
     framework_checks: dict[tuple[str, int, int, int, int, int, int, str], list[Violation]] = field(
         default_factory=dict
     )
@@ -154,6 +159,15 @@ class ProblemContext:
             self.preference = tuple(self.framework(n) for n in DEFAULT_PREFERENCE)
         chosen = first_that_runs(self.model, key, self.preference) or self.preference[0]
         return key._replace(framework=chosen.name)
+
+
+def straggler_factor(sigma: float, num_gpus: int) -> float:
+    """How much longer a synchronous step on `num_gpus` GPUs takes than a typical GPU's:
+    1 + σ·sqrt(2·ln N), the expected maximum of N normal variates (`AnalyticalConfig.
+    straggler_sigma`)."""
+    if num_gpus < 2 or sigma <= 0:
+        return 1.0
+    return 1.0 + sigma * math.sqrt(2.0 * math.log(num_gpus))
 
 
 def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> ProblemContext:
@@ -219,6 +233,7 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         domain_gpus=min(group.scale_up_domain_gpus, problem.num_gpus),
         leaf_gpus=cluster.fabric.nodes_per_leaf * group.gpus_per_node,
         num_gpus=problem.num_gpus,
+        straggler=straggler_factor(config.straggler_sigma, problem.num_gpus),
         usable_bytes=problem.usable_memory_bytes,
         is_homogeneous=cluster.is_homogeneous,
         gemm=gemm,

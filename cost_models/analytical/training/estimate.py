@@ -4,8 +4,8 @@ pipeline rank, metrics and the figures explanations quote."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
@@ -68,6 +68,61 @@ def _chunk_sum(prof: Profiled, rank_ranges: list[list[tuple[int, int]]], v: int)
     return many
 
 
+@dataclass(frozen=True, slots=True)
+class RankSplit:
+    """Per pipeline rank, per micro-batch, under one split: the work and its parts."""
+
+    rank_ranges: list[list[tuple[int, int]]]
+    """[rank] -> [start, end) layer ranges of its chunks, in local order."""
+    chunk_sum: ChunkSum
+    parts: list[dict[str, float]]
+    work: list[float]
+    forward: list[float]
+    backward: list[float]
+
+
+def rank_work(prof: Profiled, stages: Sequence[int], pp: int, v: int) -> RankSplit:
+    """The work of every pipeline rank per micro-batch under the split `stages`: its
+    layers' compute, recompute, TP / CP / EP communication and host time, 2·v boundary
+    transfers, and the embedding (rank 0) and LM head (last rank)."""
+    bounds = list(accumulate(stages, initial=0))
+    rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)]
+    chunk_sum = _chunk_sum(prof, rank_ranges, v)
+
+    p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
+    comp: list[dict[str, float]] = []
+    work: list[float] = []
+    fwd_rank: list[float] = []
+    bwd_rank: list[float] = []
+    for j in range(pp):
+        parts = {
+            "compute": chunk_sum("compute", j),
+            "recompute": chunk_sum("recompute", j),
+            "tp": chunk_sum("tp", j),
+            "cp": chunk_sum("cp", j),
+            "ep": chunk_sum("ep", j),
+            "host": chunk_sum("host", j),
+            "pp": p2p_rank,
+        }
+        fw = chunk_sum("forward", j)
+        bw = chunk_sum("backward", j)
+        if j == 0:
+            parts["compute"] += prof.first.compute_s
+            parts["tp"] += prof.first.tp_s
+            fw += prof.first.forward_s
+            bw += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
+        if j == pp - 1:
+            parts["compute"] += prof.last.compute_s
+            parts["tp"] += prof.last.tp_s
+            fw += prof.last.forward_s
+            bw += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
+        comp.append(parts)
+        work.append(sum(parts.values()))
+        fwd_rank.append(fw)
+        bwd_rank.append(bw)
+    return RankSplit(rank_ranges, chunk_sum, comp, work, fwd_rank, bwd_rank)
+
+
 def evaluate(
     ctx: ProblemContext, plan: TrainingPlan, violations: list[Violation]
 ) -> TrainingEstimate:
@@ -108,44 +163,9 @@ def evaluate(
     prof = profiled(ctx, key)
     cfg, pub = ctx.config, prof.public
     m = pub.num_microbatches
-    bounds = list(accumulate(stages, initial=0))
-
-    # [rank] -> [start, end) layer ranges of its chunks, in local order
-    rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)]
-    chunk_sum = _chunk_sum(prof, rank_ranges, v)
-
-    # Per-rank work per micro-batch and its components.
-    p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
-    comp: list[dict[str, float]] = []
-    work: list[float] = []
-    fwd_rank: list[float] = []
-    bwd_rank: list[float] = []
-    for j in range(pp):
-        parts = {
-            "compute": chunk_sum("compute", j),
-            "recompute": chunk_sum("recompute", j),
-            "tp": chunk_sum("tp", j),
-            "cp": chunk_sum("cp", j),
-            "ep": chunk_sum("ep", j),
-            "host": chunk_sum("host", j),
-            "pp": p2p_rank,
-        }
-        fw = chunk_sum("forward", j)
-        bw = chunk_sum("backward", j)
-        if j == 0:
-            parts["compute"] += prof.first.compute_s
-            parts["tp"] += prof.first.tp_s
-            fw += prof.first.forward_s
-            bw += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
-        if j == pp - 1:
-            parts["compute"] += prof.last.compute_s
-            parts["tp"] += prof.last.tp_s
-            fw += prof.last.forward_s
-            bw += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
-        comp.append(parts)
-        work.append(sum(parts.values()))
-        fwd_rank.append(fw)
-        bwd_rank.append(bw)
+    split = rank_work(prof, stages, pp, v)
+    rank_ranges, chunk_sum = split.rank_ranges, split.chunk_sum
+    comp, work, fwd_rank, bwd_rank = split.parts, split.work, split.forward, split.backward
     sched = pipeline_step(work, m, v, plan.pipeline_schedule)
     crit = max(range(pp), key=lambda j: work[j])
 
@@ -180,7 +200,7 @@ def evaluate(
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
     dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
     typical = sched.step_s + fill_drain + dp_exposed + optimizer_s + fp8_weights
-    stragglers = typical * (straggler_factor(cfg.straggler_sigma, ctx.num_gpus) - 1.0)
+    stragglers = typical * (ctx.straggler - 1.0)
     step = typical + stragglers + cfg.step_overhead_s
 
     cparts = comp[crit]
@@ -239,15 +259,6 @@ def evaluate(
         memory=memory,
         details=details,
     )
-
-
-def straggler_factor(sigma: float, num_gpus: int) -> float:
-    """How much longer a synchronous step on `num_gpus` GPUs takes than a typical GPU's:
-    1 + σ·sqrt(2·ln N), the expected maximum of N normal variates (`AnalyticalConfig.
-    straggler_sigma`)."""
-    if num_gpus < 2 or sigma <= 0:
-        return 1.0
-    return 1.0 + sigma * math.sqrt(2.0 * math.log(num_gpus))
 
 
 def _mfu_by_peak(ctx: ProblemContext, flops_per_gpu_s: float) -> dict[str, float]:

@@ -64,7 +64,7 @@ class AnalyticalTrainingCostModel:
     def check_key(self, problem: TrainingProblem, key: PlanKey) -> list[Violation]:
         """`check()` of the plan `key` describes, without building the plan."""
         ctx = self.context(problem)
-        return rules.check_key(ctx, ctx.resolve(key))
+        return rules.check_key(ctx, key if key.framework else ctx.resolve(key))
 
     def profile(self, problem: TrainingProblem, plan: TrainingPlan) -> LayerProfile:
         """Per-layer costs independent of the pipeline split (stage_layers is ignored)."""
@@ -93,4 +93,4 @@ class AnalyticalTrainingCostModel:
     def step_time_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
         """`bounds.step_time_lower_bound_s`."""
         ctx = self.context(problem)
-        return bounds.step_time_lower_bound_s(ctx, ctx.resolve(key))
+        return bounds.step_time_lower_bound_s(ctx, key if key.framework else ctx.resolve(key))

@@ -68,19 +68,37 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     """Every rule `key` breaks (empty: the plan can be expressed); `key` names its
     framework (`ProblemContext.resolve`)."""
     gbs = ctx.global_batch
-    b, d, pp = key.micro_batch_size, key.data, key.pipeline
-    # a plain tuple equal to (and hashing like) Degrees.of(key), without the named
-    # constructor: this runs once per candidate of a search
-    degrees = (key.tensor, key.context, d, pp, key.expert, key.expert_tensor)
+    b, d, pp, v = key.micro_batch_size, key.data, key.pipeline, key.virtual_pipeline
+    schedule = key.pipeline_schedule
+    # The rules that do not read the micro-batch size pass for this combination (cached):
+    # only the batch and interleaving rules are left to check.
+    combination = (
+        key.tensor,
+        key.context,
+        d,
+        pp,
+        key.expert,
+        key.expert_tensor,
+        key.zero_stage,
+        v,
+        schedule,
+        key.framework,
+    )
+    clear = ctx.combinations_clear.get(combination)
+    if clear is None:
+        check(ctx, key)  # fills the degree and framework caches
+        clear = ctx.combinations_clear[combination] = bool(
+            ctx.degrees_clear.get(Degrees.of(key))
+            and pp * v <= ctx.num_layers
+            and ctx.framework_checks.get(_framework_key(key)) == []
+        )
     if (
-        ctx.degrees_clear.get(degrees)
+        clear
         and not gbs % (b * d)
-        and pp * key.virtual_pipeline <= ctx.num_layers
         and (
-            key.pipeline_schedule != "interleaved_1f1b"
+            schedule != "interleaved_1f1b"
             or (pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp)
         )
-        and ctx.framework_checks.get(_framework_key(key)) == []
     ):
         return []
     return check(ctx, key)
