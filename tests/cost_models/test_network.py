@@ -133,3 +133,45 @@ def test_layout_defaults_to_a_non_blocking_fabric() -> None:
     assert resolved.fabric == FabricLayout(
         topology=resolved.fabric.topology, oversubscription=1.0, nodes_per_leaf=32
     )
+
+
+def test_moe_on_nvl72_trays_prices_the_rack_domain() -> None:
+    """End to end (issue 10): a Mixtral-8x22B plan with an 8-way expert group on GB200
+    NVL72 described as Slurm sees it (4-GPU trays). Named as the system the rack's 72-GPU
+    NVLink domain holds the expert group; declared with a 4-GPU domain, the same all-to-all
+    crosses InfiniBand and the step is slower."""
+    from cost_models.base import TrainingProblem
+    from cost_models.registry import build_cost_model
+    from specs.plan import TrainingPlan
+    from specs.presets import get_preset
+    from specs.workload import TrainingWorkload
+
+    def estimate(group: dict) -> tuple[str, float, float]:
+        problem = TrainingProblem(
+            model=get_preset("mixtral-8x22b"),
+            cluster=resolve_cluster(ClusterSpec.model_validate({"node_groups": [group]})),
+            workload=TrainingWorkload(global_batch_size=256, sequence_length=4096),
+        )
+        plan = TrainingPlan.model_validate(
+            {
+                "parallelism": {"data": 16, "tensor": 1, "pipeline": 4, "expert": 8},
+                "micro_batch_size": 1,
+                "zero_stage": 1,
+                "recompute": "full",
+                "stage_layers": [14, 14, 14, 14],
+            }
+        )
+        est = build_cost_model("analytical").evaluate(problem, plan)
+        moe = est.details["expert_parallel"]
+        return moe["all_to_all_tier"], moe["all_to_all_s_per_step"], est.metrics.step_time_s
+
+    rack = {"system": "gb200-nvl72", "num_nodes": 16}
+    assert resolve_cluster(ClusterSpec.model_validate({"node_groups": [rack]})).groups[
+        0
+    ].scale_up_domain_gpus == 72
+    tier, a2a_rack, step_rack = estimate(rack)
+    trays = {**rack, "scale_up_domain_gpus": 4}
+    tier_trays, a2a_trays, step_trays = estimate(trays)
+    assert (tier, tier_trays) == ("intra", "inter")
+    assert a2a_trays > 3 * a2a_rack
+    assert step_trays > step_rack
