@@ -49,6 +49,7 @@ from solver.search.steps import (
     Screened,
     Stopped,
     TopK,
+    collection_paused,
     evaluate_screened,
     evaluate_split,
     finish,
@@ -71,6 +72,7 @@ def clear_caches() -> None:
     clear_bound_memo()
 
 
+@collection_paused()
 def search(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -66,6 +68,23 @@ class Screened:
     key: PlanKey
     profile: LayerProfile
     step_lower_bound_s: float
+
+
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a search runs: a search allocates hundreds of
+    thousands of small tuples that reference counting frees, and the collector's passes over
+    the long-lived caches cost about a tenth of its time (callgrind, Llama-3-70B on 64 H100).
+    The search builds no reference cycles. The collector is turned back on at the end when
+    it was on at the start (overlapping searches in threads leave it on once the first
+    caller that found it on is done)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Stopped(Exception):

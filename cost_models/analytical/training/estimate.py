@@ -70,57 +70,60 @@ def _chunk_sum(prof: Profiled, rank_ranges: list[list[tuple[int, int]]], v: int)
 
 @dataclass(frozen=True, slots=True)
 class RankSplit:
-    """Per pipeline rank, per micro-batch, under one split: the work and its parts."""
+    """Per pipeline rank, per micro-batch, under one split: its chunks and its work."""
 
     rank_ranges: list[list[tuple[int, int]]]
     """[rank] -> [start, end) layer ranges of its chunks, in local order."""
     chunk_sum: ChunkSum
-    parts: list[dict[str, float]]
     work: list[float]
-    forward: list[float]
-    backward: list[float]
+    p2p_s: float
+    """Boundary transfers per micro-batch on every rank (2·v exposed send/receives)."""
 
 
 def rank_work(prof: Profiled, stages: Sequence[int], pp: int, v: int) -> RankSplit:
     """The work of every pipeline rank per micro-batch under the split `stages`: its
-    layers' compute, recompute, TP / CP / EP communication and host time, 2·v boundary
-    transfers, and the embedding (rank 0) and LM head (last rank)."""
+    layers' compute, recompute, TP / CP / EP communication and host time (the layers'
+    `time`), 2·v boundary transfers, and the embedding (rank 0) and LM head (last rank)."""
     bounds = list(accumulate(stages, initial=0))
     rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)]
     chunk_sum = _chunk_sum(prof, rank_ranges, v)
-
     p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
-    comp: list[dict[str, float]] = []
-    work: list[float] = []
-    fwd_rank: list[float] = []
-    bwd_rank: list[float] = []
-    for j in range(pp):
-        parts = {
-            "compute": chunk_sum("compute", j),
-            "recompute": chunk_sum("recompute", j),
-            "tp": chunk_sum("tp", j),
-            "cp": chunk_sum("cp", j),
-            "ep": chunk_sum("ep", j),
-            "host": chunk_sum("host", j),
-            "pp": p2p_rank,
-        }
-        fw = chunk_sum("forward", j)
-        bw = chunk_sum("backward", j)
-        if j == 0:
-            parts["compute"] += prof.first.compute_s
-            parts["tp"] += prof.first.tp_s
-            fw += prof.first.forward_s
-            bw += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
-        if j == pp - 1:
-            parts["compute"] += prof.last.compute_s
-            parts["tp"] += prof.last.tp_s
-            fw += prof.last.forward_s
-            bw += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
-        comp.append(parts)
-        work.append(sum(parts.values()))
-        fwd_rank.append(fw)
-        bwd_rank.append(bw)
-    return RankSplit(rank_ranges, chunk_sum, comp, work, fwd_rank, bwd_rank)
+    work = [chunk_sum("time", j) + p2p_rank for j in range(pp)]
+    work[0] += prof.first.compute_s + prof.first.tp_s
+    work[-1] += prof.last.compute_s + prof.last.tp_s
+    return RankSplit(rank_ranges, chunk_sum, work, p2p_rank)
+
+
+def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, float]:
+    """Rank j's work per micro-batch by component (the time breakdown)."""
+    chunk_sum = split.chunk_sum
+    parts = {
+        "compute": chunk_sum("compute", j),
+        "recompute": chunk_sum("recompute", j),
+        "tp": chunk_sum("tp", j),
+        "cp": chunk_sum("cp", j),
+        "ep": chunk_sum("ep", j),
+        "host": chunk_sum("host", j),
+        "pp": split.p2p_s,
+    }
+    if j == 0:
+        parts["compute"] += prof.first.compute_s
+        parts["tp"] += prof.first.tp_s
+    if j == pp - 1:
+        parts["compute"] += prof.last.compute_s
+        parts["tp"] += prof.last.tp_s
+    return parts
+
+
+def _forward_backward(prof: Profiled, split: RankSplit, pp: int) -> tuple[list[float], list[float]]:
+    """Forward and backward (with recompute) time per micro-batch of every rank."""
+    fwd = [split.chunk_sum("forward", j) for j in range(pp)]
+    bwd = [split.chunk_sum("backward", j) for j in range(pp)]
+    fwd[0] += prof.first.forward_s
+    bwd[0] += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
+    fwd[-1] += prof.last.forward_s
+    bwd[-1] += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
+    return fwd, bwd
 
 
 def evaluate(
@@ -164,8 +167,8 @@ def evaluate(
     cfg, pub = ctx.config, prof.public
     m = pub.num_microbatches
     split = rank_work(prof, stages, pp, v)
-    rank_ranges, chunk_sum = split.rank_ranges, split.chunk_sum
-    comp, work, fwd_rank, bwd_rank = split.parts, split.work, split.forward, split.backward
+    rank_ranges, chunk_sum, work = split.rank_ranges, split.chunk_sum, split.work
+    fwd_rank, bwd_rank = _forward_backward(prof, split, pp)
     sched = pipeline_step(work, m, v, plan.pipeline_schedule)
     crit = max(range(pp), key=lambda j: work[j])
 
@@ -203,7 +206,7 @@ def evaluate(
     stragglers = typical * (ctx.straggler - 1.0)
     step = typical + stragglers + cfg.step_overhead_s
 
-    cparts = comp[crit]
+    cparts = rank_parts(prof, split, crit, pp)
     breakdown = TimeBreakdown(
         compute=m * (cparts["compute"] + cparts["recompute"]),
         tensor_parallel_comm=m * cparts["tp"],
