@@ -34,6 +34,7 @@ Liu et al. 2025 §3), the rest over data × context; the two run one after the o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -66,6 +67,9 @@ class RankWork:
     """How long after rank 0 the rank starts its first forward."""
     drain_slack_s: float
     """How long before rank 0 the rank ends its last backward."""
+    nic_busy_s: float = 0.0
+    """Per micro-batch, how long the rank's NIC carries its expert all-to-all (when the
+    expert group spans scale-up domains); forward and backward each take half."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,8 @@ def data_parallel_s(
             parts.append((rank.expert_params, expert_group))
         elif rank.expert_params:  # experts replicated nowhere else: reduced with the rest
             parts[0] = (rank.dense_params + rank.expert_params, dense_group)
+        if rank.nic_busy_s and any(g.tier == "inter" for _, g in parts if g.size > 1):
+            rank = _nic_window(rank)
         if zero == 3:
             exposed, raw = _zero3(ctx, cfg, parts, rank, m, pp, fw.reshards_after_forward(3))
         elif zero == 2 and pp == 1 and cfg.grad_reduce_every_microbatch:
@@ -117,6 +123,20 @@ def data_parallel_s(
         worst_exposed = max(worst_exposed, exposed)
         worst_raw = max(worst_raw, raw)
     return DataParallelTime(worst_exposed, worst_raw)
+
+
+def _nic_window(rank: RankWork) -> RankWork:
+    """The rank's compute as a window for hiding data-parallel traffic that crosses scale-up
+    domains: without the time its NIC is busy with the expert all-to-all. Both go out
+    through the same NIC (one per GPU on rail-optimised H100/B200 nodes), so the NIC does
+    them one after the other; the all-to-all is already on the critical path (Megatron-Core
+    does not overlap it), the gathers and reductions queue behind it."""
+    half = rank.nic_busy_s / 2.0
+    return dataclasses.replace(
+        rank,
+        forward_s=max(0.0, rank.forward_s - half),
+        backward_s=max(0.0, rank.backward_s - half),
+    )
 
 
 def _bucket_elements(cfg: FrameworkConfig, params: float, rank: RankWork, j: int, dp: int) -> float:

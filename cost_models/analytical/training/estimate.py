@@ -181,6 +181,14 @@ def evaluate(
     params[-1] += prof.last.state.params
     shard_params[-1] += prof.last.state.shard_params
     layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
+    a2a_on_nic = (
+        model.moe is not None
+        and key.expert > 1
+        and expert_groups(
+            ctx, key.expert, key.expert_tensor, p.data * p.context * p.tensor
+        ).expert.tier
+        == "inter"
+    )
     ranks = [
         RankWork(
             dense_params=params[j] - expert_params[j],
@@ -190,6 +198,7 @@ def evaluate(
             backward_s=bwd_rank[j],
             fill_slack_s=sum(fwd_rank[:j]),
             drain_slack_s=sum(bwd_rank[:j]),
+            nic_busy_s=chunk_sum("a2a", j) if a2a_on_nic else 0.0,
         )
         for j in range(pp)
     ]
