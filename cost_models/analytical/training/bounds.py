@@ -42,6 +42,9 @@ class BoundTerms:
     smallest_layer_s: float
     larger_extra_s: float
     p2p_s: float
+    """One boundary transfer per micro-batch (0 with pipeline 1)."""
+    p2p_hidden: tuple[bool, bool]
+    """Whether the framework hides the transfers (without, with interleaving)."""
     microbatches: int
 
 
@@ -120,7 +123,7 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     if optimizer is None:
         named = StateShape.of(key)
         optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
-    p2p_rank = 2 * v * terms.p2p_s if pp > 1 and not p2p_overlapped(ctx, key) else 0.0
+    p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
         w_max = total
@@ -167,6 +170,10 @@ def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
         smallest_layer_s=smallest,
         larger_extra_s=larger_extra,
         p2p_s=p2p_s(ctx, layer, groups) if pp > 1 else 0.0,
+        p2p_hidden=(
+            p2p_overlapped(ctx, key._replace(virtual_pipeline=1)),
+            p2p_overlapped(ctx, key._replace(virtual_pipeline=2)),
+        ),
         microbatches=microbatches(ctx, key),
     )
 
