@@ -317,6 +317,9 @@ class FrameworkPublic(BaseModel):
     """ZeRO stages the framework implements."""
     supports_moe: bool
     """Whether it trains mixture-of-experts models."""
+    rules: list[str] = Field(default_factory=list)
+    """The combinations it cannot run, in words, besides `zero_stages` and `supports_moe`
+    (a plan breaking one is priced `feasible: false` with a `framework` violation)."""
     default_for_search: bool
     """Searches price candidates under this framework when the request names none."""
     preference_rank: int | None

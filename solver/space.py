@@ -156,7 +156,14 @@ def framework_options(
     by default such combinations are not part of the space."""
     fixed = validated_fixed(constraints)
     if "framework" in fixed:
-        return (check_framework(fixed["framework"], "constraints.fixed.framework"),), True
+        pinned = check_framework(fixed["framework"], "constraints.fixed.framework")
+        if constraints.frameworks and pinned.name not in constraints.frameworks:
+            raise SpecError(
+                "constraints.fixed.framework",
+                "must be one of constraints.frameworks when both are given",
+                fixed["framework"],
+            )
+        return (pinned,), True
     if constraints.frameworks:
         # checked at the request's own indices, then each framework once
         profiles = [

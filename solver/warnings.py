@@ -199,11 +199,12 @@ def mfu_above_measured(problem: TrainingProblem, estimate: TrainingEstimate) -> 
         if _precision_class(precision) == "bf16":
             predicted = f"The predicted MFU of {_pct(bf16_mfu)}"
         else:
+            own_peak = metrics.mfu_fp8_peak if precision == "fp8" else None
+            of_own = f"{_pct(own_peak)} of the {precision} peak; " if own_peak is not None else ""
             predicted = (
                 f"The predicted {metrics.model_tflops_per_gpu:.0f} TFLOP/s per GPU is "
-                f"{_pct(bf16_mfu)} of the BF16 peak ({_pct(metrics.mfu)} of the {precision} "
-                "peak; published MFU figures are BF16 runs, so they are compared on the BF16 "
-                "peak), which"
+                f"{_pct(bf16_mfu)} of the BF16 peak ({of_own}published MFU figures are BF16 "
+                "runs, so they are compared on the BF16 peak), which"
             )
         return PlanWarning(
             code="mfu_above_measured",

@@ -51,7 +51,7 @@ from cost_models.frameworks import list_frameworks as registered_frameworks
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
-from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework
+from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
 from specs.constraints import TRAINING_FIXABLE_FIELDS, SearchConstraints
@@ -198,6 +198,7 @@ def framework_public(profile: FrameworkProfile) -> dict[str, Any]:
         "description": _one_line(inspect.getdoc(type(profile))),
         "zero_stages": sorted(profile.zero_stages),
         "supports_moe": profile.supports_moe,
+        "rules": list(profile.rules),
         "default_for_search": profile.name == DEFAULT_SEARCH_FRAMEWORK,
         "preference_rank": (
             DEFAULT_PREFERENCE.index(profile.name) + 1
@@ -717,6 +718,7 @@ def prepare_search(
     workload = _training_workload(body.workload)
     _check_supported(model, cluster, workload)
     _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
+    framework_options(constraints)  # a pinned framework among the listed ones
     cost_ref, calibration = calibrated_cost_model_ref(
         body.cost_model or CostModelRef(), cluster.accelerator.id, session
     )
@@ -803,7 +805,7 @@ def run_problem(
     plans = [_ranked_plan_dict(p) for p in result.plans]
     if not plans and not should_stop():
         raise NoFeasiblePlan(
-            _no_plan_detail(training), reasons=stats.get("pruned", {}), stats=stats
+            _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
         )
     return SearchOutcome(plans=plans, stats=stats)
 
@@ -825,8 +827,27 @@ MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
 ZeRO, Rajbhandari et al. 2020 (arXiv 1910.02054), §3.1 ("16Ψ bytes")."""
 
 
-def _no_plan_detail(problem: TrainingProblem) -> str:
-    """Why nothing fits, in numbers: model states against the cluster's memory."""
+def _no_plan_detail(problem: TrainingProblem, stats: dict[str, Any]) -> str:
+    """Why nothing fits, in the terms of what pruned the candidates: an empty space, a rule
+    every candidate breaks, or memory (model states against the cluster's memory)."""
+    pruned: dict[str, int] = stats.get("pruned") or {}
+    enumerated = int(stats.get("enumerated") or 0)
+    if enumerated == 0:
+        return (
+            "the search space is empty: no combination of degrees, micro-batch size and fixed "
+            f"fields divides global_batch_size {problem.workload.global_batch_size} over "
+            f"{problem.num_gpus} GPUs (check constraints.micro_batch_sizes and "
+            "constraints.fixed)"
+        )
+    rules = {k.removeprefix("rule:"): v for k, v in pruned.items() if k.startswith("rule:")}
+    if rules and sum(rules.values()) >= enumerated:
+        listed = ", ".join(
+            f"{kind} ({n})" for kind, n in sorted(rules.items(), key=lambda x: -x[1])
+        )
+        return (
+            f"every one of the {enumerated} candidates breaks a rule: {listed}; estimate one "
+            "plan (POST /v1/estimate) to read the rule's detail"
+        )
     params = problem.model.num_parameters()
     states_tb = params * MIXED_PRECISION_ADAM_BYTES_PER_PARAM / 1e12
     accelerator = problem.cluster.accelerator
@@ -836,8 +857,9 @@ def _no_plan_detail(problem: TrainingProblem) -> str:
         f"{accelerator.id}: its {params / 1e9:.2f}e9 parameters need "
         f"{states_tb:.2f} TB of weights, gradients and Adam states (16 bytes per parameter) "
         f"before activations; the cluster has {problem.num_gpus} × "
-        f"{accelerator.memory_gib:.1f} GiB = {memory_tb:.2f} TB (see `reasons` for what "
-        "pruned the candidates)"
+        f"{accelerator.memory_gib:.1f} GiB = {memory_tb:.2f} TB, of which "
+        f"memory_headroom_gib = {problem.memory_headroom_gib:g} per GPU is kept free (see "
+        "`reasons` for what pruned the candidates)"
     )
 
 

@@ -107,6 +107,8 @@ class FrameworkProfile:
     """ZeRO stages the framework implements."""
     supports_moe: ClassVar[bool] = True
     """Whether the framework trains mixture-of-experts models."""
+    rules: ClassVar[tuple[str, ...]] = ()
+    """The combination rules `_rules` checks, in words (`GET /v1/frameworks`)."""
     Config: ClassVar[type[FrameworkConfig]] = FrameworkConfig
 
     def __init__(self, config: FrameworkConfig | None = None) -> None:

@@ -17,6 +17,8 @@ reduce-scatters at one NIC per GPU with nothing hidden, the cross-node bottlenec
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from cost_models.frameworks.base import (
@@ -62,6 +64,11 @@ class DeepSpeed(FrameworkProfile):
 
     name = "deepspeed"
     label = "DeepSpeed"
+    rules: ClassVar[tuple[str, ...]] = (
+        "ZeRO-2/3 only without pipeline parallelism (PipelineEngine)",
+        "no interleaved (virtual) pipeline schedule",
+        "no ring context parallelism",
+    )
     Config = DeepSpeedConfig
 
     def _rules(self, key: PlanKey) -> list[str]:

@@ -12,6 +12,8 @@ prefetched in forward and backward; with `MixedPrecision(param_dtype=bf16)` and 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile
@@ -41,6 +43,10 @@ class FSDP(FrameworkProfile):
     name = "fsdp"
     label = "PyTorch FSDP"
     zero_stages = frozenset({0, 2, 3})
+    rules: ClassVar[tuple[str, ...]] = (
+        "data parallelism only: no tensor, pipeline, context or expert parallelism "
+        "(torchtitan composes FSDP2 with them)",
+    )
     Config = FSDPConfig
 
     def _rules(self, key: PlanKey) -> list[str]:

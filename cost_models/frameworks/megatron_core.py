@@ -15,6 +15,8 @@ collectives with the dgrad / wgrad GEMMs; the interleaved schedule overlaps its 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile
@@ -39,6 +41,7 @@ class MegatronCore(FrameworkProfile):
 
     name = "megatron_core"
     label = "Megatron-Core"
+    rules: ClassVar[tuple[str, ...]] = ("ZeRO-2/3 (its FSDP) only without pipeline parallelism",)
     Config = MegatronCoreConfig
 
     def _rules(self, key: PlanKey) -> list[str]:

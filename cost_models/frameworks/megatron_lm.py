@@ -12,6 +12,8 @@ context or expert parallelism.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile, P2POverlap
 from cost_models.frameworks.registry import register_framework
 from specs.plan import PlanKey
@@ -38,6 +40,10 @@ class MegatronLM(FrameworkProfile):
     label = "Megatron-LM (2021–2022)"
     zero_stages = frozenset({0, 1})
     supports_moe = False
+    rules: ClassVar[tuple[str, ...]] = (
+        "no context parallelism",
+        "no expert parallelism and no mixture-of-experts models",
+    )
     Config = MegatronLMConfig
 
     def _rules(self, key: PlanKey) -> list[str]:

@@ -13,6 +13,8 @@ asynchronously; fused AdamW on the shards.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile, P2POverlap
@@ -44,4 +46,5 @@ class Torchtitan(FrameworkProfile):
     name = "torchtitan"
     label = "torchtitan"
     zero_stages = frozenset({0, 2, 3})
+    rules: ClassVar[tuple[str, ...]] = ()
     Config = TorchtitanConfig

@@ -234,3 +234,30 @@ def test_a_search_with_no_feasible_plan_fails_with_a_problem(
     # 70.55e9 parameters × 16 bytes = 1.13 TB; 4 × 79.6 GiB = 4 × 85.5 GB = 0.34 TB
     assert "1.13 TB" in error["detail"] and "0.34 TB" in error["detail"]
     assert client.get(f"/v1/searches/{search['id']}/plans").json()["total"] == 0
+
+
+def test_a_search_whose_every_candidate_breaks_a_rule_says_which(
+    client: Any, tiny: dict[str, Any]
+) -> None:
+    # MXFP8 needs Blackwell's block-scaled tensor cores: on H100 every candidate breaks the
+    # precision rule, and the failure says so instead of blaming memory
+    body = {
+        **tiny,
+        "workload": {**tiny["workload"], "precision": "fp8", "fp8_recipe": "mxfp8"},
+        "constraints": {"time_limit_s": 20},
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "failed", search
+    error = search["error"]
+    assert set(error["reasons"]) == {"rule:precision"}
+    assert "breaks a rule: precision" in error["detail"]
+    assert "TB" not in error["detail"]
+
+
+def test_a_pinned_framework_outside_the_listed_ones_is_refused(
+    client: Any, tiny: dict[str, Any]
+) -> None:
+    body = {**tiny, "constraints": {"frameworks": ["fsdp"], "fixed": {"framework": "deepspeed"}}}
+    response = client.post("/v1/searches", json=body)
+    problem = assert_problem(response, 422)
+    assert error_fields(problem) == ["constraints.fixed.framework"]

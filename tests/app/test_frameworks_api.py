@@ -48,6 +48,11 @@ def test_frameworks_list_every_profile_with_its_rules_and_launchers(client: Any)
         # searches price under Megatron-Core unless the request names frameworks
         assert item["default_for_search"] is (item["name"] == "megatron_core")
         assert item["label"] and item["description"]
+    # the combination rules, in words, one per rule the profile checks
+    rules = {f["name"]: f["rules"] for f in items}
+    assert len(rules["deepspeed"]) == 3 and any("interleaved" in r for r in rules["deepspeed"])
+    assert rules["torchtitan"] == []
+    assert len(rules["fsdp"]) == 1 and "data parallelism only" in rules["fsdp"][0]
     labels = {f["name"]: f["label"] for f in items}
     assert labels["megatron_core"] == "Megatron-Core"
     assert labels["fsdp"] == "PyTorch FSDP"

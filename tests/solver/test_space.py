@@ -181,3 +181,14 @@ def test_framework_options_name_an_unknown_entry_at_its_request_index() -> None:
     with pytest.raises(SpecError) as fixed:
         framework_options(SearchConstraints(fixed={"framework": "jax"}))
     assert fixed.value.field == "constraints.fixed.framework"
+
+
+def test_a_pinned_framework_must_be_among_the_listed_ones() -> None:
+    constraints = SearchConstraints(frameworks=["fsdp"], fixed={"framework": "deepspeed"})
+    with pytest.raises(SpecError) as exc:
+        framework_options(constraints)
+    assert exc.value.field == "constraints.fixed.framework"
+    profiles, requested = framework_options(
+        SearchConstraints(frameworks=["fsdp", "deepspeed"], fixed={"framework": "deepspeed"})
+    )
+    assert [p.name for p in profiles] == ["deepspeed"] and requested

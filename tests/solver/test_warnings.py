@@ -82,10 +82,16 @@ def problem(
 
 
 def estimate(
-    tflops: float, peak_gib: float, capacity_gib: float, peak_tflops: float, data: int = 96
+    tflops: float,
+    peak_gib: float,
+    capacity_gib: float,
+    peak_tflops: float,
+    data: int = 96,
+    fp8_peak_tflops: float | None = None,
 ) -> TrainingEstimate:
     """An estimate with the given model TFLOP/s per GPU and peak memory (nothing else
-    matters to the warnings)."""
+    matters to the warnings); `mfu` is on `peak_tflops` (the BF16 peak, also for FP8 runs)
+    and `mfu_fp8_peak` on `fp8_peak_tflops` when given."""
     stage = StageMemory(
         weights_gib=peak_gib,
         gradients_gib=0.0,
@@ -103,6 +109,7 @@ def estimate(
             tokens_per_s=1.0,
             model_tflops_per_gpu=tflops,
             mfu=tflops / peak_tflops,
+            mfu_fp8_peak=tflops / fp8_peak_tflops if fp8_peak_tflops else None,
             peak_memory_gib=peak_gib,
             bubble_fraction=0.0,
             time_breakdown_s=TimeBreakdown(compute=1.0),
@@ -161,11 +168,18 @@ def test_fp8_runs_are_compared_on_the_bf16_peak() -> None:
     p = problem(precision="fp8")
     fp8_peak = 1978.9
     # 480 TFLOP/s is 24.3 % of the fp8 peak, but 48.5 % of the bf16 peak: above 47 %
-    w = mfu_above_measured(p, estimate(480.0, 40, H100_MEMORY_GIB, fp8_peak))
+    w = mfu_above_measured(
+        p, estimate(480.0, 40, H100_MEMORY_GIB, H100_BF16_TFLOPS, fp8_peak_tflops=fp8_peak)
+    )
     assert w is not None
-    assert "48.5 %" in w.detail and "24.3 %" in w.detail
+    assert "48.5 % of the BF16 peak (24.3 % of the fp8 peak" in w.detail
     # 450 TFLOP/s = 45.5 % of the bf16 peak: below
-    assert mfu_above_measured(p, estimate(450.0, 40, H100_MEMORY_GIB, fp8_peak)) is None
+    assert (
+        mfu_above_measured(
+            p, estimate(450.0, 40, H100_MEMORY_GIB, H100_BF16_TFLOPS, fp8_peak_tflops=fp8_peak)
+        )
+        is None
+    )
 
 
 def test_a100_and_tpu_ceilings() -> None:
