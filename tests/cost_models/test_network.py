@@ -166,9 +166,12 @@ def test_moe_on_nvl72_trays_prices_the_rack_domain() -> None:
         return moe["all_to_all_tier"], moe["all_to_all_s_per_step"], est.metrics.step_time_s
 
     rack = {"system": "gb200-nvl72", "num_nodes": 16}
-    assert resolve_cluster(ClusterSpec.model_validate({"node_groups": [rack]})).groups[
-        0
-    ].scale_up_domain_gpus == 72
+    assert (
+        resolve_cluster(ClusterSpec.model_validate({"node_groups": [rack]}))
+        .groups[0]
+        .scale_up_domain_gpus
+        == 72
+    )
     tier, a2a_rack, step_rack = estimate(rack)
     trays = {**rack, "scale_up_domain_gpus": 4}
     tier_trays, a2a_trays, step_trays = estimate(trays)
