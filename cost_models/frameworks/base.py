@@ -56,6 +56,11 @@ class FrameworkConfig(BaseModel):
     zero3_prefetch: bool = True
     """ZeRO-3 / FSDP all-gathers the next unit's parameters while the current one computes
     (forward and backward prefetch)."""
+    zero3_unit: Literal["module", "layer"] = "layer"
+    """What ZeRO-3 gathers at once: a whole transformer layer (FSDP / FSDP2 wrap units,
+    Megatron-FSDP; the unit's unsharded gradient also lives until its reduce-scatter) or
+    each module (DeepSpeed fetches parameters module by module, bounded by
+    `stage3_prefetch_bucket_size`)."""
     zero3_flat_ring: bool = False
     """ZeRO-3 gathers and reduce-scatters cross the network as one flat ring over each GPU's
     own NIC instead of NCCL's rings over every NIC of a node."""

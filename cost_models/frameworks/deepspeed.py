@@ -17,7 +17,7 @@ reduce-scatters at one NIC per GPU with nothing hidden, the cross-node bottlenec
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -44,6 +44,8 @@ class DeepSpeedConfig(FrameworkConfig):
     """The ZeRO-1/2 parameter all-gather runs after the step."""
     zero3_prefetch: bool = False
     """ZeRO-3 gathers measured fully exposed (module docstring)."""
+    zero3_unit: Literal["module", "layer"] = "module"
+    """Parameters fetched module by module (`stage3_prefetch_bucket_size`)."""
     zero3_flat_ring: bool = True
     """ZeRO-3 collectives measured at one NIC per GPU (module docstring)."""
     grad_reduce_every_microbatch: bool = True

@@ -144,8 +144,8 @@ def test_work_per_rank_matches_profile(llama_problem: TrainingProblem) -> None:
 
 def test_zero_stage_state_bytes(problem_factory: Callable[..., TrainingProblem]) -> None:
     # 1 pipeline rank, tensor 1, data 4: weights+grads+optimizer per parameter 18, 6+12/4,
-    # 2+16/4, 18/4 (ZeRO-3 also holds its two largest modules gathered in bf16: the MLP's
-    # h × 4h input projection, 512 × 2048 weights).
+    # 2+16/4, 18/4 (ZeRO-3 under Megatron-Core's FSDP also holds two layers gathered in bf16
+    # and one layer's unsharded fp32 gradient: 8 bytes per parameter of a layer).
     model = gpt(layers=4, h=512, a=8, vocab=1000)
     prob = problem_factory(model, make_h100(), 1, 64, 512, gpus_per_node=4)
     cm = build_cost_model()
@@ -156,7 +156,7 @@ def test_zero_stage_state_bytes(problem_factory: Callable[..., TrainingProblem])
         sm = est.memory.by_stage[0]
         states = (sm.weights_gib + sm.gradients_gib + sm.optimizer_gib) * GIB
         if zero == 3:
-            states -= 2 * 2 * 512 * 2048
+            states -= 8 * model.layer_parameters(0)
         assert states == pytest.approx(n * bpp, rel=1e-9)
 
 

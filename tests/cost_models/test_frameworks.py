@@ -173,3 +173,35 @@ def test_search_compares_the_listed_frameworks() -> None:
         top_k=5,
     )
     assert {p.estimate.plan.framework for p in pinned.plans} == {"deepspeed"}
+
+
+def test_zero3_working_copy_by_the_frameworks_unit() -> None:
+    """ZeRO-3 on Llama-3-70B over 64 GPUs, tensor 1: FSDP-style frameworks gather a whole
+    layer (two resident, bf16) and keep one layer's unsharded gradient in their reduce dtype;
+    DeepSpeed gathers module by module (two of the largest: the gated MLP's fused gate and
+    up projection, h × 2·ffn)."""
+    from cost_models.analytical.training.profile import profiled
+
+    model = llama3_70b()
+    h, ffn, kv = model.hidden_size, model.ffn_hidden_size, model.kv_heads
+    head_dim = h // model.num_attention_heads
+    layer = h * h * 2 + 2 * h * kv * head_dim + 3 * h * ffn + 2 * h  # q, o, k, v, MLP, norms
+    assert layer == model.layer_parameters(0)
+    problem = TrainingProblem(
+        model=model,
+        cluster=resolve_cluster(
+            ClusterSpec.model_validate(
+                {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]}
+            )
+        ),
+        workload=TrainingWorkload(global_batch_size=256, sequence_length=4096),
+    )
+    ctx = AnalyticalTrainingCostModel().context(problem)
+    key = PlanKey(data=64, zero_stage=3)
+    fsdp2 = profiled(ctx, key._replace(framework="torchtitan")).zero3_working_bytes
+    assert fsdp2 == pytest.approx(2 * 2 * layer + 4 * layer, rel=1e-6)  # fp32 reduce
+    modules = profiled(ctx, key._replace(framework="deepspeed")).zero3_working_bytes
+    assert modules == pytest.approx(2 * 2 * h * 2 * ffn, rel=1e-6)
+    # no sharding, no working copy
+    unsharded = PlanKey(data=1, tensor=8, pipeline=8, zero_stage=3, framework="torchtitan")
+    assert profiled(ctx, unsharded).zero3_working_bytes == 0

@@ -71,11 +71,7 @@ def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
     bucket = (
         grad_bucket_bytes(shape.shards, states.params_sum / pp) if shape.zero_stage < 3 else 0.0
     )
-    zero3 = (
-        zero3_working_bytes(model, shape.tensor, shape.expert, shape.expert_tensor)
-        if shape.zero_stage == 3 and shape.shards > 1
-        else 0.0
-    )
+    zero3 = zero3_working_bytes(ctx, shape)
     fixed = ctx.config.runtime_context_gib * GIB + bucket + zero3
     layer_bytes = states.public["state"]
     mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp

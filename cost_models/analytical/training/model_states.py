@@ -140,20 +140,38 @@ def head_params_on_last(model: ModelSpec, pipeline: int) -> bool:
     return not model.tie_embeddings or pipeline > 1
 
 
+PARAM_BYTES = 2.0
+"""bf16 parameters."""
+
+
 ZERO3_LIVE_MODULES = 2
-"""Gathered modules resident at once under ZeRO-3: the one computing and the one prefetched."""
+"""Gathered units resident at once under ZeRO-3: the one computing and the one prefetched."""
+
+
+def zero3_working_bytes(ctx: ProblemContext, shape: StateShape) -> float:
+    """Bytes ZeRO-3 holds gathered at once on one GPU (0 without ZeRO-3 or sharding).
+
+    FSDP / FSDP2 and Megatron-FSDP gather a whole transformer layer (their wrap unit) before
+    its forward and backward, prefetching the next, and the unit's unsharded gradient lives
+    until its reduce-scatter: two layers of bf16 parameters plus one layer's gradient in the
+    framework's reduce dtype (Zhao et al. 2023, PyTorch FSDP, §3.2-3.3). DeepSpeed gathers
+    module by module and frees each after use (Rajbhandari et al. 2020 §5.3;
+    `stage3_prefetch_bucket_size`): about two of the largest modules. A layer's parameters
+    on the GPU are split over the tensor group (routed experts: the GPU's num_experts /
+    expert experts, each split over expert_tensor).
+    """
+    if shape.zero_stage != 3 or shape.shards <= 1:
+        return 0.0
+    cfg = ctx.framework(shape.framework).config
+    if cfg.zero3_unit == "layer":
+        layer = max(item.params for item in state_seq(ctx, shape).items)
+        return ZERO3_LIVE_MODULES * PARAM_BYTES * layer + cfg.grad_reduce_bytes * layer
+    return _largest_modules_bytes(ctx.model, shape.tensor, shape.expert, shape.expert_tensor)
 
 
 @functools.lru_cache(maxsize=4096)
-def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tensor: int) -> float:
-    """bf16 bytes of the parameters ZeRO-3 holds gathered at once on one GPU.
-
-    ZeRO-3 gathers parameters module by module (each linear layer) just before use and frees
-    them after, prefetching the next (Rajbhandari et al. 2020 §5.3; DeepSpeed
-    `stage3_prefetch_bucket_size`), so the working copy is about two of the largest modules,
-    not two transformer layers. A module's weights are split over the tensor group (routed
-    experts: the GPU's num_experts / expert experts, each split over expert_tensor).
-    """
+def _largest_modules_bytes(model: ModelSpec, tensor: int, expert: int, expert_tensor: int) -> float:
+    """bf16 bytes of the two largest modules (linear layers) of a layer on one GPU."""
     largest = 0.0
     kinds = {model.is_moe_layer(i) for i in range(model.num_layers)}
     for is_moe in kinds:
@@ -165,4 +183,4 @@ def zero3_working_bytes(model: ModelSpec, tensor: int, expert: int, expert_tenso
                 assert model.moe is not None
                 weights *= model.moe.num_experts / expert / expert_tensor
             largest = max(largest, weights)
-    return ZERO3_LIVE_MODULES * 2.0 * largest
+    return ZERO3_LIVE_MODULES * PARAM_BYTES * largest

@@ -120,11 +120,7 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     # (zero3_working_bytes), full recompute's one-layer working set.
     bucket = grad_bucket_bytes(d * c, states.params_sum / pp) if zero < 3 else 0.0
     runtime = cfg.runtime_context_gib * GIB
-    zero3 = (
-        zero3_working_bytes(ctx.model, t, key.expert, key.expert_tensor)
-        if zero == 3 and d * c > 1
-        else 0.0
-    )
+    zero3 = zero3_working_bytes(ctx, states_shape)
     rc_work = costs.max_working_bytes if rc == "full" else 0.0
     held = inflight(ctx, key.pipeline_schedule == "interleaved_1f1b" and v > 1, pp, v, m)
     public = LayerProfile(
