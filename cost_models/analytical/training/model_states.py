@@ -164,7 +164,7 @@ def zero3_working_bytes(ctx: ProblemContext, shape: StateShape) -> float:
         return 0.0
     cfg = ctx.framework(shape.framework).config
     if cfg.zero3_unit == "layer":
-        layer = max(item.params for item in state_seq(ctx, shape).items)
+        layer: float = max(item.params for item in state_seq(ctx, shape).items)
         return ZERO3_LIVE_MODULES * PARAM_BYTES * layer + cfg.grad_reduce_bytes * layer
     return _largest_modules_bytes(ctx.model, shape.tensor, shape.expert, shape.expert_tensor)
 
