@@ -121,6 +121,8 @@ class ProblemContext:
         default_factory=dict
     )
     group_memory: dict[tuple[StateShape, int], float] = field(default_factory=dict)
+    zero3_working: dict[StateShape, float] = field(default_factory=dict)
+    """ZeRO-3's gathered working bytes per state shape (`model_states.zero3_working_bytes`)."""
     bound_terms: dict[tuple[Any, int, int], BoundTerms] = field(default_factory=dict)
     """Step-time bound terms per (layer shape, data, pipeline); the shape is a `LayerShape`
     or the equal plain tuple the bound builds."""

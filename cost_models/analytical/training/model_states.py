@@ -162,11 +162,16 @@ def zero3_working_bytes(ctx: ProblemContext, shape: StateShape) -> float:
     """
     if shape.zero_stage != 3 or shape.shards <= 1:
         return 0.0
-    cfg = ctx.framework(shape.framework).config
-    if cfg.zero3_unit == "layer":
-        layer: float = max(item.params for item in state_seq(ctx, shape).items)
-        return ZERO3_LIVE_MODULES * PARAM_BYTES * layer + cfg.grad_reduce_bytes * layer
-    return _largest_modules_bytes(ctx.model, shape.tensor, shape.expert, shape.expert_tensor)
+    hit = ctx.zero3_working.get(shape)
+    if hit is None:
+        cfg = ctx.framework(shape.framework).config
+        if cfg.zero3_unit == "layer":
+            layer: float = max(item.params for item in state_seq(ctx, shape).items)
+            hit = ZERO3_LIVE_MODULES * PARAM_BYTES * layer + cfg.grad_reduce_bytes * layer
+        else:
+            hit = _largest_modules_bytes(ctx.model, shape.tensor, shape.expert, shape.expert_tensor)
+        ctx.zero3_working[shape] = hit
+    return hit
 
 
 @functools.lru_cache(maxsize=4096)
