@@ -22,6 +22,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from cost_models.frameworks.base import (
+    EAGER_ELEMENTWISE_TRAFFIC,
     FrameworkConfig,
     FrameworkProfile,
     P2POverlap,
@@ -52,7 +53,7 @@ class DeepSpeedConfig(FrameworkConfig):
     """ZeRO-2/3 reduce on every micro-batch."""
     tp_backward_overlap: bool = False
     """AutoTP's collectives are synchronous."""
-    elementwise_traffic: float = Field(default=2.0, ge=1.0, le=8.0)
+    elementwise_traffic: float = Field(default=EAGER_ELEMENTWISE_TRAFFIC, ge=1.0, le=8.0)
     """AutoTP shards Hugging Face modules, which run their elementwise ops eagerly."""
     p2p_overlap: P2POverlap = "none"
     """Blocking send/recv."""

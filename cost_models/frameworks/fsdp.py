@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile
+from cost_models.frameworks.base import EAGER_ELEMENTWISE_TRAFFIC, FrameworkConfig, FrameworkProfile
 from cost_models.frameworks.registry import register_framework
 from specs.plan import PlanKey
 
@@ -32,7 +32,7 @@ class FSDPConfig(FrameworkConfig):
     """FSDP reduces on every backward unless `no_sync` is used."""
     tp_backward_overlap: bool = False
     """No tensor parallelism."""
-    elementwise_traffic: float = Field(default=2.0, ge=1.0, le=8.0)
+    elementwise_traffic: float = Field(default=EAGER_ELEMENTWISE_TRAFFIC, ge=1.0, le=8.0)
     """Eager PyTorch modules (Hugging Face style): unfused elementwise kernels."""
 
 

@@ -17,7 +17,12 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile, P2POverlap
+from cost_models.frameworks.base import (
+    EAGER_ELEMENTWISE_TRAFFIC,
+    FrameworkConfig,
+    FrameworkProfile,
+    P2POverlap,
+)
 from cost_models.frameworks.registry import register_framework
 
 
@@ -31,7 +36,7 @@ class TorchtitanConfig(FrameworkConfig):
     tp_backward_overlap: bool = False
     """DTensor tensor parallelism issues its collectives synchronously (async TP needs
     torch.compile)."""
-    elementwise_traffic: float = Field(default=2.0, ge=1.0, le=8.0)
+    elementwise_traffic: float = Field(default=EAGER_ELEMENTWISE_TRAFFIC, ge=1.0, le=8.0)
     """Eager by default (`compile.enable` false): unfused elementwise kernels."""
     p2p_overlap: P2POverlap = "always"
     """`torch.distributed.pipelining` sends and receives asynchronously."""

@@ -205,3 +205,18 @@ def test_zero3_working_copy_by_the_frameworks_unit() -> None:
     # no sharding, no working copy
     unsharded = PlanKey(data=1, tensor=8, pipeline=8, zero_stage=3, framework="torchtitan")
     assert profiled(ctx, unsharded).zero3_working_bytes == 0
+
+
+def test_eager_frameworks_move_three_times_the_fused_elementwise_bytes() -> None:
+    """The 3.1 of `EAGER_ELEMENTWISE_TRAFFIC`, recounted from its parts (bytes per element:
+    RMSNorm 36 vs 4, rotary 20 vs 4, SwiGLU 10 vs 6 per FFN element, residual 6 vs 6) on
+    Llama-3-8B's shapes (h 4096, 32 + 8 heads of 128, f 14336)."""
+    from cost_models.frameworks.base import EAGER_ELEMENTWISE_TRAFFIC
+
+    h, rope, f = 4096, (32 + 8) * 128, 14336
+    eager = 2 * 36 * h + 20 * rope + 10 * f + 2 * 6 * h
+    fused = 2 * 4 * h + 4 * rope + 6 * f + 2 * 6 * h
+    assert eager / fused == pytest.approx(EAGER_ELEMENTWISE_TRAFFIC, abs=0.05)
+    for name in ("torchtitan", "fsdp", "deepspeed"):
+        assert build_framework(name).config.elementwise_traffic == EAGER_ELEMENTWISE_TRAFFIC
+    assert build_framework("megatron_core").config.elementwise_traffic == 1.0
