@@ -1,6 +1,10 @@
-"""PyTorch FSDP (FSDP1 `FullyShardedDataParallel` / FSDP2 `fully_shard`) used on its own:
-data parallelism with sharding, no tensor, pipeline or context parallelism (torchtitan is
-the profile that composes FSDP2 with them).
+"""PyTorch FSDP (FSDP1 `FullyShardedDataParallel` / FSDP2 `fully_shard`) with PyTorch's
+own composable parallelisms: FSDP2 shards DTensor parameters, so it runs under tensor
+parallelism (`torch.distributed.tensor.parallel`), pipelining (`torch.distributed.pipelining`)
+and context parallelism (`torch.distributed.tensor.experimental.context_parallel`), as Llama 3
+trained (FSDP-style sharding with pipelining, arXiv 2407.21783 §3.3.1). Expert parallelism is
+not part of PyTorch itself (torchtitan adds it). Defaults are those of a plain training loop:
+bf16 reduction, blocking pipeline transfers; torchtitan's profile has its own.
 
 Sources (docs/research/frameworks.md §4–5): ZeRO-3 = `FULL_SHARD` / `reshard_after_forward=
 True`, ZeRO-2 = `SHARD_GRAD_OP` / `False`, ZeRO-0 = `NO_SHARD`; gradients reduce-scattered per
@@ -16,7 +20,12 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from cost_models.frameworks.base import EAGER_ELEMENTWISE_TRAFFIC, FrameworkConfig, FrameworkProfile
+from cost_models.frameworks.base import (
+    EAGER_ELEMENTWISE_TRAFFIC,
+    FrameworkConfig,
+    FrameworkProfile,
+    P2POverlap,
+)
 from cost_models.frameworks.registry import register_framework
 from specs.plan import PlanKey
 
@@ -31,7 +40,9 @@ class FSDPConfig(FrameworkConfig):
     grad_reduce_every_microbatch: bool = True
     """FSDP reduces on every backward unless `no_sync` is used."""
     tp_backward_overlap: bool = False
-    """No tensor parallelism."""
+    """DTensor tensor parallelism issues its collectives synchronously."""
+    p2p_overlap: P2POverlap = "none"
+    """Blocking pipeline sends and receives in a plain training loop."""
     elementwise_traffic: float = Field(default=EAGER_ELEMENTWISE_TRAFFIC, ge=1.0, le=8.0)
     """Eager PyTorch modules (Hugging Face style): unfused elementwise kernels."""
 
@@ -44,19 +55,11 @@ class FSDP(FrameworkProfile):
     label = "PyTorch FSDP"
     zero_stages = frozenset({0, 2, 3})
     rules: ClassVar[tuple[str, ...]] = (
-        "data parallelism only: no tensor, pipeline, context or expert parallelism "
-        "(torchtitan composes FSDP2 with them)",
+        "no expert parallelism (not part of PyTorch; torchtitan adds it)",
     )
     Config = FSDPConfig
 
     def _rules(self, key: PlanKey) -> list[str]:
-        out = []
-        for field in ("tensor", "pipeline", "context", "expert"):
-            value = getattr(key, field)
-            if value > 1:
-                out.append(
-                    f"fsdp alone runs data parallelism only ({field} = {value}; "
-                    "torchtitan composes FSDP2 with tensor, pipeline, context and expert "
-                    "parallelism)"
-                )
-        return out
+        if key.expert > 1:
+            return [f"fsdp has no expert parallelism (expert = {key.expert}; torchtitan adds it)"]
+        return []

@@ -52,7 +52,7 @@ def test_frameworks_list_every_profile_with_its_rules_and_launchers(client: Any)
     rules = {f["name"]: f["rules"] for f in items}
     assert len(rules["deepspeed"]) == 3 and any("interleaved" in r for r in rules["deepspeed"])
     assert rules["torchtitan"] == []
-    assert len(rules["fsdp"]) == 1 and "data parallelism only" in rules["fsdp"][0]
+    assert len(rules["fsdp"]) == 1 and "no expert parallelism" in rules["fsdp"][0]
     labels = {f["name"]: f["label"] for f in items}
     assert labels["megatron_core"] == "Megatron-Core"
     assert labels["fsdp"] == "PyTorch FSDP"
@@ -254,8 +254,8 @@ def test_unknown_framework_overrides_in_the_cost_model_config_are_a_422(
             },
             "no interleaved schedule",
         ),
-        # FSDP alone has no tensor parallelism
-        ("fsdp", {"parallelism": {"data": 2, "tensor": 2}, "zero_stage": 3}, "tensor = 2"),
+        # FSDP has no ZeRO-1 (NO_SHARD, SHARD_GRAD_OP, FULL_SHARD)
+        ("fsdp", {"parallelism": {"data": 2, "tensor": 2}, "zero_stage": 1}, "zero_stage 0, 2, 3"),
         # Megatron-Core's ZeRO-3 goes through FSDP, which needs pipeline = 1
         ("megatron_core", {"parallelism": {"data": 2, "pipeline": 2}, "zero_stage": 3}, "FSDP"),
     ],

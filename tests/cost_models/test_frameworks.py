@@ -55,7 +55,7 @@ def test_state_bytes_follow_each_frameworks_dtypes() -> None:
         ("deepspeed", PlanKey(data=4, pipeline=2, zero_stage=2), "incompatible with pipeline"),
         ("deepspeed", PlanKey(data=4, pipeline=2, virtual_pipeline=2), "no interleaved"),
         ("megatron_core", PlanKey(data=4, pipeline=2, zero_stage=3), "requires pipeline = 1"),
-        ("fsdp", PlanKey(data=4, tensor=2, zero_stage=3), "data parallelism only"),
+        ("fsdp", PlanKey(data=4, expert=2, zero_stage=3), "no expert parallelism"),
         ("fsdp", PlanKey(data=8, zero_stage=1), "implements zero_stage 0, 2, 3"),
         ("megatron_lm", PlanKey(data=4, context=2), "no context parallelism"),
     ],
@@ -68,6 +68,9 @@ def test_rules_live_in_the_profiles(framework: str, key: PlanKey, rule: str) -> 
 def test_torchtitan_combines_fsdp_with_pipelining() -> None:
     key = PlanKey(data=4, pipeline=4, zero_stage=3)
     assert build_framework("torchtitan").can_run(llama3_70b(), key)
+    # FSDP2 composes with PyTorch's tensor, pipeline and context parallelism too (Llama 3)
+    both = PlanKey(data=4, tensor=2, pipeline=4, context=2, zero_stage=2)
+    assert build_framework("fsdp").can_run(llama3_70b(), both)
 
 
 def test_a_plan_without_framework_gets_the_first_that_can_run_it() -> None:
