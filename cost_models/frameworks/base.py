@@ -84,6 +84,11 @@ class FrameworkConfig(BaseModel):
     grad_reduce_every_microbatch: bool = False
     """ZeRO-2 / FSDP reduce (and, for ZeRO-3, re-gather) on every micro-batch of a step
     without pipeline parallelism, instead of once per step."""
+    ep_comm_overlap: bool = False
+    """The expert-parallel all-to-all runs while another micro-batch computes (DeepSeek-V3's
+    DualPipe, arXiv 2412.19437 §3.2.1; Megatron-Core's 1F1B all-to-all overlap,
+    `--overlap-moe-expert-parallel-comm`, 2025): exposed only beyond a layer's forward
+    computation. Off by default: Megatron-Core runs it on the critical path unless asked."""
     tp_backward_overlap: bool = True
     """Column-parallel layers overlap their backward tensor-parallel collectives with the
     data- and weight-gradient GEMMs (Megatron `LinearWithGradAccumulationAndAsyncCommunication`:

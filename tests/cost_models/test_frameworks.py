@@ -223,3 +223,48 @@ def test_eager_frameworks_move_three_times_the_fused_elementwise_bytes() -> None
     for name in ("torchtitan", "fsdp", "deepspeed"):
         assert build_framework(name).config.elementwise_traffic == EAGER_ELEMENTWISE_TRAFFIC
     assert build_framework("megatron_core").config.elementwise_traffic == 1.0
+
+
+def test_expert_all_to_all_overlap_hides_it_behind_computation() -> None:
+    """Mixtral-8x22B with an 8-way expert group (stride 2: two nodes): the all-to-all is on the
+    critical path by default; with `ep_comm_overlap` (DualPipe-style) only what outlasts a
+    layer's forward computation is exposed, and the hidden part still costs SM
+    interference (so it never drops to zero)."""
+    from specs.plan import TrainingPlan
+    from specs.presets import get_preset
+
+    problem = TrainingProblem(
+        model=get_preset("mixtral-8x22b"),
+        cluster=resolve_cluster(
+            ClusterSpec.model_validate(
+                {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]}
+            )
+        ),
+        workload=TrainingWorkload(global_batch_size=256, sequence_length=4096),
+    )
+    plan = TrainingPlan.model_validate(
+        {
+            "parallelism": {
+                "data": 8,
+                "tensor": 2,
+                "pipeline": 4,
+                "expert": 8,
+                "expert_tensor": 2,
+            },
+            "zero_stage": 1,
+            "recompute": "full",
+            "stage_layers": [14, 14, 14, 14],
+            "framework": "megatron_core",
+        }
+    )
+    plain = AnalyticalTrainingCostModel().evaluate(problem, plan)
+    from cost_models.analytical.training.config import AnalyticalConfig
+
+    overlapped = AnalyticalTrainingCostModel(
+        AnalyticalConfig(frameworks={"megatron_core": {"ep_comm_overlap": True}})
+    ).evaluate(problem, plan)
+    assert plain.details["expert_parallel"]["all_to_all_tier"] == "inter"
+    raw = plain.metrics.time_breakdown_s.expert_parallel_comm
+    hidden = overlapped.metrics.time_breakdown_s.expert_parallel_comm
+    assert 0.0 < hidden < raw
+    assert overlapped.metrics.step_time_s < plain.metrics.step_time_s

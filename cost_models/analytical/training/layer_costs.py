@@ -398,6 +398,13 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     )
     fwd_kernels += quant_kernels
     bwd_kernels += quant_kernels
+    if framework.ep_comm_overlap and ep_dir > 0.0:
+        # Another micro-batch's computation runs while this one's all-to-all is on the wire
+        # (DeepSeek-V3's DualPipe, arXiv 2412.19437 §3.2.1; Megatron-Core's 1F1B
+        # all-to-all overlap): exposed is what outlasts the layer's forward computation,
+        # and the hidden part still takes SMs from it.
+        window = fwd + att_f
+        ep_dir = max(0.0, ep_dir - window) + ctx.interference * min(ep_dir, window)
     return LayerCore(
         forward_s=fwd,
         backward_s=bwd,
