@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from specs._base import Spec
+from specs.plan import canonical_framework_name
 
 Objective = Literal["max_throughput"]
 
@@ -76,6 +77,15 @@ class SearchConstraints(Spec):
             raise ValueError(
                 f"fixed has unknown fields {unknown}; allowed: {sorted(FIXABLE_FIELDS)}"
             )
+        if "framework" in value:
+            value = {**value, "framework": canonical_framework_name(value["framework"])}
+        return value
+
+    @field_validator("frameworks", mode="before")
+    @classmethod
+    def _canonical_frameworks(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [canonical_framework_name(v) for v in value]
         return value
 
     @field_validator("micro_batch_sizes")

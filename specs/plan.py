@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specs._base import Spec
 
@@ -93,6 +93,35 @@ class ParallelDims(Spec):
         return self.expert > 1
 
 
+FRAMEWORK_ALIASES = {
+    "megatron": "megatron_core",
+    "mcore": "megatron_core",
+    "megatron_core": "megatron_core",
+    "nemo": "megatron_core",
+    "megatron_lm": "megatron_lm",
+    "fsdp": "fsdp",
+    "fsdp1": "fsdp",
+    "fsdp2": "fsdp",
+    "pytorch_fsdp": "fsdp",
+    "torch_fsdp": "fsdp",
+    "deepspeed": "deepspeed",
+    "torchtitan": "torchtitan",
+}
+"""Common spellings of the built-in frameworks' names (after lower-casing and turning spaces
+and hyphens into underscores)."""
+
+
+def canonical_framework_name(value: Any) -> Any:
+    """A framework name as the registry spells it: case, spaces and hyphens ignored
+    (`Megatron-Core`, `megatron core`), common aliases (`mcore`, `FSDP2`, `PyTorch FSDP`)
+    mapped; any other string is kept (plug-in frameworks) and non-strings pass through for
+    the validator to refuse."""
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower().replace("-", "_").replace(" ", "_")
+    return FRAMEWORK_ALIASES.get(key, key if key else value)
+
+
 class TrainingPlan(Spec):
     """One parallel execution plan for a training step."""
 
@@ -115,6 +144,11 @@ class TrainingPlan(Spec):
     `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
     what and which combinations are allowed. Null lets the service pick the first framework
     that can run the plan."""
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _canonical_framework(cls, value: Any) -> Any:
+        return canonical_framework_name(value)
 
     @model_validator(mode="after")
     def _check(self) -> TrainingPlan:

@@ -138,15 +138,35 @@ def test_openapi_lists_the_framework_endpoints(client: Any) -> None:
 def test_estimate_with_an_unknown_plan_framework_is_a_422(
     client: Any, tiny: dict[str, Any], stage_layers: list[int] | None
 ) -> None:
-    plan = {"parallelism": {"data": 1, "pipeline": 4}, "framework": "megatron"}
+    plan = {"parallelism": {"data": 1, "pipeline": 4}, "framework": "colossalai"}
     if stage_layers:
         plan["stage_layers"] = stage_layers
     body = assert_problem(_estimate(client, tiny, plan), 422, path="/v1/estimate")
     assert body["type"].endswith("/invalid-input")
     assert [(e["field"], e["rule"], e["value"]) for e in body["errors"]] == [
-        ("plan.framework", RULE, "megatron")
+        ("plan.framework", RULE, "colossalai")
     ]
     assert "megatron_core" in body["detail"]  # the registered names are listed
+
+
+@pytest.mark.parametrize(
+    ("spelled", "name"),
+    [
+        ("Megatron-Core", "megatron_core"),
+        ("mcore", "megatron_core"),
+        ("FSDP2", "fsdp"),
+        ("PyTorch FSDP", "fsdp"),
+        ("DeepSpeed", "deepspeed"),
+        ("Megatron-LM", "megatron_lm"),
+    ],
+)
+def test_framework_names_are_read_as_people_write_them(
+    client: Any, tiny: dict[str, Any], spelled: str, name: str
+) -> None:
+    plan = {"parallelism": {"data": 1, "pipeline": 4}, "framework": spelled}
+    response = _estimate(client, tiny, plan)
+    assert response.status_code == 200, response.text
+    assert response.json()["plan"]["framework"] == name
 
 
 def test_estimate_with_a_non_string_framework_is_a_422(client: Any, tiny: dict[str, Any]) -> None:
@@ -159,13 +179,13 @@ def test_estimate_with_a_non_string_framework_is_a_422(client: Any, tiny: dict[s
 def test_search_with_unknown_frameworks_is_refused_before_it_is_stored(
     client: Any, tiny: dict[str, Any]
 ) -> None:
-    body = {**tiny, "constraints": {"frameworks": ["fsdp", "jax", "fsdp", "megatron"]}}
+    body = {**tiny, "constraints": {"frameworks": ["fsdp", "jax", "fsdp", "colossalai"]}}
     problem = assert_problem(client.post("/v1/searches?wait=10", json=body), 422)
     assert problem["type"].endswith("/invalid-input")
     # every unknown entry, at its index in the request (duplicates do not shift them)
     assert [(e["field"], e["rule"], e["value"]) for e in problem["errors"]] == [
         ("constraints.frameworks.1", RULE, "jax"),
-        ("constraints.frameworks.3", RULE, "megatron"),
+        ("constraints.frameworks.3", RULE, "colossalai"),
     ]
     assert client.get("/v1/searches").json()["total"] == 0
 

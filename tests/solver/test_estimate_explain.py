@@ -122,12 +122,12 @@ def test_estimate_refuses_an_unknown_framework_naming_the_field(
     plan = TrainingPlan(
         parallelism=ParallelDims(data=4, pipeline=2),
         stage_layers=stage_layers,
-        framework="megatron",
+        framework="colossalai",
     )
     with pytest.raises(SpecError) as exc:
         estimate_plan(problem, FakeCostModel(), plan)
     assert exc.value.field == "plan.framework"
-    assert exc.value.extensions["errors"][0]["value"] == "megatron"
+    assert exc.value.extensions["errors"][0]["value"] == "colossalai"
     assert "megatron_core" in exc.value.detail  # the registered names
 
 
