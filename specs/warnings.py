@@ -19,6 +19,7 @@ WarningCode = Literal[
     "sequence_beyond_max_positions",
     "batch_looks_like_tokens",
     "bandwidth_out_of_range",
+    "scale_up_domain_beyond_system",
     "outside_validated_range",
 ]
 """The stable warning codes (README, "Warnings")."""

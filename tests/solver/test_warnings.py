@@ -26,6 +26,7 @@ from solver.warnings import (
     longest_request,
     measured_mfu,
     mfu_above_measured,
+    scale_up_domain_beyond_system,
     serving_low_memory_headroom,
     serving_warnings,
     training_low_memory_headroom,
@@ -348,6 +349,28 @@ def test_a_system_only_group_is_checked_against_its_system() -> None:
     # H800: 200 GB/s NVLink per GPU (the export-limited part), so 900 is 4.5×
     assert w is not None and "4.5× the catalog default for h800" in w.detail
     assert "accepted 50–800 GB/s" in w.detail
+
+
+def test_a_scale_up_domain_beyond_the_systems_is_flagged() -> None:
+    # 16 GPUs on DGX H100 nodes (8-GPU NVSwitch domains): priced at NVLink speed across two
+    # nodes, which only an NVLink Switch fabric would give
+    spec = ClusterSpec.model_validate(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 4, "scale_up_domain_gpus": 16}]}
+    )
+    w = scale_up_domain_beyond_system(resolve_cluster(spec), spec)
+    assert w is not None and w.code == "scale_up_domain_beyond_system"
+    assert "scale_up_domain_gpus = 16" in w.detail and "dgx-h100 (8 GPUs" in w.detail
+    # the system's own domain, a smaller one (NVL72 trays taken one by one), or none: silent
+    for group in (
+        {"system": "gb200-nvl72", "num_nodes": 16},
+        {"system": "gb200-nvl72", "num_nodes": 16, "scale_up_domain_gpus": 72},
+        {"system": "gb200-nvl72", "num_nodes": 16, "scale_up_domain_gpus": 4},
+        {"accelerator": "h100-sxm", "num_nodes": 4, "scale_up_domain_gpus": 8},
+    ):
+        quiet = ClusterSpec.model_validate({"node_groups": [group]})
+        assert scale_up_domain_beyond_system(resolve_cluster(quiet), quiet) is None, group
+    # without the request's spec only the resolved (system) values are known: nothing to flag
+    assert scale_up_domain_beyond_system(resolve_cluster(spec)) is None
 
 
 def test_catalog_defaults_never_warn() -> None:
