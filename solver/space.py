@@ -35,6 +35,7 @@ model's `check()` has the last word.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from cost_models.base import TrainingProblem
@@ -397,14 +398,27 @@ class _FrameworkChooser:
     """The frameworks a candidate is priced under: every profile that can run it. When none
     can, a requested framework list keeps its first so that the cost model's rule check
     reports why (the candidate is counted, not hidden); the default space leaves the
-    combination out. Answers are cached per the fields framework rules read."""
+    combination out. Answers are cached per the fields the profiles' rules read
+    (`FrameworkProfile.rule_fields`)."""
+
+    _SLOT_FIELDS = ("virtual_pipeline", "pipeline_schedule", "zero_stage")
 
     def __init__(self, model: Any, profiles: tuple[FrameworkProfile, ...], requested: bool) -> None:
         self.model, self.profiles, self.requested = model, profiles, requested
         self.memo: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        read = set().union(*(p.rule_fields for p in profiles))
+        base_fields = sorted(read - set(self._SLOT_FIELDS))
+        # the base key's fields the rules read (a value, a tuple, or a constant when none)
+        self.base_values = attrgetter(*base_fields) if base_fields else (lambda _key: ())
+        self.reads_v, self.reads_schedule, self.reads_zero = (f in read for f in self._SLOT_FIELDS)
 
     def __call__(self, base: PlanKey, v: int, schedule: str, zero: int) -> tuple[str, ...]:
-        memo_key = (base.tensor, base.pipeline, base.context, base.expert, v, schedule, zero)
+        memo_key = (
+            v if self.reads_v else 0,
+            schedule if self.reads_schedule else "",
+            zero if self.reads_zero else 0,
+            self.base_values(base),
+        )
         hit = self.memo.get(memo_key)
         if hit is None:
             probe = base._replace(virtual_pipeline=v, pipeline_schedule=schedule, zero_stage=zero)

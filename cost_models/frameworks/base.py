@@ -133,6 +133,9 @@ class FrameworkProfile:
     """Whether the framework trains mixture-of-experts models."""
     rules: ClassVar[tuple[str, ...]] = ()
     """The combination rules `_rules` checks, in words (`GET /v1/frameworks`)."""
+    rule_fields: ClassVar[frozenset[str]] = frozenset({"zero_stage"})
+    """The `PlanKey` fields `violations` reads (callers may cache its answer per these
+    fields and the model); a profile whose `_rules` reads more must list them."""
     Config: ClassVar[type[FrameworkConfig]] = FrameworkConfig
 
     def __init__(self, config: FrameworkConfig | None = None) -> None:

@@ -41,6 +41,7 @@ class MegatronCore(FrameworkProfile):
 
     name = "megatron_core"
     label = "Megatron-Core"
+    rule_fields = frozenset({"zero_stage", "pipeline"})
     rules: ClassVar[tuple[str, ...]] = ("ZeRO-2/3 (its FSDP) only without pipeline parallelism",)
     Config = MegatronCoreConfig
 

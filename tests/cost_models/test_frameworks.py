@@ -268,3 +268,33 @@ def test_expert_all_to_all_overlap_hides_it_behind_computation() -> None:
     hidden = overlapped.metrics.time_breakdown_s.expert_parallel_comm
     assert 0.0 < hidden < raw
     assert overlapped.metrics.step_time_s < plain.metrics.step_time_s
+
+
+@pytest.mark.parametrize(
+    "name", ["megatron_core", "megatron_lm", "deepspeed", "fsdp", "torchtitan"]
+)
+def test_rules_read_only_their_declared_fields(name: str) -> None:
+    """Callers cache a profile's verdict per its `rule_fields` (the search space does): keys
+    that differ only elsewhere must get the same violations."""
+    import itertools
+
+    profile = build_framework(name)
+    degrees = {
+        "data": (1, 4),
+        "tensor": (1, 2),
+        "pipeline": (1, 4),
+        "virtual_pipeline": (1, 2),
+        "context": (1, 2),
+        "expert": (1, 2),
+        "zero_stage": (0, 1, 2, 3),
+        "recompute": ("none", "full"),
+        "micro_batch_size": (1, 2),
+    }
+    seen: dict[tuple[object, ...], list[str]] = {}
+    for values in itertools.product(*degrees.values()):
+        fields = dict(zip(degrees, values, strict=True))
+        schedule = "interleaved_1f1b" if fields["virtual_pipeline"] > 1 else "1f1b"
+        key = PlanKey(**fields, pipeline_schedule=schedule)  # type: ignore[arg-type]
+        read = tuple(getattr(key, f) for f in sorted(profile.rule_fields | {"pipeline_schedule"}))
+        verdict = profile.violations(llama3_70b(), key)
+        assert seen.setdefault(read, verdict) == verdict, (name, key)

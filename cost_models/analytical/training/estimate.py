@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 from cost_models.analytical.flops import recompute_flops_per_step
@@ -61,9 +62,16 @@ def _chunk_sum(prof: Profiled, rank_ranges: list[list[tuple[int, int]]], v: int)
 
         return one
 
+    # each rank's chunk ends and starts, read from a prefix array in one C call each
+    picks = [
+        (itemgetter(*(hi for _, hi in ranges)), itemgetter(*(lo for lo, _ in ranges)))
+        for ranges in rank_ranges
+    ]
+
     def many(name: str, rank: int) -> float:
         arr = arrays[name]
-        return sum([arr[hi] - arr[lo] for lo, hi in rank_ranges[rank]])
+        ends, starts = picks[rank]
+        return float(sum(ends(arr)) - sum(starts(arr)))
 
     return many
 
