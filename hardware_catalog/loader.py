@@ -443,7 +443,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
 
     Raises:
         SpecError: (422) a group names an unknown accelerator
-            (`cluster.node_groups[i].accelerator`) or system (`...system`), a system whose
+            (`cluster.node_groups.<i>.accelerator`) or system (`...system`), a system whose
             accelerator is not the group's accelerator (`...system`), a scale-up domain that
             is neither a multiple nor a divisor of the node (`...scale_up_domain_gpus`), or
             the resolved cluster has more than `MAX_TOTAL_GPUS` GPUs (`cluster.node_groups`).
@@ -451,7 +451,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
     catalog = _catalog()
     groups: list[ResolvedNodeGroup] = []
     for i, group in enumerate(cluster.node_groups):
-        prefix = f"cluster.node_groups[{i}]"
+        prefix = f"cluster.node_groups.{i}"
         accelerator: AcceleratorSpec | None = None
         if group.accelerator is not None:
             try:

@@ -235,7 +235,7 @@ def test_system_that_does_not_hold_the_accelerator_is_a_422(
     tiny["cluster"]["node_groups"][0]["system"] = "dgx-b200"
     body = {**tiny, "plan": {"parallelism": {"data": 4}}}
     problem = assert_problem(client.post("/v1/estimate", json=body), 422)
-    assert "cluster.node_groups[0].system" in error_fields(problem)
+    assert "cluster.node_groups.0.system" in error_fields(problem)
     assert "'b200'" in problem["detail"]
 
 

@@ -560,11 +560,11 @@ def test_resolve_cluster_unknown_accelerator_is_a_spec_error() -> None:
         resolve_cluster(cluster)
     err = info.value
     assert err.status == 422
-    assert err.field == "cluster.node_groups[1].accelerator"
+    assert err.field == "cluster.node_groups.1.accelerator"
     assert err.rule == "must be a known accelerator id or alias"
     assert err.value == "mi300"
     assert "'mi300'" in err.detail and "mi300x" in err.detail
-    assert err.extensions["errors"][0]["field"] == "cluster.node_groups[1].accelerator"
+    assert err.extensions["errors"][0]["field"] == "cluster.node_groups.1.accelerator"
 
 
 def test_resolve_cluster_checks_the_total_with_resolved_node_sizes() -> None:

@@ -641,18 +641,18 @@ def test_system_accelerator_mismatch_is_a_spec_error() -> None:
         resolve_cluster(cluster)
     err = info.value
     assert err.status == 422
-    assert err.field == "cluster.node_groups[0].system"
+    assert err.field == "cluster.node_groups.0.system"
     assert err.rule == "must hold the group's accelerator"
     assert err.value == "dgx-h100"
     assert "'h100-sxm'" in err.detail and "'a100-40gb'" in err.detail
-    assert err.extensions["errors"][0]["field"] == "cluster.node_groups[0].system"
+    assert err.extensions["errors"][0]["field"] == "cluster.node_groups.0.system"
 
 
 def test_unknown_system_is_a_spec_error_with_close_matches() -> None:
     cluster = _cluster({"system": "dgx-h10", "num_nodes": 1})
     with pytest.raises(SpecError) as info:
         resolve_cluster(cluster)
-    assert info.value.field == "cluster.node_groups[0].system"
+    assert info.value.field == "cluster.node_groups.0.system"
     assert info.value.rule == "must be a known system id or alias"
     assert "dgx-h100" in info.value.detail
 
@@ -673,7 +673,7 @@ def test_domain_not_fitting_the_resolved_node_is_a_spec_error() -> None:
     with pytest.raises(SpecError) as info:
         resolve_cluster(cluster)
     assert info.value.status == 422
-    assert info.value.field == "cluster.node_groups[0].scale_up_domain_gpus"
+    assert info.value.field == "cluster.node_groups.0.scale_up_domain_gpus"
     assert info.value.value == 12
     assert "multiple of gpus_per_node (8)" in info.value.detail
 
