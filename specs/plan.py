@@ -279,7 +279,9 @@ class _Out(BaseModel):
 
 
 class TimeBreakdown(_Out):
-    """Where a step's time goes (seconds on the critical path, exposed communication only)."""
+    """Where a step's time goes (seconds on the critical path, exposed communication only).
+    Every field but `recompute` adds up to the step time; `recompute` is the part of
+    `compute` spent re-running forwards."""
 
     compute: float
     tensor_parallel_comm: float = 0.0

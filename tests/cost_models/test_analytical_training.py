@@ -363,3 +363,15 @@ def test_profile_and_evaluate_are_fast(llama_problem: TrainingProblem) -> None:
             cm.evaluate(llama_problem, pl)
     warm = (time.perf_counter() - t0) / (50 * len(plans))
     assert cold < 5e-3 and warm < 1e-3
+
+
+def test_time_breakdown_adds_up_to_the_step(llama_problem: TrainingProblem) -> None:
+    """Every part but `recompute` (which is inside `compute`) sums to the step time."""
+    for recompute in ("none", "full"):
+        est = build_cost_model().evaluate(
+            llama_problem, _plan([20] * 4, **{**LLAMA_PLAN, "recompute": recompute})
+        )
+        parts = est.metrics.time_breakdown_s.model_dump()
+        rc = parts.pop("recompute")
+        assert sum(parts.values()) == pytest.approx(est.metrics.step_time_s, rel=1e-9)
+        assert (rc > 0) is (recompute == "full")
