@@ -25,8 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out, straggler_z  # noqa: E402
+from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
+from cost_models.analytical.training.context import straggler_z  # noqa: E402
 from cost_models.base import TrainingProblem  # noqa: E402
 from cost_models.error_bars import quantiles_from_residuals  # noqa: E402
 from cost_models.registry import build_cost_model  # noqa: E402

@@ -43,11 +43,6 @@ class Sample:
         return self.typical_step_s * (1.0 + sigma * self.straggler_z)
 
 
-def straggler_z(num_gpus: int) -> float:
-    """sqrt(2·ln N), the expected maximum of N standard normal variates (large-N limit)."""
-    return math.sqrt(2.0 * math.log(num_gpus)) if num_gpus >= 2 else 0.0
-
-
 def _loss(samples: Sequence[Sample], sigma: float) -> float:
     return statistics.fmean(
         abs(math.log(s.predicted_s(sigma) / s.measured_step_s)) for s in samples

@@ -124,8 +124,11 @@ def describe(est: TrainingEstimate) -> str:
     headroom = est.memory.usable_gib - est.memory.peak_gib
     label = _framework_label(est.plan.framework)
     framework = f" with {label}" if label else ""
+    mfu = f"{m.mfu:.1%} MFU"
+    if m.mfu_fp8_peak is not None and m.mfu_bf16_peak is not None:
+        mfu += f" ({m.mfu_bf16_peak:.1%} of the BF16 peak)"
     return (
-        f"{_seconds(m.step_time_s)} per step at {m.mfu:.1%} MFU{framework}; the bottleneck is "
+        f"{_seconds(m.step_time_s)} per step at {mfu}{framework}; the bottleneck is "
         f"{_COMPONENT_LABEL[bottleneck]} ({share:.0%} of the step), the bubble is "
         f"{m.bubble_fraction:.1%}, {comm_text}, and {headroom:.1f} GiB of memory headroom."
     )

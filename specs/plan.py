@@ -228,11 +228,6 @@ class PlanKey(NamedTuple):
     framework: str = ""
     """The framework's registered name, or "" when the service is to pick one."""
 
-    @classmethod
-    def of(cls, plan: TrainingPlan) -> PlanKey:
-        """The key of a plan (`plan.key()`)."""
-        return plan.key()
-
     @property
     def world_size(self) -> int:
         return self.data * self.tensor * self.pipeline * self.context
@@ -302,15 +297,16 @@ class TrainingMetrics(_Out):
     tokens_per_s: float
     model_tflops_per_gpu: float
     mfu: float
-    """Model FLOPs utilisation against the dense peak of the workload precision; for FP8
-    training against the dense BF16 peak, as published FP8 results report it."""
+    """Model FLOPs utilisation against the dense peak of the workload precision (the FP8
+    peak for FP8 training); published FP8 results quote `mfu_bf16_peak`."""
     peak_memory_gib: float
     bubble_fraction: float
     time_breakdown_s: TimeBreakdown
     hardware_tflops_per_gpu: float | None = None
     """Achieved FLOP rate counting recomputation."""
     mfu_bf16_peak: float | None = None
-    """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training)."""
+    """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training): the
+    basis published FP8 tables use."""
     mfu_fp8_peak: float | None = None
     """MFU against the dense FP8 peak (FP8 training only)."""
     step_time_s_low: float | None = None

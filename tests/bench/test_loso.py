@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from bench.loso import Sample, fit_sigma, leave_one_source_out, straggler_z
+from bench.loso import Sample, fit_sigma, leave_one_source_out
+from cost_models.analytical.training.context import straggler_factor, straggler_z
 
 
 def _synthetic(sigma: float, sources: dict[str, float], seed: int = 7) -> list[Sample]:
@@ -27,6 +28,9 @@ def _synthetic(sigma: float, sources: dict[str, float], seed: int = 7) -> list[S
 def test_straggler_z_is_the_gumbel_limit() -> None:
     assert straggler_z(1) == 0.0
     assert straggler_z(1024) == pytest.approx(math.sqrt(2 * math.log(1024)))
+    # the cost model's factor is the same z: 1 + σ·z, and 1 without spread or on one GPU
+    assert straggler_factor(0.02, 1024) == pytest.approx(1 + 0.02 * math.sqrt(2 * math.log(1024)))
+    assert straggler_factor(0.0, 1024) == straggler_factor(0.02, 1) == 1.0
 
 
 def test_fit_recovers_a_known_sigma() -> None:

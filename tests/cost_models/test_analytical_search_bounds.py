@@ -77,7 +77,7 @@ def _sample(problem: TrainingProblem, fixed: dict[str, Any], n: int, seed: int) 
 
 
 def _key(cand: Any) -> PlanKey:
-    return PlanKey.of(cand.to_plan())
+    return cand.to_plan().key()
 
 
 def _splits(problem: TrainingProblem, pipeline: int, virtual: int) -> list[list[int]]:
@@ -101,7 +101,7 @@ def test_keyed_entry_points_equal_plain_ones(case: int) -> None:
     compared = 0
     for cand in _sample(problem, fixed, 250, seed=11):
         plan = cand.to_plan()
-        key = PlanKey.of(plan)
+        key = plan.key()
         assert key.to_plan() == plan
         assert keyed.check_key(problem, key) == plain.check(problem, plan)
         # the check cache hands out copies: callers may append to the list

@@ -375,3 +375,32 @@ def test_time_breakdown_adds_up_to_the_step(llama_problem: TrainingProblem) -> N
         rc = parts.pop("recompute")
         assert sum(parts.values()) == pytest.approx(est.metrics.step_time_s, rel=1e-9)
         assert (rc > 0) is (recompute == "full")
+
+
+def test_options_of_earlier_versions_still_validate() -> None:
+    """Stored searches and existing clients send the options this model had before the
+    framework profiles: renamed ones move, global overlaps become every framework's, the
+    ones the fabric curves replaced are dropped."""
+    from cost_models.analytical.training.config import AnalyticalConfig
+    from cost_models.frameworks import list_frameworks
+
+    config = AnalyticalConfig.model_validate(
+        {
+            "optimizer_bytes_per_param": 28.0,
+            "tp_comm_overlap": 0.5,
+            "zero3_overlap": 0.8,
+            "alpha_intra_s": 1e-5,
+            "dp_overlap_efficiency": 0.8,
+            "frameworks": {"deepspeed": {"tp_comm_overlap": 0.0}},
+        }
+    )
+    assert config.adam_step_bytes_per_param == 28.0
+    assert set(config.frameworks) == set(list_frameworks())
+    assert config.frameworks["megatron_core"] == {"tp_comm_overlap": 0.5, "zero3_prefetch": True}
+    # an explicit per-framework value wins over the old global one
+    assert config.frameworks["deepspeed"]["tp_comm_overlap"] == 0.0
+    assert "alpha_intra_s" not in config.model_dump()
+    # the mapped options take effect
+    assert build_cost_model(config={"tp_comm_overlap": 1.0}).config.frameworks["fsdp"] == {
+        "tp_comm_overlap": 1.0
+    }

@@ -11,7 +11,7 @@ from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import flat_group
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.estimate import rank_work
+from cost_models.analytical.training.estimate import adam_step_s, fill_drain_s, rank_work
 from cost_models.analytical.training.extras import extra_times
 from cost_models.analytical.training.layer_costs import cost_seq
 from cost_models.analytical.training.model_states import (
@@ -225,14 +225,6 @@ def _split_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     m = prof.public.num_microbatches
     split = rank_work(prof, key.stage_layers, pp, v)
     sched = pipeline_step(split.work, m, v, key.pipeline_schedule).step_s
-    fill_drain = 2 * (pp - 1) * prof.p2p_raw_s if prof.p2p_s == 0.0 else 0.0
-    shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
-    shard[0] += prof.first.state.shard_params
-    shard[-1] += prof.last.state.shard_params
-    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    optimizer = max(shard) * ctx.config.adam_step_bytes_per_param / hbm
-    gathers = 0.0
-    if key.zero_stage >= 2:
-        gathers = m * _unit_gather_s(ctx, key)
-    typical = sched + fill_drain + optimizer + gathers
+    gathers = m * _unit_gather_s(ctx, key) if key.zero_stage >= 2 else 0.0
+    typical = sched + fill_drain_s(prof, pp) + adam_step_s(ctx, prof, split, pp) + gathers
     return typical * ctx.straggler + ctx.config.step_overhead_s

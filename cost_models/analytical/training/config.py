@@ -5,11 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cost_models.frameworks import build_framework
+from cost_models.frameworks import build_framework, list_frameworks
 from hardware_catalog.schema import AcceleratorSpec
 from specs.errors import PlannerError
+
+LEGACY_OPTIONS: dict[str, str] = {
+    "optimizer_bytes_per_param": "renamed adam_step_bytes_per_param",
+    "tp_comm_overlap": "now every framework's tp_comm_overlap",
+    "grad_reduce_bytes": "now every framework's grad_reduce_bytes",
+    "zero3_overlap": "now every framework's zero3_prefetch (on when > 0)",
+    "zero3_grad_reduce_bytes": "dropped: ZeRO-3 reduces in the framework's grad_reduce_bytes",
+    "dp_overlap_efficiency": "dropped: frameworks say what they overlap",
+    "dp_non_overlapped_fraction": "dropped: frameworks say what they overlap",
+    "alpha_intra_s": "dropped: latencies come from the fabric's measured curves",
+    "alpha_inter_s": "dropped: latencies come from the fabric's measured curves",
+}
+"""Options of earlier versions of this model and what became of them."""
 
 
 class AnalyticalConfig(BaseModel):
@@ -27,10 +40,6 @@ class AnalyticalConfig(BaseModel):
     gemm_k_overhead: float = Field(default=384.0, ge=0, le=65536)
     """GEMM tile pipeline fill + epilogue in elements of k on an A100-class SM (gemm.py:
     efficiency × k/(k+K0)); scaled per accelerator by gemm_k_overhead_for()."""
-    alpha_intra_s: float = Field(default=10e-6, ge=0, le=1e-2)
-    """Latency per collective step on the scale-up fabric."""
-    alpha_inter_s: float = Field(default=30e-6, ge=0, le=1e-2)
-    """Latency per collective step across nodes."""
     runtime_context_gib: float = Field(default=1.0, ge=0, le=64)
     """CUDA context, NCCL and framework buffers per GPU."""
     fragmentation_fraction: float = Field(default=0.05, ge=0, le=1)
@@ -61,6 +70,37 @@ class AnalyticalConfig(BaseModel):
     """Behaviour overrides per framework profile (`cost_models.frameworks`), e.g.
     `{"megatron_core": {"overlap_grad_reduce": false}}`; each is validated by the profile's
     own `Config`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_options(cls, data: Any) -> Any:
+        """Options of earlier versions, still accepted so that stored searches and existing
+        clients keep working (`LEGACY_OPTIONS`): renamed ones move to their new name, the
+        global overlap options become every framework's own, and the ones the measured
+        fabric curves replaced are dropped."""
+        if not isinstance(data, dict) or not LEGACY_OPTIONS.keys() & data.keys():
+            return data
+        data = dict(data)
+        if "optimizer_bytes_per_param" in data:
+            data.setdefault("adam_step_bytes_per_param", data.pop("optimizer_bytes_per_param"))
+        per_framework = {
+            option: data.pop(old)
+            for old, option in (
+                ("tp_comm_overlap", "tp_comm_overlap"),
+                ("grad_reduce_bytes", "grad_reduce_bytes"),
+            )
+            if old in data
+        }
+        if "zero3_overlap" in data:
+            per_framework["zero3_prefetch"] = bool(data.pop("zero3_overlap"))
+        if per_framework:
+            frameworks = {name: dict(v) for name, v in (data.get("frameworks") or {}).items()}
+            for name in list_frameworks():
+                frameworks[name] = {**per_framework, **frameworks.get(name, {})}
+            data["frameworks"] = frameworks
+        for old in LEGACY_OPTIONS:
+            data.pop(old, None)
+        return data
 
     @field_validator("frameworks")
     @classmethod

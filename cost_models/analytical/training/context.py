@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from cost_models.analytical.training.profile import Profiled
     from cost_models.analytical.training.rules import Degrees
 
-GB = 1e9
-
 
 @dataclass(slots=True)
 class ProblemContext:
@@ -83,7 +81,7 @@ class ProblemContext:
     """Fraction of compute throughput an overlapped collective takes (`nccl_channels` /
     SMs; 0.15 where the SM count is unknown)."""
     peak_flops: float
-    """The MFU basis: the dense peak of the precision, BF16's for FP8 training."""
+    """The MFU basis: the dense peak of the workload precision."""
     model_flops: float
     # ---- caches, each keyed by what its part depends on ---------------------------------
     layer_cores: dict[tuple[bool, LayerShape], LayerCore] = field(default_factory=dict)
@@ -163,13 +161,16 @@ class ProblemContext:
         return key._replace(framework=chosen.name)
 
 
+def straggler_z(num_gpus: int) -> float:
+    """sqrt(2·ln N), the expected maximum of N standard normal variates (large-N limit)."""
+    return math.sqrt(2.0 * math.log(num_gpus)) if num_gpus >= 2 else 0.0
+
+
 def straggler_factor(sigma: float, num_gpus: int) -> float:
     """How much longer a synchronous step on `num_gpus` GPUs takes than a typical GPU's:
-    1 + σ·sqrt(2·ln N), the expected maximum of N normal variates (`AnalyticalConfig.
+    1 + σ·z(N), the expected maximum of N normal variates (`AnalyticalConfig.
     straggler_sigma`)."""
-    if num_gpus < 2 or sigma <= 0:
-        return 1.0
-    return 1.0 + sigma * math.sqrt(2.0 * math.log(num_gpus))
+    return 1.0 + max(0.0, sigma) * straggler_z(num_gpus)
 
 
 def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> ProblemContext:
@@ -201,7 +202,7 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
             config.kernel_launch_s,
             k0 * FP8_K_OVERHEAD_RATIO,
         )
-        peak = bf16_peak  # MFU against the dense BF16 peak, as published FP8 tables report
+        peak = fp8_peak  # `mfu` on the precision's own peak; `mfu_bf16_peak` beside it
     else:
         try:
             peak = acc.peak_flops(precision)

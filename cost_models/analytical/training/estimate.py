@@ -123,6 +123,21 @@ def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, f
     return parts
 
 
+def adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: int) -> float:
+    """The optimizer step of the rank with the largest shard (every rank steps at once)."""
+    shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
+    shard[0] += prof.first.state.shard_params
+    shard[-1] += prof.last.state.shard_params
+    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+    return max(shard) * ctx.config.adam_step_bytes_per_param / hbm
+
+
+def fill_drain_s(prof: Profiled, pp: int) -> float:
+    """Overlapped send/receives still fill and drain the pipeline: one hop per stage
+    boundary each way (0 when the transfers are exposed: they are in the rank work)."""
+    return 2 * (pp - 1) * prof.p2p_raw_s if prof.p2p_s == 0.0 else 0.0
+
+
 def _forward_backward(prof: Profiled, split: RankSplit, pp: int) -> tuple[list[float], list[float]]:
     """Forward and backward (with recompute) time per micro-batch of every rank."""
     fwd = [split.chunk_sum("forward", j) for j in range(pp)]
@@ -183,11 +198,8 @@ def evaluate(
     # Parameters per rank (for DP traffic and the optimizer step).
     params = [chunk_sum("params", j) for j in range(pp)]
     expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
-    shard_params = [chunk_sum("shard_params", j) for j in range(pp)]
     params[0] += prof.first.state.params
-    shard_params[0] += prof.first.state.shard_params
     params[-1] += prof.last.state.params
-    shard_params[-1] += prof.last.state.shard_params
     layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
     a2a_on_nic = (
         model.moe is not None
@@ -211,11 +223,8 @@ def evaluate(
         for j in range(pp)
     ]
     dp = data_parallel_s(ctx, prof, key, ranks, m)
-    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    optimizer_s = max(sp_ * cfg.adam_step_bytes_per_param / hbm for sp_ in shard_params)
-    # Overlapped send/receives still fill and drain the pipeline: one hop per stage
-    # boundary each way.
-    fill_drain = 2 * (pp - 1) * prof.p2p_raw_s if prof.p2p_s == 0.0 else 0.0
+    optimizer_s = adam_step_s(ctx, prof, split, pp)
+    fill_drain = fill_drain_s(prof, pp)
     fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof)
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
     dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
