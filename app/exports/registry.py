@@ -71,13 +71,14 @@ def _check_framework(ctx: ExportContext, fmt: str) -> ExportContext:
         launcher = fmt
     runs = LAUNCHES.get(launcher)
     if runs is not None and framework not in runs:
+        own = _launcher_for(framework)
+        instead = f"export it with {own}" if own else "no export launches that framework"
         raise UnexpressiblePlan(
             fmt,
             f"{launcher}.framework",
             f"the plan was priced for {framework} (its overlaps, combination rules and "
-            f"memory), and {launcher} launches {', '.join(sorted(runs))}; export it with "
-            f"{_launcher_for(framework) or 'no launcher'}, or search with "
-            f"constraints.fixed.framework = {sorted(runs)[0]!r}",
+            f"memory), and {launcher} launches {', '.join(sorted(runs))}; {instead}, or "
+            f"search with constraints.fixed.framework = {sorted(runs)[0]!r}",
         )
     return ctx
 
