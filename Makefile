@@ -5,7 +5,7 @@ PORT   ?= 8000
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test test-all lint fmt typecheck bench accuracy clean
+.PHONY: install serve test test-all lint fmt typecheck bench accuracy records clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "meshplan needs Python >= 3.11"'
@@ -43,6 +43,9 @@ bench: $(STAMP)
 
 accuracy: $(STAMP)
 	$(BIN)/python bench/accuracy.py
+
+records: $(STAMP)
+	$(BIN)/python bench/records.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .mypy_cache .hypothesis
