@@ -419,6 +419,11 @@ def get_fabric(name: str) -> FabricSpec:
 # ---- resolution ----------------------------------------------------------------------------
 
 
+def _named(given: str, resolved: str) -> str:
+    """`'h100'` or, when an alias resolved to another id, `'h100' ('h100-sxm')`."""
+    return repr(given) if given == resolved else f"{given!r} ({resolved!r})"
+
+
 def _unknown(field: str, noun: str, value: str, exc: CatalogLookupError) -> SpecError:
     rule = f"must be a known {noun} id or alias"
     suggestions = exc.extensions.get("suggestions") or []
@@ -475,7 +480,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
                     value=group.system,
                     message=(
                         f"{field} {rule}: {system.id!r} holds {holds.id!r}, but "
-                        f"{prefix}.accelerator is {group.accelerator!r} ({accelerator.id!r}) "
+                        f"{prefix}.accelerator is {_named(str(group.accelerator), accelerator.id)} "
                         f"(got {group.system!r})"
                     ),
                 )

@@ -12,6 +12,8 @@ warnings of `solver.warnings` (which never change the estimate).
 
 from __future__ import annotations
 
+from typing import Any
+
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from solver.base import SolveStatus
 from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
@@ -51,7 +53,19 @@ def estimate_plan(
     if blocking:
         first = blocking[0]
         raise InfeasiblePlan(
-            first.kind, first.detail, violations=[v.model_dump() for v in violations]
+            first.kind,
+            first.detail,
+            violations=[v.model_dump() for v in violations],
+            errors=[
+                {
+                    "field": v.field,
+                    "rule": v.kind,
+                    "value": _value_at(problem, plan, v.field),
+                    "message": v.detail,
+                }
+                for v in blocking
+                if v.field is not None
+            ],
         )
     profile = cost_model.profile(problem, plan)
     p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
@@ -87,3 +101,18 @@ def estimate_with_warnings(
     """
     est = estimate_plan(problem, cost_model, plan, time_limit_s=time_limit_s)
     return est, training_warnings(problem, est, cluster=cluster)
+
+
+def _value_at(problem: TrainingProblem, plan: TrainingPlan, field: str) -> Any:
+    """The request's value at a dotted `plan.…` or `workload.…` path (the whole object for
+    a prefix such as `plan.parallelism`); None elsewhere (`cluster.node_groups`)."""
+    head, _, rest = field.partition(".")
+    sources: dict[str, Any] = {"plan": plan, "workload": problem.workload}
+    if head not in sources:
+        return None
+    value: Any = sources[head].model_dump(mode="json")
+    for part in rest.split(".") if rest else ():
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value

@@ -337,3 +337,7 @@ class Violation(_Out):
     kind: str
     """Short machine-readable reason: memory, divisibility, topology, batch, schedule..."""
     detail: str
+    field: str | None = None
+    """The plan or request field the rule constrains, dotted as in 422 problems
+    (`plan.parallelism.tensor`, `workload.sequence_length`); None when the rule binds the
+    plan as a whole (memory)."""

@@ -56,7 +56,10 @@ def build_config(
         "deepspeed.tensor-with-pipeline",
         "a DeepSpeed config expresses tensor parallelism only as AutoTP "
         "(tensor_parallel.autotp_size), which does not combine with a PipelineModule; "
-        "tensor × pipeline needs Megatron-DeepSpeed's own model-parallel groups",
+        "tensor × pipeline needs Megatron-DeepSpeed's own model-parallel groups. For a "
+        "plan this export launches, search with constraints.fixed = {framework: "
+        "'deepspeed', pipeline: 1} (tensor parallelism as AutoTP) or {framework: "
+        "'deepspeed', tensor: 1} (pipeline stages without tensor parallelism)",
     )
     dp = p.data
     mbs = plan.micro_batch_size

@@ -81,6 +81,20 @@ def test_gpu_count_mismatch_is_a_422(client: Any, tiny: dict[str, Any]) -> None:
     body = {**tiny, "plan": {"parallelism": {"data": 8}}}
     problem = assert_problem(client.post("/v1/estimate", json=body), 422, path="/v1/estimate")
     assert "4 GPUs" in problem["detail"]
+    # the rule names its field and the value given, as every 422 does
+    (error,) = problem["errors"]
+    assert error["field"] == "plan.parallelism" and error["rule"] == "divisibility"
+    assert error["value"]["data"] == 8 and "4 GPUs" in error["message"]
+    assert problem["violations"][0]["field"] == "plan.parallelism"
+
+
+def test_each_broken_rule_names_its_field(client: Any, tiny: dict[str, Any]) -> None:
+    # tensor 4 over a 2-GPU node: heads divide, the scale-up domain does not hold it
+    tiny["cluster"]["node_groups"][0].update({"num_nodes": 2, "gpus_per_node": 2})
+    body = {**tiny, "plan": {"parallelism": {"tensor": 4}}}
+    problem = assert_problem(client.post("/v1/estimate", json=body), 422)
+    fields = {(e["field"], e["rule"], e["value"]) for e in problem["errors"]}
+    assert ("plan.parallelism.tensor", "topology", 4) in fields
 
 
 def test_stage_layers_must_sum_to_the_layers(client: Any, tiny: dict[str, Any]) -> None:

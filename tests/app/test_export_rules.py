@@ -450,6 +450,13 @@ def test_deepspeed_rules() -> None:
     assert refused(problem, row, "deepspeed").rule == "deepspeed.interleaved-pipeline"
     problem, row = training(small_model(), data=8, tensor=8, sequence_parallel=True)
     assert refused(problem, row, "deepspeed").rule == "deepspeed.autotp-heads"
+    # tensor × pipeline: refused with the searches that give a plan this export launches
+    problem, row = training(
+        LLAMA, data=4, tensor=2, pipeline=8, zero_stage=1, stage_layers=[10] * 8
+    )
+    err = refused(problem, row, "deepspeed")
+    assert err.rule == "deepspeed.tensor-with-pipeline"
+    assert "pipeline: 1}" in str(err) and "tensor: 1}" in str(err)
     # ZeRO-1 with an even pipeline split is fine: stages, partition, batch triple
     problem, row = training(
         LLAMA, data=8, pipeline=8, zero_stage=1, micro_batch_size=2, stage_layers=[10] * 8

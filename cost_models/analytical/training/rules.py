@@ -41,10 +41,10 @@ def _framework_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         try:
             profile = ctx.framework(key.framework)
         except PlannerError as exc:
-            hit = [Violation(kind="framework", detail=str(exc))]
+            hit = [Violation(kind="framework", detail=str(exc), field="plan.framework")]
         else:
             hit = [
-                Violation(kind="framework", detail=detail)
+                Violation(kind="framework", detail=detail, field="plan.framework")
                 for detail in profile.violations(ctx.model, key)
             ]
         ctx.framework_checks[fkey] = hit
@@ -121,6 +121,7 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         out.append(
             Violation(
                 kind="batch",
+                field="plan.micro_batch_size",
                 detail=(
                     f"global_batch_size ({gbs}) must be divisible by micro_batch_size × "
                     f"data = {b} × {d} = {b * d}"
@@ -131,6 +132,7 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         out.append(
             Violation(
                 kind="divisibility",
+                field="plan.parallelism.virtual_pipeline",
                 detail=(
                     f"pipeline × virtual_pipeline = {pp} × {v} = {pp * v} must not "
                     f"exceed num_layers ({model.num_layers})"
@@ -142,13 +144,16 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         if pp < 2:
             out.append(
                 Violation(
-                    kind="schedule", detail=(f"interleaved_1f1b needs pipeline >= 2 (got {pp})")
+                    kind="schedule",
+                    field="plan.pipeline_schedule",
+                    detail=f"interleaved_1f1b needs pipeline >= 2 (got {pp})",
                 )
             )
         elif m < pp or m % pp:
             out.append(
                 Violation(
                     kind="schedule",
+                    field="plan.pipeline_schedule",
                     detail=(
                         f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
                         f"a multiple of pipeline ({pp}) and at least pipeline"
@@ -169,29 +174,40 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
     world_size = d * t * pp * c
     out: list[Violation] = []
 
-    def bad(kind: str, detail: str) -> None:
-        out.append(Violation(kind=kind, detail=detail))
+    def bad(kind: str, detail: str, field: str) -> None:
+        out.append(Violation(kind=kind, detail=detail, field=field))
 
     if not ctx.is_homogeneous:
         bad(
             "heterogeneous",
             "the cluster mixes node types; only homogeneous clusters are priced for now",
+            "cluster.node_groups",
         )
     if world_size != ctx.num_gpus:
         bad(
             "divisibility",
             f"data × tensor × pipeline × context = {d} × {t} × {pp} × {c} "
             f"= {world_size} must equal the cluster's {ctx.num_gpus} GPUs",
+            "plan.parallelism",
         )
     a = model.num_attention_heads
     if a % t:
-        bad("divisibility", f"num_attention_heads ({a}) must be divisible by tensor ({t})")
+        bad(
+            "divisibility",
+            f"num_attention_heads ({a}) must be divisible by tensor ({t})",
+            "plan.parallelism.tensor",
+        )
     if model.mla is None and model.kv_heads % t:
-        bad("divisibility", f"num_kv_heads ({model.kv_heads}) must be divisible by tensor ({t})")
+        bad(
+            "divisibility",
+            f"num_kv_heads ({model.kv_heads}) must be divisible by tensor ({t})",
+            "plan.parallelism.tensor",
+        )
     if model.ffn_hidden_size % t:
         bad(
             "divisibility",
             f"ffn_hidden_size ({model.ffn_hidden_size}) must be divisible by tensor ({t})",
+            "plan.parallelism.tensor",
         )
     domain = ctx.domain_gpus
     if t > domain and not problem.allow_tensor_across_nodes:
@@ -199,6 +215,7 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
             "topology",
             f"tensor ({t}) must not exceed the scale-up domain ({domain} GPUs) unless "
             "allow_tensor_across_nodes is set",
+            "plan.parallelism.tensor",
         )
     s = work.sequence_length
     if c > 1 and s % (2 * c):
@@ -206,35 +223,44 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
             "divisibility",
             f"sequence_length ({s}) must be divisible by 2 × context "
             f"= {2 * c} (load-balanced causal context parallelism)",
+            "plan.parallelism.context",
         )
     before = out
     out = []
     if model.moe is None:
         if e > 1 or et > 1:
-            bad("expert", f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model")
+            bad(
+                "expert",
+                f"expert ({e}) and expert_tensor ({et}) must be 1 for a dense model",
+                "plan.parallelism.expert",
+            )
     else:
         if model.moe.num_experts % e:
             bad(
                 "expert",
                 f"moe.num_experts ({model.moe.num_experts}) must be divisible by expert ({e})",
+                "plan.parallelism.expert",
             )
         if (d * c * t) % (e * et):
             bad(
                 "expert",
                 f"expert × expert_tensor = {e} × {et} must divide data × context "
                 f"× tensor = {d} × {c} × {t} = {d * c * t}",
+                "plan.parallelism.expert",
             )
         fe = model.moe.expert_ffn_hidden_size
         if fe % et:
             bad(
                 "divisibility",
                 f"moe.expert_ffn_hidden_size ({fe}) must be divisible by expert_tensor ({et})",
+                "plan.parallelism.expert_tensor",
             )
         if et > domain and not problem.allow_tensor_across_nodes:
             bad(
                 "topology",
                 f"expert_tensor ({et}) must not exceed the scale-up domain ({domain} GPUs) "
                 "unless allow_tensor_across_nodes is set",
+                "plan.parallelism.expert_tensor",
             )
         if model.moe.num_shared_experts:
             fs = model.moe.num_shared_experts * model.moe.shared_ffn
@@ -242,6 +268,7 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
                 bad(
                     "divisibility",
                     f"shared expert width ({fs}) must be divisible by tensor ({t})",
+                    "plan.parallelism.tensor",
                 )
         loads = work.moe_routing.expert_loads if work.moe_routing is not None else None
         if loads is not None and len(loads) != model.moe.num_experts:
@@ -249,15 +276,20 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
                 "expert",
                 f"moe_routing.expert_loads has {len(loads)} entries; the model "
                 f"has {model.moe.num_experts} routed experts",
+                "workload.moe_routing.expert_loads",
             )
     acc = cluster.accelerator
     if not acc.peak_tflops.get(work.precision) and not (
         work.precision in ("fp16", "bf16")
         and (acc.peak_tflops.get("bf16") or acc.peak_tflops.get("fp16"))
     ):
-        bad("precision", f"{acc.id} has no dense {work.precision} peak in the catalog")
+        bad(
+            "precision",
+            f"{acc.id} has no dense {work.precision} peak in the catalog",
+            "workload.precision",
+        )
     elif work.precision == "fp8":
         why = fp8_supports(work.fp8_recipe or default_recipe(acc), acc)
         if why is not None:
-            bad("precision", why)
+            bad("precision", why, "workload.fp8_recipe")
     return before, out
