@@ -341,6 +341,46 @@ class FrameworkList(BaseModel):
     items: list[FrameworkPublic]
 
 
+class EnginePublic(BaseModel):
+    """A serving engine profile: how it schedules iterations and what its host side costs."""
+
+    name: str
+    """The name `plan.engine`, `constraints.engines` and `constraints.fixed.engine` use."""
+    label: str
+    """The engine as people name it, with the versions the profile describes."""
+    default: bool
+    """Plans that name no engine are priced for it."""
+    launcher: str | None
+    """The serving export format that launches it (null: none yet); an export refuses a plan
+    priced for another engine."""
+    prefill: str
+    """`mixed` (prompt chunks share iterations with the decodes), `separate` (an iteration
+    with prompts stalls the decodes) or `separate_unless_chunked` (separate without a
+    `chunk_size`)."""
+    decode_steps_per_schedule: int
+    """Decode steps per scheduler call (multi-step scheduling); new prompts join between
+    blocks."""
+    split_prompts: bool
+    """Whether a prompt may be split over iterations (chunked prefill)."""
+    host_fixed_ms: float
+    """CPU time per scheduler step, fixed part, ms (`host_cost_scale` applied)."""
+    host_per_sequence_us: float
+    """CPU time per scheduler step per sequence in the batch, µs."""
+    host_overlapped: bool
+    """The engine prepares the next step while the GPU runs this one: an iteration takes
+    max(GPU, CPU) instead of their sum."""
+    options: dict[str, Any]
+    """The profile's settings at their defaults (`plan.engine_options`)."""
+    options_schema: dict[str, Any]
+    """JSON Schema of `plan.engine_options` for this engine."""
+    sources: list[str]
+    """Where the profile's figures come from."""
+
+
+class EngineList(BaseModel):
+    items: list[EnginePublic]
+
+
 class CostModelPublic(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -484,6 +524,11 @@ class PlanPublic(BaseModel):
     instances: list[dict[str, Any]] | None = None
     """Serving plans: the engine instances (role, count, parallelism, max_batch_size,
     chunk_size, precision)."""
+    engine: str | None = None
+    """Serving plans: the engine the plan was priced for (`GET /v1/engines`); its scheduler
+    and host costs are part of the price, and exports refuse another launcher."""
+    engine_options: dict[str, Any] | None = None
+    """Serving plans: the engine's settings the plan was priced with."""
     metrics: dict[str, Any]
     memory: dict[str, Any] | None = None
     explanation: str

@@ -24,6 +24,7 @@ import numpy as np
 
 from cost_models.serving.analytical import build_instance_cost
 from cost_models.serving.base import InstanceCost, IterationBatch
+from cost_models.serving.engines import EngineInstanceCost, build_engine
 from cost_models.serving.registry import build_serving_cost_model
 from hardware_catalog.loader import resolve_cluster
 from solver.serving.evaluate import InstanceCosts, ServingProblem, evaluate_plan, request_stream
@@ -80,10 +81,32 @@ def _layout(case: Any) -> tuple[int, int]:
     return tensor, dp
 
 
+def engine_of(case: Any) -> str | None:
+    """The engine profile of a published row, read from its `engine` text (TensorRT-LLM and
+    NIM → `tensorrt_llm`, vLLM → `vllm`, SGLang → `sglang`); None for an engine without a
+    profile (LMDeploy's TurboMind) and for the peers' cases, which are the tools' own GPU-time
+    estimates: those are priced on the GPU work alone."""
+    if case.origin != "published":
+        return None
+    text = str(case.raw.get("engine", "")).lower()
+    if "tensorrt" in text or "nim" in text:
+        return "tensorrt_llm"
+    if "sglang" in text:
+        return "sglang"
+    if "vllm" in text:
+        return "vllm_v0" if "v0" in text else "vllm"
+    return None
+
+
 def _cost(model: ModelSpec, case: Any, tensor: int, expert: int) -> InstanceCost:
     weights, kv = _precision(case)
     cluster = _cluster(case.accelerator, case.num_gpus)
-    return build_instance_cost(model, cluster, tensor, case.pipeline or 1, expert, weights, kv)  # type: ignore[arg-type]
+    cost = build_instance_cost(model, cluster, tensor, case.pipeline or 1, expert, weights, kv)  # type: ignore[arg-type]
+    name = engine_of(case)
+    if name is None:
+        return cost
+    engine = build_engine(name)
+    return EngineInstanceCost(cost, engine.host(), engine.scheduler())
 
 
 def _prefill_s(cost: InstanceCost, prompt: int, seqs: int = 1) -> float:

@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python bench/serving_vs_peers.py`
+    sys.path.insert(0, str(ROOT))
 DATA = ROOT / "bench" / "data"
 PEERS_FILE = DATA / "serving_peers.json"
 PUBLISHED_FILE = DATA / "published_serving.json"

@@ -45,26 +45,28 @@ class PluginRegistry:
         """Registered names, sorted."""
         return sorted(self.classes)
 
-    def build(self, name: str, config: dict[str, Any] | None) -> Any:
+    def build(
+        self, name: str, config: dict[str, Any] | None, field: str = "cost_model.config"
+    ) -> Any:
         """An instance of `name` with its validated `config`.
 
         Raises:
             PluginNotFound: unknown name (the message lists the registered ones).
-            SpecError: the config does not validate (field `cost_model.config.<option>`).
+            SpecError: the config does not validate (field `<field>.<option>`).
         """
         cls = self.classes.get(name)
         if cls is None:
             known = ", ".join(self.names()) or "none"
             raise PluginNotFound(f"unknown {self.kind} {name!r}; registered: {known}", name=name)
         if config is not None and not isinstance(config, dict):
-            raise SpecError("cost_model.config", "must be an object", config)
+            raise SpecError(field, "must be an object", config)
         try:
             validated = cls.Config.model_validate(config or {})
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(part) for part in first["loc"])
-            field = f"cost_model.config.{loc}" if loc else "cost_model.config"
+            where = f"{field}.{loc}" if loc else field
             raise SpecError(
-                field, first["msg"], first.get("input"), f"{field}: {first['msg']}"
+                where, first["msg"], first.get("input"), f"{where}: {first['msg']}"
             ) from exc
         return cls(validated)

@@ -110,6 +110,18 @@ class SearchStats:
         if count:
             self.pruned[reason] = self.pruned.get(reason, 0) + count
 
+    def merge(self, other: SearchStats) -> None:
+        """Add the counts of another search over a disjoint part of the space (its status
+        wins when it did not complete)."""
+        for name in ("enumerated", "rule_rejected", "evaluated", "feasible"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.solver_calls += other.solver_calls
+        self.solver_cache_hits += other.solver_cache_hits
+        for reason, count in other.pruned.items():
+            self.add_pruned(reason, count)
+        if not other.complete:
+            self.status = other.status
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["pruned"] = dict(sorted(self.pruned.items()))

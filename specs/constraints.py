@@ -8,6 +8,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, field_validator, mode
 
 from specs._base import Spec
 from specs.plan import canonical_framework_name
+from specs.serving import canonical_engine_name
 
 Objective = Literal["max_throughput"]
 
@@ -32,7 +33,7 @@ TRAINING_FIXABLE_FIELDS = frozenset(
 )
 """`fixed` keys of a training search."""
 SERVING_FIXABLE_FIELDS = frozenset(
-    {"mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size", "precision"}
+    {"mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size", "precision", "engine"}
 )
 """`fixed` keys of a serving search (`solver.serving.search.FIXED_KEYS`)."""
 FIXABLE_FIELDS = TRAINING_FIXABLE_FIELDS | SERVING_FIXABLE_FIELDS
@@ -60,13 +61,19 @@ class SearchConstraints(Spec):
     launches); `fixed.framework` pins one. List `torchtitan` to add FSDP2 with pipelining
     (ZeRO-2/3 with pipeline parallelism)."""
 
+    engines: list[str] | None = Field(default=None, min_length=1, max_length=8)
+    """Serving engines to compare (`GET /v1/engines`): the search runs for each and ranks
+    their plans together. Default: vLLM (V1); `fixed.engine` pins one."""
+
     @model_serializer(mode="wrap")
     def _omit_unset_frameworks(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Requests without `frameworks` dump exactly as before the field existed (request
-        hashes stay)."""
+        """Requests without `frameworks` or `engines` dump exactly as before the fields
+        existed (request hashes stay)."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("frameworks", 0) is None:
-            del data["frameworks"]
+        if isinstance(data, dict):
+            for name in ("frameworks", "engines"):
+                if data.get(name, 0) is None:
+                    del data[name]
         return data
 
     @field_validator("fixed")
@@ -79,6 +86,15 @@ class SearchConstraints(Spec):
             )
         if "framework" in value:
             value = {**value, "framework": canonical_framework_name(value["framework"])}
+        if "engine" in value:
+            value = {**value, "engine": canonical_engine_name(value["engine"])}
+        return value
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _canonical_engines(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [canonical_engine_name(v) for v in value]
         return value
 
     @field_validator("frameworks", mode="before")

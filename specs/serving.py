@@ -34,6 +34,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -332,11 +333,57 @@ class ServingInstance(Spec):
         return self.count * self.parallelism.num_gpus
 
 
+ENGINE_ALIASES: dict[str, str] = {
+    "vllm_v1": "vllm",
+    "v1": "vllm",
+    "v0": "vllm_v0",
+    "trtllm": "tensorrt_llm",
+    "trt_llm": "tensorrt_llm",
+    "tensorrtllm": "tensorrt_llm",
+    "sgl": "sglang",
+}
+"""Names people write for the registered engines (after lower-casing, `-`/` ` → `_`)."""
+
+
+def canonical_engine_name(value: Any) -> Any:
+    """An engine name as the registry spells it: case, spaces and hyphens ignored
+    (`TensorRT-LLM`, `vLLM V0`), common aliases mapped; any other string is kept (plug-in
+    engines) and non-strings pass through for the validator to refuse."""
+    if not isinstance(value, str):
+        return value
+    key = value.strip().lower().replace("-", "_").replace(" ", "_").replace(".", "_")
+    return ENGINE_ALIASES.get(key, key if key else value)
+
+
 class ServingPlan(Spec):
     """How the engine instances are laid out."""
 
     mode: Literal["colocated", "disaggregated"] = "colocated"
     instances: list[ServingInstance] = Field(min_length=1, max_length=2)
+    engine: str | None = Field(default=None, min_length=1, max_length=64)
+    """The serving engine the plan is priced for and launches with (`GET /v1/engines`:
+    `vllm`, `vllm_v0`, `sglang`, `tensorrt_llm`): its scheduler (how prompts share
+    iterations with decodes, multi-step scheduling) and its host (CPU) cost per iteration.
+    Null: vLLM (V1). Plans the service returns always name it."""
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    """The engine's settings (`GET /v1/engines/{name}`: `options`), e.g.
+    `{"num_scheduler_steps": 8}` for `vllm_v0` or `{"async_scheduling": true}` for `vllm`."""
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _canonical_engine(cls, value: Any) -> Any:
+        return canonical_engine_name(value)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_engine(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A plan without an engine dumps exactly as before the field existed."""
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("engine", 0) is None:
+                del data["engine"]
+            if data.get("engine_options", 0) == {}:
+                del data["engine_options"]
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ServingPlan:
@@ -396,6 +443,7 @@ class ServingMetrics(Spec):
 
 
 __all__ = [
+    "ENGINE_ALIASES",
     "MAX_LIST_ROWS",
     "MAX_TOKENS",
     "InstanceRole",
@@ -409,4 +457,5 @@ __all__ = [
     "ServingSLO",
     "ServingWorkload",
     "WeightFormat",
+    "canonical_engine_name",
 ]

@@ -225,7 +225,17 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
         shape = instance_shape(FORMAT, ctx.cluster, inst)
         name = _name(ctx, inst.role)
         port = 8000 if framework == "vllm" else 30000
-        args = serve_args(framework, ctx.model, model_ref, inst, workload, ctx.cluster, port)
+        args = serve_args(
+            framework,
+            ctx.model,
+            model_ref,
+            inst,
+            workload,
+            ctx.cluster,
+            port,
+            plan.engine,
+            plan.engine_options,
+        )
         if framework != "vllm":
             args = [
                 a.replace("${NODE_RANK}", "$(NODE_RANK)").replace(
@@ -241,8 +251,11 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
             "ports": [{"containerPort": port}],
             "volumeMounts": [shm_mount],
         }
-        if env:
-            container["env"] = _env_list(env)
+        engine_env = (
+            {"VLLM_USE_V1": "0"} if framework == "vllm" and plan.engine == "vllm_v0" else {}
+        )
+        if env or engine_env:
+            container["env"] = _env_list({**env, **engine_env})
         labels = {"app": name}
         if shape.nodes == 1:
             container["command"] = args

@@ -41,44 +41,67 @@ LAUNCHES: dict[str, frozenset[str]] = {
 priced for one framework (its overlaps, rules and memory) and launches only with it."""
 WRAPPERS = frozenset({"slurm", "kubernetes"})
 """Formats that wrap a launcher (`?framework=`)."""
+SERVING_LAUNCHES: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"vllm", "vllm_v0"}),
+    "sglang": frozenset({"sglang"}),
+}
+"""The serving engine profiles (`cost_models.serving.engines`) each serving launcher runs:
+a plan is priced for one engine (its scheduler and host costs) and launches only with it."""
 
 
-def _launcher_for(framework: str) -> str | None:
-    return next((name for name, runs in LAUNCHES.items() if framework in runs), None)
+@dataclasses.dataclass(frozen=True)
+class _Runner:
+    """What a plan is priced for and launches with: a training framework or a serving
+    engine, with the launchers that run each."""
+
+    kind: str
+    """`framework` or `engine` (the plan field and the `constraints.fixed` key)."""
+    launches: Mapping[str, frozenset[str]]
+    priced: str
+    """What the price depends on, in words."""
+
+
+TRAINING_RUNNER = _Runner("framework", LAUNCHES, "its overlaps, combination rules and memory")
+SERVING_RUNNER = _Runner("engine", SERVING_LAUNCHES, "its scheduler and per-iteration host costs")
 
 
 def _check_framework(ctx: ExportContext, fmt: str) -> ExportContext:
-    """Refuse (422, naming the rule) a training plan made for a framework the format does
-    not launch; a wrapper without `?framework=` launches the plan's own framework. Plans
-    stored before plans named their framework are taken as they are."""
-    plan = ctx.training
-    if plan is None or plan.framework is None:
+    """Refuse (422, naming the rule) a plan priced for a training framework or serving
+    engine the format does not launch; a wrapper without `?framework=` launches the plan's
+    own. Plans stored before plans named their framework or engine are taken as they are."""
+    if ctx.serving is not None:
+        name, runner = ctx.serving.engine, SERVING_RUNNER
+    elif ctx.training is not None:
+        name, runner = ctx.training.framework, TRAINING_RUNNER
+    else:
         return ctx
-    framework = plan.framework
+    if name is None:
+        return ctx
+    kind = runner.kind
+    own = next((launcher for launcher, runs in runner.launches.items() if name in runs), None)
     if fmt in WRAPPERS:
-        launcher = ctx.options.get("framework") or _launcher_for(framework)
+        launcher = ctx.options.get("framework") or own
         if launcher is None:
             raise UnexpressiblePlan(
                 fmt,
-                f"{fmt}.framework",
-                f"the plan was priced for {framework}, which no export launches "
-                f"(launchers: {', '.join(sorted(LAUNCHES))}); search with "
-                "constraints.fixed.framework set to one of their frameworks",
+                f"{fmt}.{kind}",
+                f"the plan was priced for {name}, which no export launches (launchers: "
+                f"{', '.join(sorted(runner.launches))}); search with "
+                f"constraints.fixed.{kind} set to one they run",
             )
         if "framework" not in ctx.options:
             ctx = dataclasses.replace(ctx, options={**ctx.options, "framework": launcher})
     else:
         launcher = fmt
-    runs = LAUNCHES.get(launcher)
-    if runs is not None and framework not in runs:
-        own = _launcher_for(framework)
-        instead = f"export it with {own}" if own else "no export launches that framework"
+    runs = runner.launches.get(launcher)
+    if runs is not None and name not in runs:
+        instead = f"export it with {own}" if own else f"no export launches that {kind}"
         raise UnexpressiblePlan(
             fmt,
-            f"{launcher}.framework",
-            f"the plan was priced for {framework} (its overlaps, combination rules and "
-            f"memory), and {launcher} launches {', '.join(sorted(runs))}; {instead}, or "
-            f"search with constraints.fixed.framework = {sorted(runs)[0]!r}",
+            f"{launcher}.{kind}",
+            f"the plan was priced for {name} ({runner.priced}), and {launcher} launches "
+            f"{', '.join(sorted(runs))}; {instead}, or search with "
+            f"constraints.fixed.{kind} = {sorted(runs)[0]!r}",
         )
     return ctx
 

@@ -3,6 +3,9 @@ kubernetes): `vllm serve …` or SGLang's launcher, checked against the framewor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from app.exports import sglang, vllm
 from hardware_catalog.schema import ResolvedCluster
 from specs.model import ModelSpec
@@ -17,6 +20,8 @@ def serve_args(
     workload: ServingWorkload,
     cluster: ResolvedCluster,
     port: int,
+    engine: str | None = None,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The whole argument list of `inst` under `framework` (`vllm` or `sglang`), after the
     framework's own consistency checks (`vllm.check_args`, `sglang.check_args`)."""
@@ -25,14 +30,22 @@ def serve_args(
             "vllm",
             "serve",
             *vllm.instance_args(
-                model_ref, inst, workload, node_gpus=cluster.gpus_per_node, port=port
+                model_ref,
+                inst,
+                workload,
+                node_gpus=cluster.gpus_per_node,
+                port=port,
+                engine=engine,
+                engine_options=engine_options,
             ),
         ]
         vllm.check_args(args[2:], model)
         return args
     args = [
         *sglang.LAUNCH,
-        *sglang.instance_args(model_ref, inst, workload, cluster=cluster, port=port),
+        *sglang.instance_args(
+            model_ref, inst, workload, cluster=cluster, port=port, engine_options=engine_options
+        ),
     ]
     sglang.check_args(args[len(sglang.LAUNCH) :], model)
     return args

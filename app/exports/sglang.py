@@ -17,7 +17,8 @@ and, when e > 1, `--dp-size e --enable-dp-attention --ep-size t·e`; `max_batch_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from app.exports.base import (
     ExportContext,
@@ -41,7 +42,14 @@ from specs.model import ModelSpec
 from specs.serving import ServingInstance, ServingWorkload
 
 FORMAT = "sglang"
-SWITCHES = frozenset({"--enable-dp-attention", "--trust-remote-code"})
+SWITCHES = frozenset(
+    {
+        "--enable-dp-attention",
+        "--trust-remote-code",
+        "--enable-mixed-chunk",
+        "--disable-overlap-schedule",
+    }
+)
 LAUNCH = ["python", "-m", "sglang.launch_server"]
 
 
@@ -52,8 +60,10 @@ def instance_args(
     *,
     cluster: ResolvedCluster,
     port: int,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     par = inst.parallelism
+    engine_options = engine_options or {}
     shape = instance_shape(FORMAT, cluster, inst)
     weights = weight_format(inst, workload)
     world = par.tensor * par.expert
@@ -75,6 +85,11 @@ def instance_args(
     if kv_format(inst, workload) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     args += ["--mem-fraction-static", "0.9"]
+    # the engine profile's settings (`cost_models/serving/engines/sglang.py`)
+    if engine_options.get("enable_mixed_chunk"):
+        args.append("--enable-mixed-chunk")
+    if engine_options.get("disable_overlap_schedule"):
+        args.append("--disable-overlap-schedule")
     if shape.nodes > 1:
         args += [
             "--nnodes",
@@ -158,7 +173,14 @@ def export(ctx: ExportContext) -> ExportResult:
     for n, inst in enumerate(instances):
         shape = instance_shape(FORMAT, ctx.cluster, inst)
         multi_node = multi_node or shape.nodes > 1
-        args = instance_args(model_ref, inst, workload, cluster=ctx.cluster, port=30000 + 100 * n)
+        args = instance_args(
+            model_ref,
+            inst,
+            workload,
+            cluster=ctx.cluster,
+            port=30000 + 100 * n,
+            engine_options=plan.engine_options,
+        )
         check_args(args, ctx.model)
         roles[inst.role] = [*LAUNCH, *args]
         blocks.append(

@@ -175,11 +175,23 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     role_args: dict[str, list[str]] = {}
     for inst in sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role)):
         shape = instance_shape(FORMAT, ctx.cluster, inst)
-        args = serve_args(framework, ctx.model, model_ref, inst, workload, ctx.cluster, 0)
+        args = serve_args(
+            framework,
+            ctx.model,
+            model_ref,
+            inst,
+            workload,
+            ctx.cluster,
+            0,
+            plan.engine,
+            plan.engine_options,
+        )
         port_at = len(args) - 1 - args[::-1].index("--port")
         args[port_at + 1] = "${PORT}"
         role_args[inst.role] = args
         script = ["#!/usr/bin/env bash", "set -euo pipefail"]
+        if framework == "vllm" and plan.engine == "vllm_v0":
+            script.append("export VLLM_USE_V1=0  # priced as vLLM's V0 engine")
         if shape.nodes > 1 and framework == "vllm":
             script += [
                 'LEADER=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)',

@@ -20,7 +20,8 @@ An instance wider than a node uses the Ray executor (`--distributed-executor-bac
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from app.exports.base import (
     ExportContext,
@@ -45,6 +46,8 @@ from specs.serving import ServingInstance, ServingWorkload
 FORMAT = "vllm"
 SWITCHES = frozenset(
     {
+        "--no-async-scheduling",
+        "--disable-async-output-proc",
         "--enable-expert-parallel",
         "--enable-chunked-prefill",
         "--no-enable-chunked-prefill",
@@ -54,10 +57,36 @@ SWITCHES = frozenset(
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 
+def engine_args(engine: str | None, options: Mapping[str, Any]) -> list[str]:
+    """The flags that make vLLM run as the plan's engine profile was priced
+    (`cost_models/serving/engines/vllm.py`): V1 with async scheduling is vLLM's default
+    (nothing to add), `--no-async-scheduling` otherwise; V0 (`VLLM_USE_V1=0`, see `export`)
+    with `--num-scheduler-steps` and `--disable-async-output-proc` as set."""
+    if engine == "vllm_v0":
+        out = []
+        steps = int(options.get("num_scheduler_steps", 1))
+        if steps > 1:
+            out += ["--num-scheduler-steps", str(steps)]
+        if not options.get("async_output_processing", True):
+            out.append("--disable-async-output-proc")
+        return out
+    if engine == "vllm" and not options.get("async_scheduling", True):
+        return ["--no-async-scheduling"]
+    return []
+
+
 def instance_args(
-    model_ref: str, inst: ServingInstance, workload: ServingWorkload, *, node_gpus: int, port: int
+    model_ref: str,
+    inst: ServingInstance,
+    workload: ServingWorkload,
+    *,
+    node_gpus: int,
+    port: int,
+    engine: str | None = None,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """`vllm serve` arguments (after `vllm serve`) of one instance."""
+    engine_options = engine_options or {}
     par = inst.parallelism
     weights = weight_format(inst, workload)
     ctx_len = max_model_len(workload)
@@ -89,6 +118,7 @@ def instance_args(
     if kv_format(inst, workload) == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
     args += ["--gpu-memory-utilization", "0.9"]
+    args += engine_args(engine, engine_options)
     if par.num_gpus > node_gpus:
         args += ["--distributed-executor-backend", "ray"]
     if inst.role in KV_ROLES:
@@ -169,6 +199,8 @@ def check_args(args: Sequence[str], model: ModelSpec) -> None:
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
     env: dict[str, str] = {}
+    if plan.engine == "vllm_v0":
+        env["VLLM_USE_V1"] = "0"  # the V0 engine (vLLM 0.8-0.10)
     model_ref = model_reference(ctx.model, env)
     roles: dict[str, list[str]] = {}
     blocks: list[str] = []
@@ -176,7 +208,13 @@ def export(ctx: ExportContext) -> ExportResult:
     for n, inst in enumerate(instances):
         shape = instance_shape(FORMAT, ctx.cluster, inst)
         args = instance_args(
-            model_ref, inst, workload, node_gpus=ctx.cluster.gpus_per_node, port=8000 + 100 * n
+            model_ref,
+            inst,
+            workload,
+            node_gpus=ctx.cluster.gpus_per_node,
+            port=8000 + 100 * n,
+            engine=plan.engine,
+            engine_options=plan.engine_options,
         )
         check_args(args, ctx.model)
         roles[inst.role] = ["vllm", "serve", *args]
@@ -196,7 +234,10 @@ def export(ctx: ExportContext) -> ExportResult:
     content = (
         "#!/usr/bin/env bash\n"
         f"# vLLM serving of meshplan plan {ctx.plan_id or ''} ({plan.mode}).\n"
-        "set -euo pipefail\n\n" + "\n".join(blocks) + ("wait\n" if len(instances) > 1 else "")
+        "set -euo pipefail\n\n"
+        + ("export VLLM_USE_V1=0  # priced as the V0 engine\n\n" if "VLLM_USE_V1" in env else "")
+        + "\n".join(blocks)
+        + ("wait\n" if len(instances) > 1 else "")
     )
     notes = ["args are one instance's command; run `count` replicas of each role"]
     if plan.mode == "disaggregated":

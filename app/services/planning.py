@@ -48,6 +48,8 @@ from cost_models.frameworks import (
     build_framework,
 )
 from cost_models.frameworks import list_frameworks as registered_frameworks
+from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
+from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
@@ -222,6 +224,19 @@ def get_framework(name: str) -> dict[str, Any]:
         known = ", ".join(registered_frameworks())
         raise CatalogLookupError(f"unknown framework {name!r}; registered: {known}")
     return framework_public(build_framework(name))
+
+
+def list_serving_engines() -> list[dict[str, Any]]:
+    """Every registered serving engine profile, by name."""
+    return [get_serving_engine(name) for name in registered_engines()]
+
+
+def get_serving_engine(name: str) -> dict[str, Any]:
+    """One serving engine profile; CatalogLookupError (404) if unknown."""
+    if name not in registered_engines():
+        known = ", ".join(registered_engines())
+        raise CatalogLookupError(f"unknown serving engine {name!r}; registered: {known}")
+    return {**build_engine(name).describe(), "default": name == DEFAULT_ENGINE}
 
 
 def model_public(spec: ModelSpec) -> dict[str, Any]:
@@ -713,6 +728,19 @@ def prepare_search(
         from app.services import serving
 
         return serving.prepare_search(body, constraints)
+    if constraints.engines is not None:
+        raise InputError(
+            "constraints.engines compares serving engines; a training search compares "
+            "frameworks (constraints.frameworks)",
+            [
+                _field_error(
+                    "constraints.engines",
+                    "only for serving workloads",
+                    constraints.engines,
+                    "serving engines in a training search",
+                )
+            ],
+        )
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)

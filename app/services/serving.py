@@ -20,10 +20,11 @@ from app.services.planning import (
     resolve_model,
 )
 from cost_models.serving.base import ServingCostModel
+from cost_models.serving.engines import build_engine
 from cost_models.serving.registry import build_serving_cost_model, list_serving_cost_models
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
-from solver.serving.search import check_fixed, serving_search
+from solver.serving.search import check_engine, check_fixed, serving_search
 from specs.constraints import SearchConstraints
 from specs.errors import NoFeasiblePlan
 from specs.model import ModelSpec
@@ -133,6 +134,11 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
             ],
         )
     problem = _problem(resolve_model(body.model), resolve_cluster(body.cluster), body.workload)
+    plan = body.plan
+    if plan.engine is not None:
+        check_engine(plan.engine, "plan.engine")
+    problem = problem.with_engine(plan.engine, plan.engine_options)
+    build_engine(problem.engine, dict(problem.engine_options))  # 422 on a bad option
     cost_model = _cost_model(body.cost_model)
     est = evaluate_plan(
         problem, body.plan, InstanceCosts(problem, cost_model), cluster=body.cluster
@@ -147,6 +153,8 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     cluster = resolve_cluster(body.cluster)
     _problem(model, cluster, body.workload)
     check_fixed(constraints.fixed)
+    for i, name in enumerate(constraints.engines or []):
+        check_engine(name, f"constraints.engines.{i}")
     cost_model = _cost_model(body.cost_model)
     ref = body.cost_model or CostModelRef(name=DEFAULT_SERVING_COST_MODEL)
     version = str(getattr(cost_model, "version", ""))
@@ -205,6 +213,7 @@ def run_problem(
         serving,
         cost_model,
         fixed=constraints.fixed,
+        engines=constraints.engines,
         time_limit_s=constraints.time_limit_s,
         top_k=int(problem.get("top_k", 10)),
         progress=progress,

@@ -28,6 +28,51 @@ class IterationBatch:
     prefill_seqs: int = 0  # sequences with a prefill chunk in this pass
 
 
+PrefillPolicy = Literal["mixed", "separate", "separate_unless_chunked"]
+"""How an engine's scheduler puts prompts into iterations:
+
+- `mixed`: prompt chunks and the running decodes share an iteration, the decodes first
+  (Sarathi-Serve's stall-free batching; vLLM V1, TensorRT-LLM in-flight batching);
+- `separate`: an iteration with prompts runs prompts only and the decodes wait for it
+  (vLLM V0 without chunked prefill, SGLang's default prefill-first batches);
+- `separate_unless_chunked`: `separate` without a token budget, `mixed` with one (vLLM V0,
+  where `--enable-chunked-prefill` switches to mixed batches)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerPolicy:
+    """The scheduling behaviour of an engine that the simulator follows
+    (`solver/serving/simulate.py`). The default is the simulator's original policy."""
+
+    prefill: PrefillPolicy = "mixed"
+    decode_steps: int = 1
+    """Decode steps per scheduler call (vLLM V0 `--num-scheduler-steps`): new prompts join
+    only at the end of a block of this many decode steps."""
+    split_prompts: bool = True
+    """A prompt may be split over iterations to fill the token budget (chunked prefill).
+    False: a prompt runs whole, in an iteration whose remaining budget holds it (TensorRT-LLM
+    without chunked context); one that no budget holds runs alone."""
+
+    def __post_init__(self) -> None:
+        if self.decode_steps < 1:
+            raise ValueError(f"decode_steps must be >= 1 (got {self.decode_steps})")
+
+    def separates(self, chunked: bool) -> bool:
+        """Whether an iteration with prompts runs them without the decodes."""
+        return self.prefill == "separate" or (
+            self.prefill == "separate_unless_chunked" and not chunked
+        )
+
+
+DEFAULT_SCHEDULER = SchedulerPolicy()
+
+
+def scheduler_of(cost: object) -> SchedulerPolicy:
+    """The cost's `scheduler` attribute (an engine-wrapped cost has one), else the default."""
+    policy = getattr(cost, "scheduler", None)
+    return policy if isinstance(policy, SchedulerPolicy) else DEFAULT_SCHEDULER
+
+
 @runtime_checkable
 class InstanceCost(Protocol):
     """Costs of one engine instance (tp × pp × ep GPUs) of one model on one accelerator."""
@@ -61,8 +106,41 @@ class InstanceCost(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class VirtualEngineCost:
+class ForwardingCost:
+    """An `InstanceCost` that wraps another (`base`) and answers its GPU count, memory, KV
+    transfers and scheduler from it; subclasses change what they price differently."""
+
+    base: InstanceCost
+
+    @property
+    def num_gpus(self) -> int:
+        return self.base.num_gpus
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.base.kv_capacity_tokens
+
+    @property
+    def kv_cache_gib(self) -> float:
+        return self.base.kv_cache_gib
+
+    @property
+    def weights_gib(self) -> float:
+        return self.base.weights_gib
+
+    @property
+    def scheduler(self) -> SchedulerPolicy:
+        return scheduler_of(self.base)
+
+    def iteration_time_s(self, batch: IterationBatch) -> float:
+        return self.base.iteration_time_s(batch)
+
+    def kv_transfer_time_s(self, tokens: int) -> float:
+        return self.base.kv_transfer_time_s(tokens)
+
+
+@dataclass(frozen=True)
+class VirtualEngineCost(ForwardingCost):
     """One of the `stages` schedulers of a pipelined instance.
 
     A p-stage instance keeps p batches in flight, one per stage, as vLLM's virtual engines
@@ -76,26 +154,8 @@ class VirtualEngineCost:
     stages: int
 
     @property
-    def num_gpus(self) -> int:
-        return self.base.num_gpus
-
-    @property
     def kv_capacity_tokens(self) -> int:
         return self.base.kv_capacity_tokens // self.stages
-
-    @property
-    def kv_cache_gib(self) -> float:
-        return self.base.kv_cache_gib
-
-    @property
-    def weights_gib(self) -> float:
-        return self.base.weights_gib
-
-    def iteration_time_s(self, batch: IterationBatch) -> float:
-        return self.base.iteration_time_s(batch)
-
-    def kv_transfer_time_s(self, tokens: int) -> float:
-        return self.base.kv_transfer_time_s(tokens)
 
 
 def pipeline_engines(cost: InstanceCost) -> tuple[InstanceCost, int]:
@@ -131,9 +191,14 @@ class ServingCostModel(Protocol):
 
 
 __all__ = [
+    "DEFAULT_SCHEDULER",
+    "ForwardingCost",
     "InstanceCost",
     "IterationBatch",
+    "PrefillPolicy",
+    "SchedulerPolicy",
     "ServingCostModel",
     "VirtualEngineCost",
     "pipeline_engines",
+    "scheduler_of",
 ]

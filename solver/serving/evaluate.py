@@ -20,10 +20,18 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
+from cost_models.serving.engines import (
+    DEFAULT_ENGINE,
+    EngineInstanceCost,
+    EngineProfile,
+    build_engine,
+)
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.goodput import (
     GoodputResult,
@@ -55,13 +63,27 @@ LOW_LOAD_FRACTION = 0.05
 
 @dataclass(frozen=True)
 class ServingProblem:
-    """A resolved serving problem: model, homogeneous cluster, workload."""
+    """A resolved serving problem: model, homogeneous cluster, workload, and the serving
+    engine the plans run on."""
 
     model: ModelSpec
     cluster: ResolvedCluster
     workload: ServingWorkload
     memory_utilization: float = 0.9
     """Share of device memory the engine may use (vLLM's `gpu_memory_utilization`)."""
+    engine: str = DEFAULT_ENGINE
+    """The engine profile (`cost_models.serving.engines`) plans are priced for."""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """Its settings (validated by the profile's options)."""
+
+    @cached_property
+    def engine_profile(self) -> EngineProfile:
+        """The built profile (raises PluginNotFound / SpecError on a bad name or option)."""
+        return build_engine(self.engine, dict(self.engine_options))
+
+    def with_engine(self, name: str | None, options: Mapping[str, Any] | None) -> ServingProblem:
+        """The same problem for another engine (None: the default one)."""
+        return replace(self, engine=name or DEFAULT_ENGINE, engine_options=dict(options or {}))
 
     @property
     def num_gpus(self) -> int:
@@ -142,6 +164,9 @@ class InstanceCosts:
                 )
             except InfeasiblePlan as exc:
                 hit = exc
+            else:
+                engine = self.problem.engine_profile
+                hit = EngineInstanceCost(hit, engine.host(), engine.scheduler())
             self._cache[key] = hit
         if isinstance(hit, InfeasiblePlan):
             raise hit
@@ -385,7 +410,10 @@ def evaluate_plan(
     `unit_goodput`: the goodput of the plan's unit when already known (the search passes
     it), with the same stream. `cluster`: the request's cluster spec when there is one (its
     explicit bandwidths are the ones `bandwidth_out_of_range` checks)."""
-    est = _evaluate(problem, plan, costs, stream, unit_goodput)
+    named = plan.model_copy(
+        update={"engine": problem.engine, "engine_options": dict(problem.engine_options)}
+    )
+    est = _evaluate(problem, named, costs, stream, unit_goodput)
     return replace(est, warnings=tuple(serving_warnings(problem, est, cluster=cluster)))
 
 

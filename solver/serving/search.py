@@ -55,7 +55,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,6 +67,7 @@ from cost_models.serving.base import (
     ServingCostModel,
     pipeline_engines,
 )
+from cost_models.serving.engines import list_engines
 from solver.base import SearchStats
 from solver.search.steps import Monitor, Stopped
 from solver.serving.evaluate import (
@@ -114,7 +115,16 @@ PREFILL_CHUNKS: tuple[int | None, ...] = (None, 2048, 8192)
 """Token budgets of prefill-only instances (None: every waiting prompt in one pass)."""
 MAX_RATIO = 8
 """Largest prefill or decode instance count of a disaggregated unit."""
-FIXED_KEYS = ("mode", "tensor", "pipeline", "expert", "max_batch_size", "chunk_size", "precision")
+FIXED_KEYS = (
+    "mode",
+    "tensor",
+    "pipeline",
+    "expert",
+    "max_batch_size",
+    "chunk_size",
+    "precision",
+    "engine",
+)
 """`constraints.fixed` keys a serving search understands."""
 
 
@@ -227,6 +237,8 @@ def check_fixed(fixed: dict[str, Any]) -> None:
         field = f"constraints.fixed.{key}"
         if key not in FIXED_KEYS:
             raise SpecError(field, f"a serving search fixes only {list(FIXED_KEYS)}", value)
+        if key == "engine":
+            check_engine(value, field)
         if key == "mode" and value not in ("colocated", "disaggregated"):
             raise SpecError(field, "one of ['colocated', 'disaggregated']", value)
         if key == "precision" and value not in ("bf16", "fp16", "fp8", "int4"):
@@ -857,16 +869,90 @@ def serving_search(
     cost_model: ServingCostModel,
     *,
     fixed: dict[str, Any] | None = None,
+    engines: Sequence[str] | None = None,
     time_limit_s: float = 60.0,
     top_k: int = 10,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> ServingSearchResult:
-    """The `top_k` serving plans for the workload's objective (module docstring)."""
+    """The `top_k` serving plans for the workload's objective (module docstring), for the
+    problem's engine, `fixed["engine"]`, or each of `engines` (their plans ranked
+    together; the time limit is shared)."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
     fixed = dict(fixed or {})
     check_fixed(fixed)
+    pinned = fixed.pop("engine", None)
+    names = [pinned] if pinned is not None else list(engines or [problem.engine])
+    for i, name in enumerate(names):
+        check_engine(name, "constraints.fixed.engine" if pinned else f"constraints.engines.{i}")
+    if len(names) == 1:
+        options = problem.engine_options if names[0] == problem.engine else None
+        return _search_engine(
+            problem.with_engine(names[0], options),
+            cost_model,
+            fixed,
+            time_limit_s,
+            top_k,
+            progress,
+            should_stop,
+        )
+    started = time.perf_counter()
+    merged: list[RankedServingPlan] = []
+    stats = SearchStats()
+    for name in dict.fromkeys(names):
+        res = _search_engine(
+            problem.with_engine(name, None),
+            cost_model,
+            fixed,
+            time_limit_s / len(names),
+            top_k,
+            progress,
+            should_stop,
+        )
+        merged += res.plans
+        stats.merge(res.stats)
+    merged.sort(key=lambda r: _rank_key(problem, r.estimate), reverse=True)
+    ranked = merged[:top_k]
+    plans = [
+        replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1, ranked))
+        for i, r in enumerate(ranked)
+    ]
+    stats.wall_time_s = time.perf_counter() - started
+    return ServingSearchResult(plans, stats)
+
+
+def check_engine(name: Any, field: str) -> None:
+    """Refuse (422 naming `field`) an engine name no profile is registered under."""
+    known = list_engines()
+    if not isinstance(name, str) or name not in known:
+        raise SpecError(field, f"one of {known} (GET /v1/engines)", name)
+
+
+def _rank_key(problem: ServingProblem, est: ServingEstimate) -> float:
+    """The objective's score of a priced plan (higher is better), to rank plans found for
+    different engines together."""
+    m = est.metrics
+    if m is None:
+        return -math.inf
+    objective = problem.workload.objective
+    if objective == "min_gpus":
+        return -float(m.gpus_used) + min(m.goodput_rps_per_gpu, 1e5) * TIE_BREAK
+    if objective == "min_latency":
+        return -float(est.details.get("ranked_e2e_latency_s_p90", m.e2e_latency_s_p90))
+    return m.goodput_rps_per_gpu
+
+
+def _search_engine(
+    problem: ServingProblem,
+    cost_model: ServingCostModel,
+    fixed: dict[str, Any],
+    time_limit_s: float,
+    top_k: int,
+    progress: Callable[[int, int], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> ServingSearchResult:
+    """`serving_search` for the problem's own engine."""
     started = time.perf_counter()
     stats = SearchStats()
     stream = request_stream(problem.workload)

@@ -83,7 +83,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines
+from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines, scheduler_of
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -308,6 +308,7 @@ class _Engine:
         "waiting", "prefilling", "dec_heap", "n_dec", "ctx_base", "dec_out", "other_out",
         "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
         "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
+        "separate", "block", "block_pos", "split",
     )  # fmt: skip
 
     def __init__(
@@ -351,6 +352,11 @@ class _Engine:
         self.run_t0 = 0.0
         self.run_slope = 0.0
         self.handoff = handoff  # prefill role: (time, seq) of finished prompts
+        policy = scheduler_of(cost)
+        self.separate = policy.separates(chunk is not None)  # prompts stall the decodes
+        self.block = policy.decode_steps  # decode steps per scheduler call
+        self.block_pos = 0  # decode steps into the current block
+        self.split = policy.split_prompts  # prompts may be chunked over iterations
 
     # ---- routing
 
@@ -381,10 +387,11 @@ class _Engine:
             self.sim.push(now, 1, _EV_ENGINE, self.index, self.version)
         elif (
             self.is_run
+            and self.block == 1  # a multi-step block is never cut: it runs to its end
             and len(self.waiting) == 1
             and self.n_running < self.max_batch
             and self.kv_used + seq.reserve <= self.kv_cap
-            and self.budget_cap - self.n_dec > 0
+            and self.budget_cap - (0 if self.separate else self.n_dec) > 0
         ):
             j = _first_boundary_at_or_after(
                 self.run_t0, self.run_slope, now - self.cur_start, self.cur_k
@@ -457,6 +464,9 @@ class _Engine:
             if done:
                 self.prefilling = [s for s in self.prefilling if s.prefilled < s.prompt]
             self.cur_chunks = []
+            self.block_pos = 0  # an iteration with prompts is a scheduler call of its own
+        elif k:
+            self.block_pos = (self.block_pos + k) % self.block
         self.cur_k = 0
         self.is_run = False
 
@@ -464,7 +474,10 @@ class _Engine:
         """Start the next iteration at `now` (or go idle)."""
         sim = self.sim
         n_dec = self.n_dec
-        budget = self.budget_cap - n_dec
+        # Mid-block of a multi-step scheduler only the decodes run; prompts wait for the
+        # block's end. A scheduler that separates prompts gives them the whole budget.
+        scheduling = self.block_pos == 0 or n_dec == 0
+        budget = (self.budget_cap - (0 if self.separate else n_dec)) if scheduling else 0
         chunks: list[tuple[_Seq, int]] = []
         ptoks = 0
         pairs = 0.0
@@ -486,6 +499,8 @@ class _Engine:
                 seq = waiting[0]
                 if self.kv_used + seq.reserve > self.kv_cap:
                     break
+                if not (self.split or decode_role or seq.prompt <= budget or not chunks):
+                    break  # a whole prompt waits for an iteration whose budget holds it
                 waiting.popleft()
                 self.kv_used += seq.reserve
                 self.n_running += 1
@@ -499,7 +514,7 @@ class _Engine:
                     self._join_decode(seq)
                 else:
                     self.prefilling.append(seq)
-                    c = seq.prompt if seq.prompt < budget else budget
+                    c = seq.prompt if seq.prompt < budget or not self.split else budget
                     chunks.append((seq, c))
                     budget -= c
                     ptoks += c
@@ -519,11 +534,17 @@ class _Engine:
         self.is_run = False
         if chunks:
             self.cur_chunks = chunks
-            self.cur_k = 1 if n_dec else 0
-            t = self.time_fn(IterationBatch(n_dec, ctx0, ptoks, pairs, len(chunks)))
+            if self.separate:  # the decodes wait for this prompt-only iteration
+                self.cur_k = 0
+                t = self.time_fn(IterationBatch(0, 0, ptoks, pairs, len(chunks)))
+            else:
+                self.cur_k = 1 if n_dec else 0
+                t = self.time_fn(IterationBatch(n_dec, ctx0, ptoks, pairs, len(chunks)))
         else:
             self.cur_k = 1
             k = self.dec_heap[0][0] - steps
+            if self.block > 1:  # a run ends at its block's end at the latest
+                k = min(k, self.block - self.block_pos)
             t = self.time_fn(IterationBatch(n_dec, ctx0, 0, 0.0, 0))
             if k >= 2 and self.fast_forward:
                 t_last = self.time_fn(IterationBatch(n_dec, ctx0 + (k - 1) * n_dec, 0, 0.0, 0))

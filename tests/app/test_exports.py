@@ -354,7 +354,16 @@ def test_serving_plan_yields_vllm_sglang_slurm_kubernetes(searches: dict[str, An
     assert words[start : start + len(vl.args)] == vl.args
     vl_export.check_args(vl.args[2:], _model(problem))
 
-    sg = export_plan(row, problem, "sglang")
+    # the search priced the plan for vLLM (its default engine): SGLang's export refuses it,
+    # naming the rule and the search that gives an SGLang plan; the same layout priced for
+    # SGLang exports
+    assert row["plan"]["engine"] == "vllm"
+    with pytest.raises(UnexpressiblePlan) as refused:
+        export_plan(row, problem, "sglang")
+    assert refused.value.rule == "sglang.engine"
+    assert "constraints.fixed.engine = 'sglang'" in str(refused.value)
+    sglang_row = {**row, "plan": {**row["plan"], "engine": "sglang"}}
+    sg = export_plan(sglang_row, problem, "sglang")
     g = parse_flags(sg.args[3:], sg_export.SWITCHES)
     assert int(g["--tp-size"]) == par["tensor"] * par["expert"]
     assert int(g["--pp-size"]) == par["pipeline"]

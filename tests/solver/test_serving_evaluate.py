@@ -113,7 +113,8 @@ def test_colocated_goodput_is_a_node_of_instances_times_the_units() -> None:
     assert one.metrics is not None and two.metrics is not None
     assert one.metrics.goodput_rps > 0
     stream = request_stream(problem.workload)
-    cost = COST_MODEL.instance_cost(problem.model, problem.cluster, 1, 1, 1, "bf16", "bf16")
+    # the instance as the plan's engine (vLLM by default) runs it
+    cost = InstanceCosts(problem, COST_MODEL).get(1, 1, 1, "bf16")
     # independently run bisections on 1, 2 and 4 pooled instances
     direct = {
         n: goodput_colocated(stream, cost, n, 128, 2048, problem.slo).goodput_rps for n in (1, 2, 4)
@@ -154,9 +155,7 @@ def test_disaggregated_units_come_from_the_gcd(prefill: int, decode: int, units:
     per_p, per_d = prefill // units, decode // units
     tier = "intra" if per_p + per_d <= 8 else "inter"
     stream = request_stream(problem.workload)
-    cost = COST_MODEL.instance_cost(
-        problem.model, problem.cluster, 1, 1, 1, "bf16", "bf16", kv_transfer_tier=tier
-    )
+    cost = InstanceCosts(problem, COST_MODEL).get(1, 1, 1, "bf16", tier)
     unit = goodput_disaggregated(stream, cost, per_p, None, cost, per_d, 256, problem.slo)
     assert est.details["units"] == units
     assert est.details["kv_transfer_tier"] == tier

@@ -69,8 +69,15 @@ def make_problem(gpus: int, nodes: int = 1, **workload: Any) -> ServingProblem:
         "num_requests": 100,
     }
     body.update(workload)
+    # The search's machinery is checked on the GPU costs alone (an engine without host
+    # time): its decode-phase bound is exact for step times affine in the batch at the
+    # mean context, and a host cost per sequence moves optima onto the edge where the
+    # percentile makes it a near-bound (see test_engines_are_searched_and_compared).
     return ServingProblem(
-        presets.get_preset("llama3-8b"), cluster, ServingWorkload.model_validate(body)
+        presets.get_preset("llama3-8b"),
+        cluster,
+        ServingWorkload.model_validate(body),
+        engine_options={"host_cost_scale": 0.0},
     )
 
 

@@ -11,6 +11,8 @@ from fastapi.concurrency import run_in_threadpool
 from app.schemas import (
     AcceleratorList,
     CostModelList,
+    EngineList,
+    EnginePublic,
     FabricList,
     FrameworkList,
     FrameworkPublic,
@@ -96,3 +98,15 @@ def list_frameworks() -> dict[str, Any]:
 def read_framework(name: str) -> dict[str, Any]:
     """Read one training framework profile: rules, behaviour and launchers."""
     return planning.get_framework(name)
+
+
+@router.get("/v1/engines", response_model=EngineList)
+def list_engines() -> dict[str, Any]:
+    """List the serving engine profiles serving plans are priced for."""
+    return {"items": planning.list_serving_engines()}
+
+
+@router.get("/v1/engines/{name}", response_model=EnginePublic)
+def read_engine(name: str) -> dict[str, Any]:
+    """Read one serving engine profile: scheduler, host costs, options and launcher."""
+    return planning.get_serving_engine(name)

@@ -1,0 +1,158 @@
+"""Serving engines over HTTP: `GET /v1/engines`, plans that name their engine (estimates
+and searches), engine comparisons, bad engine names and options as 422 problems naming the
+field, and exports that launch the plan's engine or refuse it."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+from app_support import assert_problem, error_fields
+
+COLOCATED = {
+    "mode": "colocated",
+    "instances": [
+        {
+            "role": "both",
+            "count": 2,
+            "parallelism": {"tensor": 1, "pipeline": 1, "expert": 1},
+            "max_batch_size": 64,
+        }
+    ],
+}
+
+
+@pytest.fixture
+def serving() -> dict[str, Any]:
+    """Llama-3-8B on one node of 2 H100s, 512/128 tokens, 100 simulated requests."""
+    return {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {
+            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2}]
+        },
+        "workload": {
+            "kind": "serving",
+            "prompt_tokens": 512,
+            "output_tokens": 128,
+            "slo": {"ttft_ms": 300, "tpot_ms": 30, "percentile": 90},
+            "num_requests": 100,
+            "arrival_rate_rps": 20,
+        },
+    }
+
+
+def test_engines_are_listed_with_their_behaviour(client: Any) -> None:
+    items = client.get("/v1/engines").json()["items"]
+    by_name = {e["name"]: e for e in items}
+    assert sorted(by_name) == ["sglang", "tensorrt_llm", "vllm", "vllm_v0"]
+    assert [e["name"] for e in items if e["default"]] == ["vllm"]
+    assert by_name["vllm"]["launcher"] == "vllm" and by_name["vllm_v0"]["launcher"] == "vllm"
+    assert by_name["tensorrt_llm"]["launcher"] is None
+    assert by_name["sglang"]["prefill"] == "separate"
+    assert by_name["vllm_v0"]["host_per_sequence_us"] == pytest.approx(100.0)
+    assert "num_scheduler_steps" in by_name["vllm_v0"]["options_schema"]["properties"]
+    assert all(e["sources"] for e in items)
+    one = client.get("/v1/engines/TensorRT-LLM")
+    assert one.status_code == 404  # the route takes registry names; plans take aliases
+    assert client.get("/v1/engines/sglang").json() == by_name["sglang"]
+
+
+def test_an_estimate_names_the_engine_it_was_priced_for(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    default = client.post("/v1/estimate", json={**serving, "plan": COLOCATED}).json()
+    assert default["plan"]["engine"] == "vllm"
+    v0 = client.post(
+        "/v1/estimate",
+        json={
+            **serving,
+            "plan": {
+                **COLOCATED,
+                "engine": "vLLM V0",
+                "engine_options": {"num_scheduler_steps": 8},
+            },
+        },
+    ).json()
+    assert v0["plan"]["engine"] == "vllm_v0"
+    assert v0["plan"]["engine_options"] == {"num_scheduler_steps": 8}
+    # a block of 8 decode steps holds new prompts back: TTFT rises at the same rate
+    assert v0["metrics"]["ttft_ms_p50"] > default["metrics"]["ttft_ms_p50"]
+
+
+@pytest.mark.parametrize(
+    ("plan_update", "field"),
+    [
+        ({"engine": "tgi"}, "plan.engine"),
+        ({"engine": "vllm_v0", "engine_options": {"num_scheduler_steps": 0}},
+         "plan.engine_options.num_scheduler_steps"),
+        ({"engine": "vllm", "engine_options": {"bogus": 1}}, "plan.engine_options.bogus"),
+    ],
+)  # fmt: skip
+def test_bad_engines_are_422s_naming_the_field(
+    client: Any, serving: dict[str, Any], plan_update: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/estimate", json={**serving, "plan": {**COLOCATED, **plan_update}})
+    problem = assert_problem(response, 422)
+    assert field in error_fields(problem)
+
+
+def test_a_search_compares_engines(client: Any, serving: dict[str, Any]) -> None:
+    body = {
+        **serving,
+        "top_k": 50,
+        "constraints": {"engines": ["vllm", "sglang"], "fixed": {"mode": "colocated"}},
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    items = client.get(f"/v1/searches/{search['id']}/plans?limit=50").json()["items"]
+    assert {p["engine"] for p in items} == {"vllm", "sglang"}
+    per_gpu = [p["metrics"]["goodput_rps_per_gpu"] for p in items]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    bad = client.post("/v1/searches", json={**serving, "constraints": {"engines": ["vllm", "tgi"]}})
+    assert "constraints.engines.1" in error_fields(assert_problem(bad, 422))
+
+
+def test_a_training_search_refuses_engines(client: Any, tiny: dict[str, Any]) -> None:
+    response = client.post("/v1/searches", json={**tiny, "constraints": {"engines": ["vllm"]}})
+    assert "constraints.engines" in error_fields(assert_problem(response, 422))
+
+
+def _search_plan(client: Any, serving: dict[str, Any], fixed: dict[str, Any]) -> str:
+    body = {**serving, "top_k": 1, "constraints": {"fixed": {"mode": "colocated", **fixed}}}
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    plan_id: str = client.get(f"/v1/searches/{search['id']}/plans").json()["items"][0]["id"]
+    return plan_id
+
+
+def test_exports_launch_the_engine_the_plan_was_priced_for(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    sg = _search_plan(client, serving, {"engine": "sglang"})
+    refused = assert_problem(client.get(f"/v1/plans/{sg}/export/vllm"), 422)
+    assert "export it with sglang" in refused["detail"]
+    assert client.get(f"/v1/plans/{sg}/export/sglang").status_code == 200
+    slurm = client.get(f"/v1/plans/{sg}/export/slurm").json()  # wraps the plan's engine
+    assert "sglang.launch_server" in " ".join(slurm["args"])
+    trt = _search_plan(client, serving, {"engine": "tensorrt_llm"})
+    none = assert_problem(client.get(f"/v1/plans/{trt}/export/kubernetes"), 422)
+    assert "no export launches" in none["detail"]
+
+
+def test_a_vllm_v0_plan_exports_its_scheduler_settings(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    body = {
+        **serving,
+        "top_k": 1,
+        "constraints": {"fixed": {"mode": "colocated", "engine": "vllm_v0"}},
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    plan = client.get(f"/v1/searches/{search['id']}/plans").json()["items"][0]
+    exported = client.get(f"/v1/plans/{plan['id']}/export/vllm").json()
+    assert exported["env"]["VLLM_USE_V1"] == "0"
+    assert "export VLLM_USE_V1=0" in exported["content"]
+    words = shlex.split(exported["content"], comments=True)
+    assert "--num-scheduler-steps" not in words  # single-step by default
+    assert "--disable-async-output-proc" not in words
