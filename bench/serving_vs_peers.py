@@ -351,6 +351,72 @@ def report(
     return "\n".join(out)
 
 
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("TTFT", ("ttft_ms_mean", "ttft_ms_p50", "ttft_ms")),
+    ("TPOT", ("tpot_ms_mean", "tpot_ms_p50", "itl_ms", "token_latency_ms_p50", "tpot_ms_approx")),
+    ("batch latency", ("e2e_latency_ms_mean",)),
+    ("throughput", ("throughput_tokens_per_s",)),
+)
+"""Metric families of the published rows, each read from the first key a row has (so a
+row with several percentiles counts once per family)."""
+
+
+@dataclass(frozen=True)
+class RowError:
+    case_id: str
+    engine: str
+    family: str
+    error: float
+    """(ours − measured) / measured."""
+
+
+def published_errors(
+    cases: Sequence[Case], estimate: Callable[[Case], dict[str, Any] | None] = our_estimate
+) -> list[RowError]:
+    """One relative error per published row and metric family that both sides have."""
+    out = []
+    for case in cases:
+        if case.origin != "published":
+            continue
+        ours = estimate(case)
+        if ours is None:
+            continue
+        measured = case.raw["measured"]
+        for family, keys in FAMILIES:
+            key = next((k for k in keys if k in measured and ours.get(k) is not None), None)
+            if key is None:
+                continue
+            err = rel_diff(float(ours[key]), float(measured[key]))
+            if err is not None:
+                engine = str(case.raw.get("engine", "")).split(" ")[0].rstrip(",")
+                out.append(RowError(case.id, engine, family, err))
+    return out
+
+
+def accuracy_summary(errors: Sequence[RowError]) -> str:
+    """MAPE and mean signed error over the published rows, by metric family and by engine.
+    Nothing in the serving model is fitted to these rows (its constants come from kernel
+    tables and the engines' own profiles), so held-out-by-source equals in-sample."""
+    if not errors:
+        return "no published row is representable"
+
+    def line(label: str, errs: Sequence[float]) -> list[str]:
+        mape = sum(abs(e) for e in errs) / len(errs)
+        bias = sum(errs) / len(errs)
+        return [label, str(len(errs)), f"{mape:.1%}", f"{bias:+.1%}", f"{max(map(abs, errs)):.1%}"]
+
+    rows = [line("all", [e.error for e in errors])]
+    for family, _ in FAMILIES:
+        errs = [e.error for e in errors if e.family == family]
+        if errs:
+            rows.append(line(family, errs))
+    for engine in sorted({e.engine for e in errors}):
+        rows.append(line(f"engine {engine}", [e.error for e in errors if e.engine == engine]))
+    return "Published rows (held out = in-sample: nothing is fitted to them):\n" + render_table(
+        ["rows", "n", "MAPE", "mean signed", "max"], rows
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--case", default="", help="only cases whose id contains this")
@@ -361,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"peers: {versions}; collected {peers['generated_utc']}")
     cases = [c for c in load_cases(not args.no_published) if args.case in c.id]
     print(report(cases))
+    print(accuracy_summary(published_errors(cases)))
     return 0
 
 

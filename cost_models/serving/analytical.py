@@ -37,7 +37,9 @@ latency is the whole pipeline's):
   (SGLang DP attention, vLLM DP+EP: EP size = t·e) and each GPU holds E/(t·e) whole experts,
   with a dispatch and a combine all-to-all over the t·e GPUs (`a2a_latency_s` +
   `collectives.all_to_all_time_s`), and every attention replica handles 1/e of the batch.
-- a fixed `iteration_overhead_s` (sampling and input preparation).
+- the sampler: `SAMPLER_PASSES` memory-bound passes over the batch's fp32 logits
+  (seqs × vocabulary × 4 bytes), and a fixed `iteration_overhead_s` (the sampling kernels'
+  launches and input preparation).
 
 Pipeline parallelism and throughput: the model reports an iteration's latency through all
 p stages (Σ stages + hand-offs). Engines keep up to p micro-batches in flight (vLLM virtual
@@ -116,6 +118,11 @@ bytes at m = 1 whatever their size (8.4–59 MB of weights: 14.8–34 µs), thre
 latencies, against one for bf16."""
 SAMPLER_LOGIT_BYTES = 4.0
 """fp32 logits held for sampling."""
+SAMPLER_PASSES = 3
+"""HBM passes of the sampler over the fp32 logits of the batch: the gathered logits are
+written, read by the softmax (temperature, top-p/top-k masks fused, as FlashInfer's and
+vLLM's sampling kernels do) which writes the probabilities, and read once more to draw the
+token: a memory-bound cost that grows with batch × vocabulary (128k for Llama-3)."""
 
 
 class ServingAnalyticalConfig(BaseModel):
@@ -645,10 +652,20 @@ class AnalyticalInstanceCost:
         return n_touched * (up + down) + 2 * g.launch_s + extra
 
     def _logits_time_s(self, seqs: int) -> float:
-        """LM head (bf16, vocab split over t) for the sequences that emit a token."""
+        """LM head (bf16, vocab split over t) for the sequences that emit a token, and the
+        sampler over their fp32 logits (`SAMPLER_PASSES` streams of seqs × vocab × 4 bytes
+        on one GPU: the engines gather the vocabulary shards before sampling)."""
         m = self.model
         rows = seqs / self.expert
-        return self._gemm_bf16.time_s(rows, m.hidden_size, m.vocab_size / self.tensor)
+        head = self._gemm_bf16.time_s(rows, m.hidden_size, m.vocab_size / self.tensor)
+        sampler = (
+            SAMPLER_PASSES
+            * rows
+            * m.vocab_size
+            * SAMPLER_LOGIT_BYTES
+            / (self._hbm * MEMORY_EFFICIENCY)
+        )
+        return head + sampler
 
     # ---- conveniences for explanations and benchmarks ----------------------------------
     @property
