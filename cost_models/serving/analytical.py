@@ -74,7 +74,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cost_models.analytical.collectives import (
     TwoTierNetwork,
@@ -88,6 +88,7 @@ from cost_models.analytical.gemm import MEMORY_EFFICIENCY, RooflineGemm
 from cost_models.analytical.placement import GroupPlacement, Tier, place_group
 from cost_models.analytical.training import DEFAULT_ATTENTION_EFFICIENCY
 from cost_models.serving.base import IterationBatch
+from cost_models.serving.kernel_tables import MeasuredGemm, stacks, table_for
 from cost_models.serving.registry import register_serving_cost_model
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
 from specs.errors import InfeasiblePlan
@@ -180,6 +181,18 @@ class ServingAnalyticalConfig(BaseModel):
     max_num_batched_tokens, 8192 by default with chunked prefill)."""
     sampler_sequences: int = Field(default=256, ge=1, le=65536)
     """Sequences whose fp32 logits the sampler holds (vLLM max_num_seqs default 256)."""
+    gemm_stack: str | None = None
+    """Measured GEMM kernel table to price linear layers with where one exists for the
+    accelerator and weight format (`cost_models/serving/kernel_tables.py`): null takes the
+    default table (MI300X FP8: `aiter_ck`, untuned), `aiter_tuned` the shape-tuned aiter
+    kernels, `roofline` none."""
+
+    @field_validator("gemm_stack")
+    @classmethod
+    def _known_stack(cls, value: str | None) -> str | None:
+        if value is not None and value not in stacks():
+            raise ValueError(f"gemm_stack must be one of {stacks()} (got {value!r})")
+        return value
 
 
 def touched_experts(num_experts: int, top_k: int, tokens: float) -> float:
@@ -263,7 +276,11 @@ class AnalyticalInstanceCost:
             peak, eff = bf16_peak, acc.gemm_efficiency
         launch = cfg.kernel_latency_s
         gemm_launch = launch * (1 + (FP8_QUANT_KERNELS if weight_precision == "fp8" else 0))
-        self._gemm = RooflineGemm(peak, eff, self._hbm, wb, gemm_launch, cfg.gemm_k_overhead)
+        roofline = RooflineGemm(peak, eff, self._hbm, wb, gemm_launch, cfg.gemm_k_overhead)
+        table = table_for(acc.id, weight_precision, cfg.gemm_stack)
+        self._gemm: RooflineGemm | MeasuredGemm = (
+            roofline if table is None else MeasuredGemm(roofline, table)
+        )
         self._gemm_bf16 = RooflineGemm(
             bf16_peak, acc.gemm_efficiency, self._hbm, ACT_BYTES, launch, cfg.gemm_k_overhead
         )

@@ -23,6 +23,17 @@ iteration boundary the scheduler of an instance builds one forward pass:
 `chunk_size=None` means no chunking: the budget is unlimited, so whole prompts run in the same
 pass as the decodes (Orca's mixed iterations; Sarathi-Serve with an infinite budget).
 
+Engines (`cost_models.serving.base.SchedulerPolicy`, read from the cost's `scheduler`; an
+engine-wrapped cost, `cost_models.serving.engines`, carries its engine's): the policy above
+is `prefill="mixed"`. With `separate` (vLLM V0 without chunked prefill, SGLang's default) an
+iteration that takes prompts takes nothing else: its budget is the whole `chunk_size` and
+the decodes wait for it. With `decode_steps = k` (multi-step scheduling) the scheduler runs
+blocks of k decode steps and admits prompts only between blocks; a block is never cut short
+by an arrival (a completion inside it still ends the request at its step). With
+`split_prompts=False` (TensorRT-LLM without chunked context) a prompt runs whole: it waits
+for an iteration whose remaining budget holds it, and one longer than the budget runs
+without other prompts.
+
 The pass takes `cost.iteration_time_s(IterationBatch(...))`; its tokens appear when it ends.
 A prompt's last chunk emits the first output token (TTFT ends there); each decode step emits
 one more. A sequence with `g` generated tokens has context `prompt + g`, which is what
