@@ -126,3 +126,30 @@ def test_published_rows(cases: dict[str, svp.Case]) -> None:
     assert seen == set(HEADLINE_ERROR_MAX)
     assert total >= 25
     assert within / total >= PUBLISHED_SHARE_MIN, (within, total)
+
+
+def test_published_summary_by_family_and_engine(cases: dict[str, svp.Case]) -> None:
+    """The summary `serving_vs_peers.py` prints (each row priced with its engine's profile;
+    nothing fitted to the rows): today 16.8 % MAPE over 23 row-metrics; mean signed error
+    TTFT −37 % (5), TPOT −4 % (6), batch latency −20 % (2), throughput −1 % (10). Pinned as a
+    regression guard; the issue's target (MAPE ≤ 20 % and no family biased beyond 10 %) holds
+    for TPOT and throughput, not yet for TTFT and the static-batch latency."""
+    errors = svp.published_errors(list(cases.values()))
+    assert len(errors) == 23
+    mape = sum(abs(e.error) for e in errors) / len(errors)
+    assert mape <= 0.18
+    bias = {
+        family: sum(e.error for e in errors if e.family == family)
+        / sum(1 for e in errors if e.family == family)
+        for family, _ in svp.FAMILIES
+    }
+    assert abs(bias["TPOT"]) <= 0.06 and abs(bias["throughput"]) <= 0.03
+    assert -0.40 <= bias["TTFT"] < 0 and -0.22 <= bias["batch latency"] < 0
+    # every TensorRT-LLM / NIM row is priced with the TensorRT-LLM profile, the vLLM rows
+    # with vLLM's
+    from bench.serving_ours import engine_of
+
+    engines = {c.id: engine_of(c) for c in cases.values() if c.origin == "published"}
+    assert engines["nim-1.8.0-llama3.3-70b-2xh100-fp8-5000-500-c25"] == "tensorrt_llm"
+    assert engines["vllm-ci-llama3.1-8b-1xh200-32-128-b8-latency"] == "vllm"
+    assert engines["lmdeploy-a100-80g-llama2-7b-tp1-b1-128-128"] is None
