@@ -64,6 +64,9 @@ class SearchConstraints(Spec):
     engines: list[str] | None = Field(default=None, min_length=1, max_length=8)
     """Serving engines to compare (`GET /v1/engines`): the search runs for each and ranks
     their plans together. Default: vLLM (V1); `fixed.engine` pins one."""
+    engine_options: dict[str, dict[str, Any]] | None = None
+    """Serving searches: settings per searched engine, by engine name (`GET /v1/engines`:
+    `options`), e.g. `{"vllm_v0": {"num_scheduler_steps": 8}}`; the plans carry them."""
 
     @model_serializer(mode="wrap")
     def _omit_unset_frameworks(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -71,7 +74,7 @@ class SearchConstraints(Spec):
         existed (request hashes stay)."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("frameworks", "engines"):
+            for name in ("frameworks", "engines", "engine_options"):
                 if data.get(name, 0) is None:
                     del data[name]
         return data
@@ -95,6 +98,13 @@ class SearchConstraints(Spec):
     def _canonical_engines(cls, value: Any) -> Any:
         if isinstance(value, list):
             return [canonical_engine_name(v) for v in value]
+        return value
+
+    @field_validator("engine_options", mode="before")
+    @classmethod
+    def _canonical_engine_keys(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {canonical_engine_name(k): v for k, v in value.items()}
         return value
 
     @field_validator("frameworks", mode="before")

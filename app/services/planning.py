@@ -728,15 +728,17 @@ def prepare_search(
         from app.services import serving
 
         return serving.prepare_search(body, constraints)
-    if constraints.engines is not None:
+    if constraints.engines is not None or constraints.engine_options is not None:
         raise InputError(
             "constraints.engines compares serving engines; a training search compares "
             "frameworks (constraints.frameworks)",
             [
                 _field_error(
-                    "constraints.engines",
+                    "constraints.engines"
+                    if constraints.engines is not None
+                    else "constraints.engine_options",
                     "only for serving workloads",
-                    constraints.engines,
+                    constraints.engines or constraints.engine_options,
                     "serving engines in a training search",
                 )
             ],

@@ -20,11 +20,16 @@ from app.services.planning import (
     resolve_model,
 )
 from cost_models.serving.base import ServingCostModel
-from cost_models.serving.engines import build_engine
+from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.registry import build_serving_cost_model, list_serving_cost_models
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
-from solver.serving.search import check_engine, check_fixed, serving_search
+from solver.serving.search import (
+    check_engine,
+    check_engine_options,
+    check_fixed,
+    serving_search,
+)
 from specs.constraints import SearchConstraints
 from specs.errors import NoFeasiblePlan
 from specs.model import ModelSpec
@@ -155,6 +160,10 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     check_fixed(constraints.fixed)
     for i, name in enumerate(constraints.engines or []):
         check_engine(name, f"constraints.engines.{i}")
+    if constraints.engine_options:
+        pinned = constraints.fixed.get("engine")
+        searched = [pinned] if pinned else (constraints.engines or [DEFAULT_ENGINE])
+        check_engine_options(constraints.engine_options, searched)
     cost_model = _cost_model(body.cost_model)
     ref = body.cost_model or CostModelRef(name=DEFAULT_SERVING_COST_MODEL)
     version = str(getattr(cost_model, "version", ""))
@@ -214,6 +223,7 @@ def run_problem(
         cost_model,
         fixed=constraints.fixed,
         engines=constraints.engines,
+        engine_options=constraints.engine_options,
         time_limit_s=constraints.time_limit_s,
         top_k=int(problem.get("top_k", 10)),
         progress=progress,

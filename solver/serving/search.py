@@ -55,7 +55,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,7 +67,7 @@ from cost_models.serving.base import (
     ServingCostModel,
     pipeline_engines,
 )
-from cost_models.serving.engines import list_engines
+from cost_models.serving.engines import build_engine, list_engines
 from solver.base import SearchStats
 from solver.search.steps import Monitor, Stopped
 from solver.serving.evaluate import (
@@ -870,6 +870,7 @@ def serving_search(
     *,
     fixed: dict[str, Any] | None = None,
     engines: Sequence[str] | None = None,
+    engine_options: Mapping[str, Mapping[str, Any]] | None = None,
     time_limit_s: float = 60.0,
     top_k: int = 10,
     progress: Callable[[int, int], None] | None = None,
@@ -886,10 +887,17 @@ def serving_search(
     names = [pinned] if pinned is not None else list(engines or [problem.engine])
     for i, name in enumerate(names):
         check_engine(name, "constraints.fixed.engine" if pinned else f"constraints.engines.{i}")
+    chosen = dict(engine_options or {})
+    check_engine_options(chosen, names)
+
+    def options_of(name: str) -> Mapping[str, Any] | None:
+        if name in chosen:
+            return chosen[name]
+        return problem.engine_options if name == problem.engine else None
+
     if len(names) == 1:
-        options = problem.engine_options if names[0] == problem.engine else None
         return _search_engine(
-            problem.with_engine(names[0], options),
+            problem.with_engine(names[0], options_of(names[0])),
             cost_model,
             fixed,
             time_limit_s,
@@ -902,7 +910,7 @@ def serving_search(
     stats = SearchStats()
     for name in dict.fromkeys(names):
         res = _search_engine(
-            problem.with_engine(name, None),
+            problem.with_engine(name, options_of(name)),
             cost_model,
             fixed,
             time_limit_s / len(names),
@@ -927,6 +935,19 @@ def check_engine(name: Any, field: str) -> None:
     known = list_engines()
     if not isinstance(name, str) or name not in known:
         raise SpecError(field, f"one of {known} (GET /v1/engines)", name)
+
+
+def check_engine_options(
+    options: Mapping[str, Mapping[str, Any]], engines: Sequence[str] | None
+) -> None:
+    """Refuse (422 naming the field) settings for an engine the search does not run, or
+    settings its profile does not accept (`engines` None: any registered engine)."""
+    for name, values in options.items():
+        field = f"constraints.engine_options.{name}"
+        if engines is not None and name not in engines:
+            raise SpecError(field, f"an engine the search runs ({list(engines)})", name)
+        check_engine(name, field)
+        build_engine(name, dict(values), field=field)
 
 
 def _rank_key(problem: ServingProblem, est: ServingEstimate) -> float:

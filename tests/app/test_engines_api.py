@@ -156,3 +156,44 @@ def test_a_vllm_v0_plan_exports_its_scheduler_settings(
     words = shlex.split(exported["content"], comments=True)
     assert "--num-scheduler-steps" not in words  # single-step by default
     assert "--disable-async-output-proc" not in words
+
+
+def test_a_search_takes_engine_settings_and_its_plans_export_them(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    body = {
+        **serving,
+        "top_k": 1,
+        "constraints": {
+            "fixed": {"mode": "colocated", "engine": "vllm_v0"},
+            "engine_options": {"vLLM V0": {"num_scheduler_steps": 8}},
+        },
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    plan = client.get(f"/v1/searches/{search['id']}/plans").json()["items"][0]
+    assert plan["engine"] == "vllm_v0"
+    assert plan["engine_options"] == {"num_scheduler_steps": 8}
+    exported = client.get(f"/v1/plans/{plan['id']}/export/vllm").json()
+    args = exported["args"]
+    assert args[args.index("--num-scheduler-steps") + 1] == "8"
+
+
+@pytest.mark.parametrize(
+    ("constraints", "field"),
+    [
+        ({"engine_options": {"sglang": {}}}, "constraints.engine_options.sglang"),
+        (
+            {
+                "fixed": {"engine": "vllm_v0"},
+                "engine_options": {"vllm_v0": {"num_scheduler_steps": 99}},
+            },
+            "constraints.engine_options.vllm_v0.num_scheduler_steps",
+        ),
+    ],
+)
+def test_bad_search_engine_settings_are_422s(
+    client: Any, serving: dict[str, Any], constraints: dict[str, Any], field: str
+) -> None:
+    response = client.post("/v1/searches", json={**serving, "constraints": constraints})
+    assert field in error_fields(assert_problem(response, 422))

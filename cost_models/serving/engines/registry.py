@@ -29,15 +29,15 @@ def list_engines() -> list[str]:
 
 
 def build_engine(
-    name: str | None = None, options: dict[str, Any] | None = None, field: str = "plan"
+    name: str | None = None,
+    options: dict[str, Any] | None = None,
+    field: str = "plan.engine_options",
 ) -> EngineProfile:
     """The profile `name` (default `DEFAULT_ENGINE`) with its validated `options`.
 
     Raises:
         PluginNotFound: unknown name (the message lists the registered ones).
-        SpecError: the options do not validate (field `<field>.engine_options.<option>`).
+        SpecError: the options do not validate (field `<field>.<option>`).
     """
-    profile: EngineProfile = _PLUGINS.build(
-        name or DEFAULT_ENGINE, options, field=f"{field}.engine_options"
-    )
+    profile: EngineProfile = _PLUGINS.build(name or DEFAULT_ENGINE, options, field=field)
     return profile
