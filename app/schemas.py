@@ -308,6 +308,8 @@ class FrameworkOptionPublic(BaseModel):
 class FrameworkPublic(BaseModel):
     """A training framework profile: what it implements, how it behaves, what launches it."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     name: str
     """The name plans, `constraints.frameworks` and `constraints.fixed.framework` use."""
     label: str
@@ -343,6 +345,8 @@ class FrameworkList(BaseModel):
 
 class EnginePublic(BaseModel):
     """A serving engine profile: how it schedules iterations and what its host side costs."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
     name: str
     """The name `plan.engine`, `constraints.engines` and `constraints.fixed.engine` use."""
@@ -503,6 +507,8 @@ class SearchList(BaseModel):
 
 class PlanPublic(BaseModel):
     """One ranked plan of a search."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
 
     id: str
     search_id: str

@@ -66,7 +66,8 @@ class PluginRegistry:
             first = exc.errors()[0]
             loc = ".".join(str(part) for part in first["loc"])
             where = f"{field}.{loc}" if loc else field
-            raise SpecError(
-                where, first["msg"], first.get("input"), f"{where}: {first['msg']}"
-            ) from exc
+            rule = first["msg"]
+            if first["type"] == "extra_forbidden":
+                rule += f"; {self.kind} {name!r} takes {sorted(cls.Config.model_fields)}"
+            raise SpecError(where, rule, first.get("input"), f"{where}: {rule}") from exc
         return cls(validated)

@@ -65,7 +65,7 @@ from specs.errors import (
 )
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan, canonical_hash
-from specs.serving import ServingWorkload
+from specs.serving import ServingWorkload, canonical_engine_name
 from specs.warnings import PlanWarning
 from specs.workload import TrainingWorkload
 
@@ -232,7 +232,9 @@ def list_serving_engines() -> list[dict[str, Any]]:
 
 
 def get_serving_engine(name: str) -> dict[str, Any]:
-    """One serving engine profile; CatalogLookupError (404) if unknown."""
+    """One serving engine profile by its name or an alias (`TensorRT-LLM`);
+    CatalogLookupError (404) if unknown."""
+    name = canonical_engine_name(name)
     if name not in registered_engines():
         known = ", ".join(registered_engines())
         raise CatalogLookupError(f"unknown serving engine {name!r}; registered: {known}")

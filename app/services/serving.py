@@ -160,6 +160,23 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     check_fixed(constraints.fixed)
     for i, name in enumerate(constraints.engines or []):
         check_engine(name, f"constraints.engines.{i}")
+    pinned_engine = constraints.fixed.get("engine")
+    if (
+        pinned_engine is not None
+        and constraints.engines
+        and pinned_engine not in constraints.engines
+    ):
+        raise InputError(
+            "constraints.fixed.engine must be one of constraints.engines when both are given",
+            [
+                _field_error(
+                    "constraints.fixed.engine",
+                    f"one of constraints.engines ({constraints.engines})",
+                    pinned_engine,
+                    "a pinned engine the comparison does not run",
+                )
+            ],
+        )
     if constraints.engine_options:
         pinned = constraints.fixed.get("engine")
         searched = [pinned] if pinned else (constraints.engines or [DEFAULT_ENGINE])

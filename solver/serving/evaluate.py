@@ -411,7 +411,10 @@ def evaluate_plan(
     it), with the same stream. `cluster`: the request's cluster spec when there is one (its
     explicit bandwidths are the ones `bandwidth_out_of_range` checks)."""
     named = plan.model_copy(
-        update={"engine": problem.engine, "engine_options": dict(problem.engine_options)}
+        update={
+            "engine": problem.engine,
+            "engine_options": problem.engine_profile.options.model_dump(mode="json"),
+        }
     )
     est = _evaluate(problem, named, costs, stream, unit_goodput)
     return replace(est, warnings=tuple(serving_warnings(problem, est, cluster=cluster)))

@@ -884,7 +884,13 @@ def serving_search(
     fixed = dict(fixed or {})
     check_fixed(fixed)
     pinned = fixed.pop("engine", None)
-    names = [pinned] if pinned is not None else list(engines or [problem.engine])
+    if pinned is not None and engines and pinned not in engines:
+        raise SpecError(
+            "constraints.fixed.engine",
+            f"one of constraints.engines ({list(engines)}) when both are given",
+            pinned,
+        )
+    names = [pinned] if pinned is not None else list(dict.fromkeys(engines or [problem.engine]))
     for i, name in enumerate(names):
         check_engine(name, "constraints.fixed.engine" if pinned else f"constraints.engines.{i}")
     chosen = dict(engine_options or {})
@@ -1117,8 +1123,10 @@ def explain_serving(
         targets.append(f"TTFT ≤ {slo.ttft_ms:g} ms")
     if slo.tpot_ms is not None:
         targets.append(f"TPOT ≤ {slo.tpot_ms:g} ms")
+    engine = est.plan.engine or problem.engine
     text = [
-        f"{describe_plan(est.plan)} on {m.gpus_used} GPUs: goodput {m.goodput_rps:.3g} "
+        f"{describe_plan(est.plan)} on {m.gpus_used} GPUs under "
+        f"{build_engine(engine, est.plan.engine_options or None).label}: goodput {m.goodput_rps:.3g} "
         f"requests/s ({m.goodput_rps_per_gpu:.3g} per GPU) with P{slo.percentile:g} "
         f"{' and '.join(targets) or 'no SLO'}; at {m.arrival_rate_rps:.3g} requests/s "
         f"P90 TTFT {m.ttft_ms_p90:.0f} ms, P90 TPOT {m.tpot_ms_p90:.1f} ms"

@@ -28,8 +28,9 @@ engine-wrapped cost, `cost_models.serving.engines`, carries its engine's): the p
 is `prefill="mixed"`. With `separate` (vLLM V0 without chunked prefill, SGLang's default) an
 iteration that takes prompts takes nothing else: its budget is the whole `chunk_size` and
 the decodes wait for it. With `decode_steps = k` (multi-step scheduling) the scheduler runs
-blocks of k decode steps and admits prompts only between blocks; a block is never cut short
-by an arrival (a completion inside it still ends the request at its step). With
+blocks of k decode steps and admits prompts only between blocks: a step that takes prompts
+and decodes is the first step of its block, a prompt-only step stands alone; a block is never
+cut short by an arrival (a completion inside it still ends the request at its step). With
 `split_prompts=False` (TensorRT-LLM without chunked context) a prompt runs whole: it waits
 for an iteration whose remaining budget holds it, and one longer than the budget runs
 without other prompts.
@@ -475,7 +476,9 @@ class _Engine:
             if done:
                 self.prefilling = [s for s in self.prefilling if s.prefilled < s.prompt]
             self.cur_chunks = []
-            self.block_pos = 0  # an iteration with prompts is a scheduler call of its own
+            # a scheduler call: a prompt-only step stands alone; a step that also decoded is
+            # the first step of the block it starts (vLLM's multi-step with chunked prefill)
+            self.block_pos = k % self.block
         elif k:
             self.block_pos = (self.block_pos + k) % self.block
         self.cur_k = 0

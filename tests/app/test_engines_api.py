@@ -53,9 +53,10 @@ def test_engines_are_listed_with_their_behaviour(client: Any) -> None:
     assert by_name["vllm_v0"]["host_per_sequence_us"] == pytest.approx(100.0)
     assert "num_scheduler_steps" in by_name["vllm_v0"]["options_schema"]["properties"]
     assert all(e["sources"] for e in items)
-    one = client.get("/v1/engines/TensorRT-LLM")
-    assert one.status_code == 404  # the route takes registry names; plans take aliases
+    # the route reads names as plans do (aliases, case)
+    assert client.get("/v1/engines/TensorRT-LLM").json() == by_name["tensorrt_llm"]
     assert client.get("/v1/engines/sglang").json() == by_name["sglang"]
+    assert client.get("/v1/engines/tgi").status_code == 404
 
 
 def test_an_estimate_names_the_engine_it_was_priced_for(
@@ -75,7 +76,13 @@ def test_an_estimate_names_the_engine_it_was_priced_for(
         },
     ).json()
     assert v0["plan"]["engine"] == "vllm_v0"
-    assert v0["plan"]["engine_options"] == {"num_scheduler_steps": 8}
+    # the plan echoes every setting it was priced with, the defaults included
+    assert v0["plan"]["engine_options"] == {
+        "num_scheduler_steps": 8,
+        "async_output_processing": True,
+        "host_cost_scale": 1.0,
+    }
+    assert default["plan"]["engine_options"]["async_scheduling"] is True
     # a block of 8 decode steps holds new prompts back: TTFT rises at the same rate
     assert v0["metrics"]["ttft_ms_p50"] > default["metrics"]["ttft_ms_p50"]
 
@@ -173,7 +180,7 @@ def test_a_search_takes_engine_settings_and_its_plans_export_them(
     assert search["status"] == "succeeded", search
     plan = client.get(f"/v1/searches/{search['id']}/plans").json()["items"][0]
     assert plan["engine"] == "vllm_v0"
-    assert plan["engine_options"] == {"num_scheduler_steps": 8}
+    assert plan["engine_options"]["num_scheduler_steps"] == 8
     exported = client.get(f"/v1/plans/{plan['id']}/export/vllm").json()
     args = exported["args"]
     assert args[args.index("--num-scheduler-steps") + 1] == "8"

@@ -85,9 +85,10 @@ def test_a_request_that_arrives_during_a_block_is_not_cut_in() -> None:
     slow = simulate_colocated(reqs, engine(policy), 1, 8, None, fast_forward=False)
     assert fast.ttft_s.tolist() == slow.ttft_s.tolist()
     assert fast.e2e_s.tolist() == slow.e2e_s.tolist()
-    # B (arrived at 0.3) joins at the end of A's prefill, a scheduling point: [1,2) mixed.
-    # Blocks [2,6) and [6,10) follow; C (arrived at 7.2) joins at 10, first token at 11.
-    assert fast.ttft_s.tolist()[1:] == pytest.approx([1.7, 3.8])
+    # B (arrived at 0.3) joins at the end of A's prefill, a scheduling point: [1,2) mixed,
+    # the first step of the block [1,5); the next block is [5,9); C (arrived at 7.2) joins
+    # at 9, first token at 10.
+    assert fast.ttft_s.tolist()[1:] == pytest.approx([1.7, 2.8])
 
 
 def test_whole_prompts_wait_for_a_budget_that_holds_them() -> None:

@@ -54,7 +54,7 @@ class EngineOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    host_cost_scale: float = Field(default=1.0, ge=0.0, le=100.0)
+    host_cost_scale: float = Field(default=1.0, ge=0.0, le=100.0, allow_inf_nan=False)
     """Multiplies the profile's host (CPU) time per scheduler step: a host CPU slower or
     faster than the one the profile's figures were measured on, or 0 for the GPU work
     alone."""
