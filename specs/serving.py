@@ -25,9 +25,12 @@ Samples are rounded to integers and clipped to [1, MAX_TOKENS].
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
@@ -77,6 +80,10 @@ class LengthSpec(Spec):
     """90th-percentile length."""
     samples: list[int] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ROWS)
     """Observed lengths, resampled with replacement."""
+    percentiles: list[int] | None = Field(default=None, min_length=2, max_length=1001)
+    """Lengths at evenly spaced quantiles from the minimum to the maximum (101 values: the
+    0th, 1st, …, 100th percentile), non-decreasing; sampled by inverse transform, linear
+    between neighbours (what a named `dataset` expands to)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -92,18 +99,27 @@ class LengthSpec(Spec):
         stats = self.mean_length is not None or self.p50 is not None or self.p90 is not None
         given = [
             name
-            for name, value in (("fixed", self.fixed), ("stats", stats), ("samples", self.samples))
+            for name, value in (
+                ("fixed", self.fixed),
+                ("stats", stats),
+                ("samples", self.samples),
+                ("percentiles", self.percentiles),
+            )
             if value
         ]
         if len(given) != 1:
             raise ValueError(
-                "a length is an integer, {mean, p50?, p90?} or {samples: [...]}, exactly one "
-                f"of them (got {', '.join(given) or 'none'})"
+                "a length is an integer, {mean, p50?, p90?}, {samples: [...]} or "
+                f"{{percentiles: [...]}}, exactly one of them (got {', '.join(given) or 'none'})"
             )
-        if self.samples is not None:
-            bad = [x for x in self.samples if not 1 <= x <= MAX_TOKENS]
+        for name, values in (("samples", self.samples), ("percentiles", self.percentiles)):
+            bad = [x for x in values or [] if not 1 <= x <= MAX_TOKENS]
             if bad:
-                raise ValueError(f"samples must lie in [1, {MAX_TOKENS}] (got {bad[0]})")
+                raise ValueError(f"{name} must lie in [1, {MAX_TOKENS}] (got {bad[0]})")
+        if self.percentiles is not None and any(
+            b < a for a, b in zip(self.percentiles, self.percentiles[1:], strict=False)
+        ):
+            raise ValueError("percentiles must not decrease")
         if given == ["stats"]:
             if self.mean_length is None:
                 raise ValueError("a length given by statistics needs its mean")
@@ -158,6 +174,8 @@ class LengthSpec(Spec):
             return [self.fixed] * n
         if self.samples is not None:
             return [self.samples[rng.randrange(len(self.samples))] for _ in range(n)]
+        if self.percentiles is not None:
+            return [self._clip(self._interpolate(rng.random())) for _ in range(n)]
         fit = self._fit()
         if fit is None:
             assert self.mean_length is not None
@@ -171,8 +189,19 @@ class LengthSpec(Spec):
             return float(self.fixed)
         if self.samples is not None:
             return statistics.fmean(self.samples)
+        if self.percentiles is not None:  # the piecewise-linear distribution's mean
+            p = self.percentiles
+            return statistics.fmean((a + b) / 2 for a, b in zip(p, p[1:], strict=False))
         assert self.mean_length is not None
         return float(self.mean_length)
+
+    def _interpolate(self, q: float) -> float:
+        """The percentiles' inverse CDF at q in [0, 1], linear between neighbours."""
+        assert self.percentiles is not None
+        p = self.percentiles
+        x = q * (len(p) - 1)
+        i = min(int(x), len(p) - 2)
+        return p[i] + (x - i) * (p[i + 1] - p[i])
 
     def quantile(self, q: float) -> float:
         """The q-quantile (0 < q < 1): exact for fixed and fitted lengths, the nearest-rank
@@ -184,6 +213,8 @@ class LengthSpec(Spec):
         if self.samples is not None:
             ordered = sorted(self.samples)
             return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
+        if self.percentiles is not None:
+            return self._interpolate(q)
         fit = self._fit()
         if fit is None:
             assert self.mean_length is not None
@@ -191,6 +222,16 @@ class LengthSpec(Spec):
         mu, sigma = fit
         x = math.exp(mu + sigma * statistics.NormalDist().inv_cdf(q))
         return float(min(MAX_TOKENS, max(1.0, x)))
+
+
+LENGTH_DATASETS_FILE = Path(__file__).resolve().parent / "data" / "length_distributions.json"
+
+
+@lru_cache(maxsize=1)
+def length_datasets() -> dict[str, Any]:
+    """The named request-length distributions (`workload.dataset`), by name."""
+    datasets: dict[str, Any] = json.loads(LENGTH_DATASETS_FILE.read_text())["datasets"]
+    return datasets
 
 
 class ServingSLO(Spec):
@@ -233,6 +274,48 @@ class ServingWorkload(Spec):
     """Requests simulated per evaluation."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Seed of the request stream (lengths and arrivals)."""
+    dataset: str | None = Field(default=None, min_length=1, max_length=64)
+    """A named request-length distribution whose prompt and output lengths the requests
+    take, with the skew of real traffic (`specs/data/length_distributions.json`, each with
+    its source): `azure_conversation` (prompt p50 1020 / p90 2735, output 129 / 424 tokens),
+    `azure_code` (1469 / 5194, 13 / 55), `arxiv_summarization` (2730 / 3702, 167 / 372).
+    Replaces prompt_tokens and output_tokens."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_dataset(cls, data: Any) -> Any:
+        """A named dataset becomes the prompt and output percentiles it stands for."""
+        if not isinstance(data, dict) or data.get("dataset") is None:
+            return data
+        name = data["dataset"]
+        known = length_datasets()
+        if not isinstance(name, str) or name not in known:
+            raise ValueError(f"dataset must be one of {sorted(known)} (got {name!r})")
+        expanded = {
+            side: {"percentiles": known[name][side.split("_")[0]]["percentiles"]}
+            for side in ("prompt_tokens", "output_tokens")
+        }
+        clash = [
+            k
+            for k in ("prompt_tokens", "output_tokens", "trace")
+            if data.get(k) is not None and data.get(k) != expanded.get(k)
+        ]
+        if clash:
+            raise ValueError(f"dataset replaces {', '.join(clash)}: give one or the other")
+        return {**data, **expanded}
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A workload without a dataset dumps as before the field existed; one with a
+        dataset dumps its name, not the percentiles it expands to."""
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("dataset") is None:
+                data.pop("dataset", None)
+            else:
+                data.pop("prompt_tokens", None)
+                data.pop("output_tokens", None)
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ServingWorkload:

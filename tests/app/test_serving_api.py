@@ -301,3 +301,30 @@ def test_min_gpus_with_a_trace_arriving_at_once_is_a_422(
     workload.update(trace=[[0.0, 512, 128]] * 50, objective="min_gpus")
     problem = assert_problem(client.post("/v1/searches", json=serving), 422)
     assert error_fields(problem) == ["workload.trace"]
+
+
+def test_a_named_dataset_prices_the_traffic_it_stands_for(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    body = {**serving, "top_k": 1}
+    body["workload"] = {
+        k: v for k, v in serving["workload"].items() if k not in ("prompt_tokens", "output_tokens")
+    }
+    body["workload"]["dataset"] = "azure_conversation"
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    assert search["workload"]["dataset"] == "azure_conversation"
+    assert "prompt_tokens" not in search["workload"]
+    plan = client.get(f"/v1/searches/{search['id']}/plans").json()["items"][0]
+    # an estimate of that plan draws its requests from the trace's percentiles: the mean
+    # prompt of 1,000 requests is near the trace's 1,155 tokens (1,196 for the
+    # piecewise-linear distribution), the mean output near its 211
+    workload = {**body["workload"], "num_requests": 1000}
+    est = client.post(
+        "/v1/estimate",
+        json={**serving, "workload": workload, "plan": {k: plan[k] for k in ("mode", "instances")}},
+    ).json()
+    assert 1050 <= est["details"]["mean_prompt_tokens"] <= 1350
+    assert 170 <= est["details"]["mean_output_tokens"] <= 250
+    bad = dict(body, workload={**body["workload"], "dataset": "sharegpt"})
+    assert_problem(client.post("/v1/searches", json=bad), 422)

@@ -275,3 +275,51 @@ def test_metrics_bounds() -> None:
     assert ServingMetrics.model_validate(base).slo_attainment == 0.9
     with pytest.raises(ValidationError):
         ServingMetrics.model_validate({**base, "slo_attainment": 1.2})
+
+
+# ---- percentiles and named datasets ------------------------------------------------------------
+def test_percentiles_are_sampled_by_inverse_transform() -> None:
+    import random
+
+    spec = LengthSpec.model_validate({"percentiles": [10, 20, 40, 100]})
+    # three equal-probability segments, linear inside: median 30, mean of the midpoints
+    assert spec.quantile(0.5) == 30.0
+    assert spec.quantile(1 / 3) == 20.0
+    assert spec.mean() == pytest.approx((15 + 30 + 70) / 3)
+    draws = spec.sample(random.Random(1), 3000)
+    assert min(draws) >= 10 and max(draws) <= 100
+    assert sum(d <= 20 for d in draws) / 3000 == pytest.approx(1 / 3, abs=0.03)
+    assert LengthSpec.model_validate(spec.model_dump()) == spec
+    for bad in ([5, 3], [0, 4], [7]):
+        with pytest.raises(ValidationError):
+            LengthSpec.model_validate({"percentiles": bad})
+
+
+def test_a_named_dataset_gives_the_trace_skew() -> None:
+    from specs.serving import length_datasets
+
+    workload = ServingWorkload.model_validate(
+        {"kind": "serving", "dataset": "azure_conversation", "slo": {"ttft_ms": 1000}}
+    )
+    assert workload.prompt_tokens is not None and workload.output_tokens is not None
+    # Azure's 2023 conversation trace (Splitwise): prompt p50 1020 / p90 2735, output 129 / 424
+    assert workload.prompt_tokens.quantile(0.5) == 1020.0
+    assert workload.prompt_tokens.quantile(0.9) == 2735.0
+    assert workload.output_tokens.quantile(0.5) == 129.0
+    assert workload.output_tokens.quantile(0.9) == 424.0
+    data = length_datasets()["azure_conversation"]
+    assert data["requests"] == 19366 and "Splitwise" in data["source"]
+    # the piecewise-linear mean is within 5 % of the trace's own mean (its tail is long)
+    assert workload.prompt_tokens.mean() == pytest.approx(data["prompt"]["mean"], rel=0.05)
+    dumped = workload.model_dump(mode="json")
+    assert dumped["dataset"] == "azure_conversation" and "prompt_tokens" not in dumped
+    assert ServingWorkload.model_validate(dumped) == workload
+    with pytest.raises(ValidationError, match="dataset must be one of"):
+        ServingWorkload.model_validate(
+            {"kind": "serving", "dataset": "sharegpt", "slo": {"ttft_ms": 1}}
+        )
+    with pytest.raises(ValidationError, match="dataset replaces prompt_tokens"):
+        ServingWorkload.model_validate(
+            {"kind": "serving", "dataset": "azure_code", "prompt_tokens": 100,
+             "slo": {"ttft_ms": 1}}
+        )  # fmt: skip
