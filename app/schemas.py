@@ -366,6 +366,9 @@ class EnginePublic(BaseModel):
     blocks."""
     split_prompts: bool
     """Whether a prompt may be split over iterations (chunked prefill)."""
+    prefix_caching: bool
+    """Whether prompt prefixes already in the KV cache are reused (the workload's
+    `shared_prefix_tokens` are then prefilled once per instance)."""
     host_fixed_ms: float
     """CPU time per scheduler step, fixed part, ms (`host_cost_scale` applied)."""
     host_per_sequence_us: float

@@ -274,6 +274,10 @@ class ServingWorkload(Spec):
     """Requests simulated per evaluation."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Seed of the request stream (lengths and arrivals)."""
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    """Leading prompt tokens every request shares (a system prompt, few-shot examples):
+    engines with prefix caching (`GET /v1/engines`: `prefix_caching`) compute them once per
+    instance and keep their KV cache; the prompt lengths include them."""
     dataset: str | None = Field(default=None, min_length=1, max_length=64)
     """A named request-length distribution whose prompt and output lengths the requests
     take, with the skew of real traffic (`specs/data/length_distributions.json`, each with
@@ -310,6 +314,8 @@ class ServingWorkload(Spec):
         dataset dumps its name, not the percentiles it expands to."""
         data = handler(self)
         if isinstance(data, dict):
+            if data.get("shared_prefix_tokens") == 0:
+                data.pop("shared_prefix_tokens")
             if data.get("dataset") is None:
                 data.pop("dataset", None)
             else:

@@ -48,6 +48,7 @@ SWITCHES = frozenset(
         "--trust-remote-code",
         "--enable-mixed-chunk",
         "--disable-overlap-schedule",
+        "--disable-radix-cache",
     }
 )
 LAUNCH = ["python", "-m", "sglang.launch_server"]
@@ -90,6 +91,8 @@ def instance_args(
         args.append("--enable-mixed-chunk")
     if engine_options.get("disable_overlap_schedule"):
         args.append("--disable-overlap-schedule")
+    if engine_options.get("disable_radix_cache"):
+        args.append("--disable-radix-cache")
     if shape.nodes > 1:
         args += [
             "--nnodes",

@@ -48,6 +48,8 @@ SWITCHES = frozenset(
     {
         "--no-async-scheduling",
         "--disable-async-output-proc",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
         "--enable-expert-parallel",
         "--enable-chunked-prefill",
         "--no-enable-chunked-prefill",
@@ -69,10 +71,15 @@ def engine_args(engine: str | None, options: Mapping[str, Any]) -> list[str]:
             out += ["--num-scheduler-steps", str(steps)]
         if not options.get("async_output_processing", True):
             out.append("--disable-async-output-proc")
+        if options.get("enable_prefix_caching", False):
+            out.append("--enable-prefix-caching")
         return out
+    out = []
     if engine == "vllm" and not options.get("async_scheduling", True):
-        return ["--no-async-scheduling"]
-    return []
+        out.append("--no-async-scheduling")
+    if engine == "vllm" and not options.get("enable_prefix_caching", True):
+        out.append("--no-enable-prefix-caching")
+    return out
 
 
 def instance_args(

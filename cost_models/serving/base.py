@@ -48,6 +48,10 @@ class SchedulerPolicy:
     decode_steps: int = 1
     """Decode steps per scheduler call (vLLM V0 `--num-scheduler-steps`): new prompts join
     only at the end of a block of this many decode steps."""
+    prefix_caching: bool = False
+    """Prompt prefixes already in the KV cache are not computed again (vLLM's automatic
+    prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse): a request's shared
+    prefix (`Request.shared_prefix_tokens`) is prefilled once per instance."""
     split_prompts: bool = True
     """A prompt may be split over iterations to fill the token budget (chunked prefill).
     False: a prompt runs whole, in an iteration whose remaining budget holds it (TensorRT-LLM

@@ -111,18 +111,23 @@ class ServingProblem:
 
 
 def request_stream(workload: ServingWorkload) -> list[Request]:
-    """The unit-rate request stream of a workload (deterministic given `seed`)."""
+    """The unit-rate request stream of a workload (deterministic given `seed`), each request
+    carrying the workload's shared prompt prefix."""
+    prefix = workload.shared_prefix_tokens
     if workload.trace is not None:
         rows = trace_stream(workload.trace)
         if len(rows) < 2 or rows[-1].arrival_s <= rows[0].arrival_s:
             # No rate to rescale: spread the trace's requests one second apart.
-            return [Request(float(i), r.prompt_tokens, r.output_tokens) for i, r in enumerate(rows)]
-        return unit_rate_stream(rows)
-    assert workload.prompt_tokens is not None and workload.output_tokens is not None
-    rng = random.Random(f"meshplan-serving-lengths:{workload.seed}")
-    prompts = workload.prompt_tokens.sample(rng, workload.num_requests)
-    outputs = workload.output_tokens.sample(rng, workload.num_requests)
-    return poisson_unit_stream(prompts, outputs, workload.seed)
+            rows = [replace(r, arrival_s=float(i)) for i, r in enumerate(rows)]
+        else:
+            rows = unit_rate_stream(rows)
+    else:
+        assert workload.prompt_tokens is not None and workload.output_tokens is not None
+        rng = random.Random(f"meshplan-serving-lengths:{workload.seed}")
+        prompts = workload.prompt_tokens.sample(rng, workload.num_requests)
+        outputs = workload.output_tokens.sample(rng, workload.num_requests)
+        rows = poisson_unit_stream(prompts, outputs, workload.seed)
+    return [replace(r, shared_prefix_tokens=prefix) for r in rows] if prefix else rows
 
 
 def kv_format(workload: ServingWorkload, weight_format: str) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from cost_models.serving.base import InstanceCost
@@ -121,7 +121,7 @@ def unit_rate_stream(requests: Sequence[Request]) -> list[Request]:
     """The same stream shifted to start at 0 and rescaled to a mean gap of 1 s."""
     rate = stream_rate_rps(requests)
     t0 = min(r.arrival_s for r in requests)
-    return [Request((r.arrival_s - t0) * rate, r.prompt_tokens, r.output_tokens) for r in requests]
+    return [replace(r, arrival_s=(r.arrival_s - t0) * rate) for r in requests]
 
 
 def scale_stream(unit_stream: Sequence[Request], rate_rps: float) -> list[Request]:
@@ -129,7 +129,7 @@ def scale_stream(unit_stream: Sequence[Request], rate_rps: float) -> list[Reques
     if not (rate_rps > 0.0 and math.isfinite(rate_rps)):
         raise ValueError(f"rate_rps must be positive and finite, got {rate_rps}")
     inv = 1.0 / rate_rps
-    return [Request(r.arrival_s * inv, r.prompt_tokens, r.output_tokens) for r in unit_stream]
+    return [replace(r, arrival_s=r.arrival_s * inv) for r in unit_stream]
 
 
 def mean_lengths(requests: Sequence[Request]) -> tuple[float, float]:

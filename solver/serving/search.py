@@ -409,6 +409,13 @@ class _Context:
     idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
     latency_runs: dict[tuple[Any, ...], list[tuple[int, float]]] = field(default_factory=dict)
     side_rates: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
+    cached_prefix: int = 0
+    """Shared-prefix tokens the engine's prefix cache spares every request (0 without
+    caching): the bounds price prompts without them, so that they stay bounds."""
+
+    def computed_prompt(self, prompt: int) -> int:
+        """The prompt tokens a request computes once the shared prefix is cached."""
+        return prompt - min(self.cached_prefix, prompt - 1)
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -473,7 +480,7 @@ def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count:
     if hit is not None:
         return hit
     cost = ctx.costs.get(layout.tensor, layout.pipeline, layout.expert, layout.precision, "inter")
-    prompts_only = [Request(r.arrival_s, r.prompt_tokens, 1) for r in ctx.stream]
+    prompts_only = [replace(r, output_tokens=1) for r in ctx.stream]
     slo = SLOTarget(ttft_s=ctx.slo.ttft_s, tpot_s=None, percentile=ctx.slo.percentile)
     res = goodput_disaggregated(
         prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo, rel_tol=PHASE_REL_TOL
@@ -694,7 +701,7 @@ def _per_request(
         seen: dict[tuple[int, int], float] = {}
         values = []
         for r in ctx.stream:
-            pair = (r.prompt_tokens, r.output_tokens)
+            pair = (ctx.computed_prompt(r.prompt_tokens), r.output_tokens)
             if pair not in seen:
                 seen[pair] = fn(*pair)
             values.append(seen[pair])
@@ -983,10 +990,17 @@ def _search_engine(
     started = time.perf_counter()
     stats = SearchStats()
     stream = request_stream(problem.workload)
-    mean_prompt, mean_output = mean_lengths(stream)
     costs = InstanceCosts(problem, cost_model)
     monitor = Monitor(time_limit_s, progress, should_stop, 0)
-    ctx = _Context(problem, costs, stream, problem.slo, mean_prompt, mean_output, stats, monitor)
+    cached = (
+        problem.workload.shared_prefix_tokens
+        if problem.engine_profile.scheduler().prefix_caching
+        else 0
+    )
+    ctx = _Context(problem, costs, stream, problem.slo, 0.0, 0.0, stats, monitor)
+    ctx.cached_prefix = cached
+    ctx.mean_prompt = sum(ctx.computed_prompt(r.prompt_tokens) for r in stream) / len(stream)
+    ctx.mean_output = mean_lengths(stream)[1]
     modes = [fixed["mode"]] if "mode" in fixed else ["colocated", "disaggregated"]
     top = _Top(top_k)
     min_latency = problem.workload.objective == "min_latency"

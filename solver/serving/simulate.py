@@ -119,6 +119,10 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    shared_prefix_tokens: int = 0
+    """Leading prompt tokens every request shares (a system prompt): an engine with prefix
+    caching computes them once per instance and keeps their KV cache, so later requests
+    prefill only the rest."""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.arrival_s):
@@ -127,6 +131,10 @@ class Request:
             raise ValueError(f"Request.prompt_tokens must be >= 1, got {self.prompt_tokens}")
         if self.output_tokens < 1:
             raise ValueError(f"Request.output_tokens must be >= 1, got {self.output_tokens}")
+        if self.shared_prefix_tokens < 0:
+            raise ValueError(
+                f"Request.shared_prefix_tokens must be >= 0, got {self.shared_prefix_tokens}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,9 +233,13 @@ class SimResult:
 
 
 class _Seq:
-    __slots__ = ("idx", "prompt", "output", "reserve", "prefilled", "finish_step", "ctx_key")
+    __slots__ = (
+        "idx", "prompt", "output", "reserve", "prefilled", "finish_step", "ctx_key", "prefix",
+    )  # fmt: skip
 
-    def __init__(self, idx: int, prompt: int, output: int, reserve: int, prefilled: int) -> None:
+    def __init__(
+        self, idx: int, prompt: int, output: int, reserve: int, prefilled: int, prefix: int = 0
+    ) -> None:
         self.idx = idx
         self.prompt = prompt
         self.output = output
@@ -235,6 +247,7 @@ class _Seq:
         self.prefilled = prefilled
         self.finish_step = 0
         self.ctx_key = 0
+        self.prefix = min(prefix, prompt - 1)  # at least one token is always computed
 
 
 def _run_time(t0: float, slope: float, j: int) -> float:
@@ -320,7 +333,7 @@ class _Engine:
         "waiting", "prefilling", "dec_heap", "n_dec", "ctx_base", "dec_out", "other_out",
         "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
         "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
-        "separate", "block", "block_pos", "split",
+        "separate", "block", "block_pos", "split", "prefix_cache", "prefix_warm",
     )  # fmt: skip
 
     def __init__(
@@ -369,6 +382,8 @@ class _Engine:
         self.block = policy.decode_steps  # decode steps per scheduler call
         self.block_pos = 0  # decode steps into the current block
         self.split = policy.split_prompts  # prompts may be chunked over iterations
+        self.prefix_cache = policy.prefix_caching  # shared prefixes are computed once
+        self.prefix_warm = 0  # shared-prefix tokens whose KV the instance holds
 
     # ---- routing
 
@@ -459,6 +474,10 @@ class _Engine:
                 if seq.prefilled == seq.prompt:
                     done = True
                     sim.first(seq.idx, now)
+                    if self.prefix_cache and seq.prefix > self.prefix_warm:
+                        # the instance now holds the shared prefix's KV blocks for good
+                        self.kv_used += seq.prefix - self.prefix_warm
+                        self.prefix_warm = seq.prefix
                     if colocated:
                         self.other_out -= seq.output
                         if seq.output == 1:
@@ -511,11 +530,19 @@ class _Engine:
             decode_role = self.role == "decode"
             while waiting and budget > 0 and self.n_running < self.max_batch:
                 seq = waiting[0]
-                if self.kv_used + seq.reserve > self.kv_cap:
+                hit = (
+                    min(seq.prefix, self.prefix_warm)
+                    if self.prefix_cache and seq.prefilled == 0
+                    else 0
+                )
+                if self.kv_used + seq.reserve - hit > self.kv_cap:
                     break
                 if not (self.split or decode_role or seq.prompt <= budget or not chunks):
                     break  # a whole prompt waits for an iteration whose budget holds it
                 waiting.popleft()
+                if hit:  # the cached prefix: its KV is shared, its prefill skipped
+                    seq.reserve -= hit
+                    seq.prefilled = hit
                 self.kv_used += seq.reserve
                 self.n_running += 1
                 if self.n_running > self.peak:
@@ -528,11 +555,13 @@ class _Engine:
                     self._join_decode(seq)
                 else:
                     self.prefilling.append(seq)
-                    c = seq.prompt if seq.prompt < budget or not self.split else budget
+                    past = seq.prefilled
+                    rest = seq.prompt - past
+                    c = rest if rest < budget or not self.split else budget
                     chunks.append((seq, c))
                     budget -= c
                     ptoks += c
-                    pairs += c * (c + 1) * 0.5
+                    pairs += c * past + c * (c + 1) * 0.5
             n_dec = self.n_dec
         if not chunks and n_dec == 0:
             self.busy = False
@@ -637,13 +666,13 @@ def _run(
                     rejected[idx] = True
                     sim.miss(idx)
                     continue
-                seq = _Seq(idx, p, o, p + o, 0)
+                seq = _Seq(idx, p, o, p + o, 0, r.shared_prefix_tokens)
             else:
                 if p > front_cap or (o > 1 and p + o > back_cap):
                     rejected[idx] = True
                     sim.miss(idx)
                     continue
-                seq = _Seq(idx, p, o, p, 0)
+                seq = _Seq(idx, p, o, p, 0, r.shared_prefix_tokens)
             _route(front, now).enqueue(seq, now)
             continue
         if not heap:

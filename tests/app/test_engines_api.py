@@ -80,6 +80,7 @@ def test_an_estimate_names_the_engine_it_was_priced_for(
     assert v0["plan"]["engine_options"] == {
         "num_scheduler_steps": 8,
         "async_output_processing": True,
+        "enable_prefix_caching": False,
         "host_cost_scale": 1.0,
     }
     assert default["plan"]["engine_options"]["async_scheduling"] is True
@@ -204,3 +205,21 @@ def test_bad_search_engine_settings_are_422s(
 ) -> None:
     response = client.post("/v1/searches", json={**serving, "constraints": constraints})
     assert field in error_fields(assert_problem(response, 422))
+
+
+def test_a_shared_prefix_is_cheaper_where_the_engine_caches_it(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    workload = {**serving["workload"], "prompt_tokens": 2048, "shared_prefix_tokens": 1536}
+    body = {**serving, "workload": workload}
+
+    def ttft(options: dict[str, Any]) -> float:
+        plan = {**COLOCATED, "engine": "vllm", "engine_options": options}
+        response = client.post("/v1/estimate", json={**body, "plan": plan})
+        assert response.status_code == 200, response.text
+        return float(response.json()["metrics"]["ttft_ms_p50"])
+
+    # vLLM's prefix cache prefills 512 of the 2048 prompt tokens after the first request
+    assert ttft({}) < 0.6 * ttft({"enable_prefix_caching": False})
+    exported_flags = client.post("/v1/estimate", json={**body, "plan": COLOCATED}).json()
+    assert exported_flags["plan"]["engine_options"]["enable_prefix_caching"] is True

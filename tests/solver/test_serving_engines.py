@@ -138,7 +138,9 @@ def test_multi_step_pays_the_host_time_once_per_block() -> None:
 def test_registered_profiles_and_their_behaviour() -> None:
     assert list_engines() == ["sglang", "tensorrt_llm", "vllm", "vllm_v0"]
     vllm = build_engine("vllm")
-    assert vllm.scheduler() == SchedulerPolicy(prefill="mixed")
+    assert vllm.scheduler() == SchedulerPolicy(prefill="mixed", prefix_caching=True)
+    assert not build_engine("vllm_v0").scheduler().prefix_caching
+    assert not build_engine("sglang", {"disable_radix_cache": True}).scheduler().prefix_caching
     assert vllm.host().overlapped  # async scheduling, vLLM's default from 0.14
     assert not build_engine("vllm", {"async_scheduling": False}).host().overlapped
     # V1 synchronous: 5.5 ms between decode steps at 256 sequences (vLLM issue #10634)
@@ -199,3 +201,39 @@ def test_engines_are_searched_and_compared() -> None:
     with pytest.raises(SpecError) as bad:
         serving_search(problem, cm, engines=["vllm", "tgi"])
     assert bad.value.field == "constraints.engines.1"
+
+
+# ---- prefix caching ----------------------------------------------------------------------------
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_a_cached_prefix_is_prefilled_once(fast_forward: bool) -> None:
+    # 1 s + 0.01 s per prompt token and 0.0001 s per attention pair. Two requests of 100
+    # prompt tokens sharing an 80-token prefix, far apart. Without caching each prefill
+    # costs 1 + 1.0 + 0.505 = 2.505 s; with it the second computes 20 tokens after 80 cached:
+    # 1 + 0.2 + (20·80 + 20·21/2)·0.0001 = 1.381 s.
+    cost = dict(per_prefill_token=0.01, per_pair=1e-4)
+    reqs = [Request(0.0, 100, 1, shared_prefix_tokens=80), Request(10.0, 100, 1, 80)]
+    plain = simulate_colocated(
+        reqs, engine(SchedulerPolicy(), **cost), 1, 8, None, fast_forward=fast_forward
+    )
+    assert plain.ttft_s.tolist() == pytest.approx([2.505, 2.505])
+    cached = simulate_colocated(
+        reqs,
+        engine(SchedulerPolicy(prefix_caching=True), **cost),
+        1,
+        8,
+        None,
+        fast_forward=fast_forward,
+    )
+    assert cached.ttft_s.tolist() == pytest.approx([2.505, 1.381])
+
+
+def test_the_cache_holds_the_prefix_once_in_the_kv_budget() -> None:
+    # KV for 300 tokens: each request needs 100 + 50 = 150; with an 80-token shared prefix
+    # held once, a warm cache fits (300 - 80) // 70 = 3 requests at once instead of 2.
+    reqs = [Request(0.0, 100, 50, 80)] + [Request(5.0, 100, 50, 80) for _ in range(3)]
+    plain = simulate_colocated(reqs, engine(SchedulerPolicy(), kv_tokens=300), 1, 8, None)
+    cached = simulate_colocated(
+        reqs, engine(SchedulerPolicy(prefix_caching=True), kv_tokens=300), 1, 8, None
+    )
+    assert plain.max_running_per_instance == 2
+    assert cached.max_running_per_instance == 3

@@ -26,6 +26,8 @@ class SglangOptions(EngineOptions):
     """`--enable-mixed-chunk`: prompt chunks and decodes share a batch."""
     disable_overlap_schedule: bool = False
     """`--disable-overlap-schedule`: schedule after each batch (the GPU waits)."""
+    disable_radix_cache: bool = False
+    """`--disable-radix-cache`: no prefix reuse (the radix cache is on by default)."""
 
 
 @register_engine("sglang")
@@ -43,7 +45,10 @@ class Sglang(EngineProfile):
 
     def scheduler(self) -> SchedulerPolicy:
         assert isinstance(self.options, SglangOptions)
-        return SchedulerPolicy(prefill="mixed" if self.options.enable_mixed_chunk else "separate")
+        return SchedulerPolicy(
+            prefill="mixed" if self.options.enable_mixed_chunk else "separate",
+            prefix_caching=not self.options.disable_radix_cache,
+        )
 
     def _host(self) -> HostCost:
         assert isinstance(self.options, SglangOptions)

@@ -25,6 +25,8 @@ class TensorrtLlmOptions(EngineOptions):
     """Schedule after each step (the GPU waits)."""
     enable_chunked_prefill: bool = False
     """Split prompts over batches to fill `max_num_tokens` (context chunking)."""
+    enable_block_reuse: bool = True
+    """KV-cache block reuse across requests with a common prefix (`kv_cache_config`)."""
 
 
 @register_engine("tensorrt_llm")
@@ -42,7 +44,11 @@ class TensorrtLlm(EngineProfile):
 
     def scheduler(self) -> SchedulerPolicy:
         assert isinstance(self.options, TensorrtLlmOptions)
-        return SchedulerPolicy(prefill="mixed", split_prompts=self.options.enable_chunked_prefill)
+        return SchedulerPolicy(
+            prefill="mixed",
+            split_prompts=self.options.enable_chunked_prefill,
+            prefix_caching=self.options.enable_block_reuse,
+        )
 
     def _host(self) -> HostCost:
         assert isinstance(self.options, TensorrtLlmOptions)

@@ -45,6 +45,8 @@ class VllmOptions(EngineOptions):
     async_scheduling: bool = True
     """Schedule the next step while the GPU runs this one (vLLM's default from 0.14;
     false: `--no-async-scheduling`, or the V1 engine of 0.8–0.13)."""
+    enable_prefix_caching: bool = True
+    """Automatic prefix caching (on by default in V1; `--no-enable-prefix-caching`)."""
 
 
 @register_engine("vllm")
@@ -62,7 +64,8 @@ class Vllm(EngineProfile):
     )
 
     def scheduler(self) -> SchedulerPolicy:
-        return SchedulerPolicy(prefill="mixed")
+        assert isinstance(self.options, VllmOptions)
+        return SchedulerPolicy(prefill="mixed", prefix_caching=self.options.enable_prefix_caching)
 
     def _host(self) -> HostCost:
         assert isinstance(self.options, VllmOptions)
@@ -77,6 +80,8 @@ class VllmV0Options(EngineOptions):
     async_output_processing: bool = True
     """The async output processor of vLLM 0.6.0+ (off with `--disable-async-output-proc`
     and before 0.6.0)."""
+    enable_prefix_caching: bool = False
+    """Automatic prefix caching (`--enable-prefix-caching`; off by default in V0)."""
 
 
 @register_engine("vllm_v0")
@@ -96,7 +101,9 @@ class VllmV0(EngineProfile):
     def scheduler(self) -> SchedulerPolicy:
         assert isinstance(self.options, VllmV0Options)
         return SchedulerPolicy(
-            prefill="separate_unless_chunked", decode_steps=self.options.num_scheduler_steps
+            prefill="separate_unless_chunked",
+            decode_steps=self.options.num_scheduler_steps,
+            prefix_caching=self.options.enable_prefix_caching,
         )
 
     def _host(self) -> HostCost:
