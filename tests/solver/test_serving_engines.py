@@ -210,7 +210,7 @@ def test_a_cached_prefix_is_prefilled_once(fast_forward: bool) -> None:
     # prompt tokens sharing an 80-token prefix, far apart. Without caching each prefill
     # costs 1 + 1.0 + 0.505 = 2.505 s; with it the second computes 20 tokens after 80 cached:
     # 1 + 0.2 + (20·80 + 20·21/2)·0.0001 = 1.381 s.
-    cost = dict(per_prefill_token=0.01, per_pair=1e-4)
+    cost = {"per_prefill_token": 0.01, "per_pair": 1e-4}
     reqs = [Request(0.0, 100, 1, shared_prefix_tokens=80), Request(10.0, 100, 1, 80)]
     plain = simulate_colocated(
         reqs, engine(SchedulerPolicy(), **cost), 1, 8, None, fast_forward=fast_forward
