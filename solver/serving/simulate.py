@@ -475,8 +475,9 @@ class _Engine:
                     done = True
                     sim.first(seq.idx, now)
                     if self.prefix_cache and seq.prefix > self.prefix_warm:
-                        # the instance now holds the shared prefix's KV blocks for good
-                        self.kv_used += seq.prefix - self.prefix_warm
+                        # its prefix blocks now belong to the cache, held for good (still
+                        # counted in kv_used, no longer in the request's reservation)
+                        seq.reserve -= seq.prefix - self.prefix_warm
                         self.prefix_warm = seq.prefix
                     if colocated:
                         self.other_out -= seq.output
