@@ -1175,13 +1175,15 @@ def explain_serving(
         )
         if other is not None and other.metrics is not None:
             ratio = m.goodput_rps_per_gpu / max(other.metrics.goodput_rps_per_gpu, 1e-12)
+            if ratio >= 1.005:
+                versus = f" (this plan carries {ratio:.2f}× its goodput per GPU)"
+            elif ratio > 0.995:
+                versus = " (as much per GPU: within the goodput search's tolerance)"
+            else:
+                versus = ""
             text.append(
                 f"the best other layout, {describe_plan(other.plan)}, reaches "
-                f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU "
-                f"({ratio:.2f}× less efficient than this plan)"
-                if ratio >= 1
-                else f"the best other layout, {describe_plan(other.plan)}, reaches "
-                f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU"
+                f"{other.metrics.goodput_rps_per_gpu:.3g} requests/s per GPU{versus}"
             )
     for v in est.violations:
         text.append(f"violation ({v.kind}): {v.detail}")
