@@ -274,6 +274,12 @@ class ServingWorkload(Spec):
     """Requests simulated per evaluation."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Seed of the request stream (lengths and arrivals)."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=100_000)
+    """At most this many requests in flight, as a benchmark client's `--max-concurrency`
+    holds them: a request waits at the client for a free slot and its latencies count from
+    when it is sent. Without `arrival_rate_rps` every request is ready at once: a closed
+    loop of this many clients (`vllm bench serve --request-rate inf --max-concurrency N`).
+    It shapes the latencies measured at the workload's rate; goodput stays open-loop."""
     shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
     """Leading prompt tokens every request shares (a system prompt, few-shot examples):
     engines with prefix caching (`GET /v1/engines`: `prefix_caching`) compute them once per
@@ -316,6 +322,8 @@ class ServingWorkload(Spec):
         if isinstance(data, dict):
             if data.get("shared_prefix_tokens") == 0:
                 data.pop("shared_prefix_tokens")
+            if data.get("max_concurrency", 0) is None:
+                data.pop("max_concurrency")
             if data.get("dataset") is None:
                 data.pop("dataset", None)
             else:

@@ -339,14 +339,24 @@ def plan_goodput(
 
 
 def simulate_plan(
-    plan: ServingPlan, costs: InstanceCosts, requests: list[Request], gpus_per_node: int
+    plan: ServingPlan,
+    costs: InstanceCosts,
+    requests: list[Request],
+    gpus_per_node: int,
+    concurrency: int | None = None,
 ) -> SimResult:
-    """Simulate the whole plan on `requests` (arrival times already at the rate)."""
+    """Simulate the whole plan on `requests` (arrival times already at the rate), at most
+    `concurrency` of them in flight."""
     tier = kv_transfer_tier(plan, gpus_per_node)
     if plan.mode == "colocated":
         inst = plan.instances[0]
         return simulate_colocated(
-            requests, costs.of(inst, tier), inst.count, inst.max_batch_size, inst.chunk_size
+            requests,
+            costs.of(inst, tier),
+            inst.count,
+            inst.max_batch_size,
+            inst.chunk_size,
+            concurrency=concurrency,
         )
     pre, dec = plan.instance("prefill"), plan.instance("decode")
     return simulate_disaggregated(
@@ -357,6 +367,7 @@ def simulate_plan(
         costs.of(dec, tier),
         dec.count,
         dec.max_batch_size,
+        concurrency=concurrency,
     )
 
 
@@ -471,8 +482,27 @@ def _evaluate(
     else:
         goodput, unit = plan_goodput(problem, plan, costs, stream)
     rate = problem.target_rate_rps
-    if rate is not None:
-        sim = simulate_plan(plan, costs, scale_stream(stream, rate), problem.cluster.gpus_per_node)
+    concurrency = problem.workload.max_concurrency
+    if rate is None and concurrency is not None:  # a closed loop: every request ready at 0
+        closed = [replace(r, arrival_s=0.0) for r in stream]
+        sim = simulate_plan(plan, costs, closed, problem.cluster.gpus_per_node, concurrency)
+        scale = 1
+        measured_at = sim.throughput_rps
+        if not problem.slo.met_by(sim):
+            attained = sim.attainment(problem.slo.ttft_s, problem.slo.tpot_s)
+            violations.append(
+                Violation(
+                    kind="slo",
+                    detail=(
+                        f"with {concurrency} requests in flight only {attained:.1%} of requests "
+                        f"meet the SLO (P{problem.slo.percentile:g} needed)"
+                    ),
+                )
+            )
+    elif rate is not None:
+        sim = simulate_plan(
+            plan, costs, scale_stream(stream, rate), problem.cluster.gpus_per_node, concurrency
+        )
         scale = 1
         measured_at = rate
         # judged on the whole plan at the rate: the goodput (units × the unit's) is a

@@ -41,6 +41,11 @@ one more. A sequence with `g` generated tokens has context `prompt + g`, which i
 `decode_context_tokens` sums. A chunk of `n` tokens after `past` prefilled tokens contributes
 `n·past + n(n+1)/2` causal attention pairs.
 
+Concurrency cap (`concurrency`, a benchmark client's `--max-concurrency`): at most that many
+requests are in flight; a request that arrives while the cap is reached is sent when one
+finishes (or is rejected), and its latencies count from when it is sent. With every arrival
+at 0 this is a closed loop of `concurrency` clients.
+
 Replicas and routing: a request goes, when it arrives, to the instance with the fewest
 outstanding tokens (prompt tokens not yet prefilled + output tokens not yet generated, of the
 requests queued or running there, as of that instance's last iteration boundary); ties go
@@ -277,8 +282,17 @@ def _first_boundary_at_or_after(t0: float, slope: float, d: float, k: int) -> in
 class _Sim:
     """Shared state of one simulation: clock events, per-request records, counters."""
 
-    def __init__(self, requests: Sequence[Request], max_events: int, stop: StopRule | None) -> None:
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        max_events: int,
+        stop: StopRule | None,
+        concurrency: int | None = None,
+    ) -> None:
         n = len(requests)
+        self.cap = n if concurrency is None else concurrency
+        """Requests in flight at most (a client's `--max-concurrency`)."""
+        self.in_flight = 0
         # (time, prio, seqno, kind, ref, version); prio 0 (arrivals, transfers) before 1
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.seqno = 0
@@ -313,6 +327,7 @@ class _Sim:
 
     def done(self, idx: int, now: float, output: int) -> None:
         self.finish[idx] = now
+        self.in_flight -= 1
         if output > 1 and (now - self.first_token[idx]) / (output - 1) > self.tpot_limit:
             self.miss(idx)
 
@@ -628,6 +643,11 @@ def _check_args(count: int, max_batch: int | None, chunk: int | None, what: str)
         raise ValueError(f"{what}: chunk_size must be >= 1, got {chunk}")
 
 
+def _check_concurrency(concurrency: int | None) -> None:
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+
+
 def _run(
     requests: Sequence[Request],
     front: list[_Engine],
@@ -649,6 +669,7 @@ def _run(
     pending: dict[int, _Seq] = {}  # requests whose KV is in transfer, by index
     heap = sim.heap
     i_arr = 0
+    clock = 0.0  # time of the last event handled
     truncated = False
     while True:
         if sim.events > sim.max_events:
@@ -656,21 +677,27 @@ def _run(
             break
         if sim.stopped:
             break
-        if i_arr < n and (not heap or arrivals[i_arr] <= heap[0][0]):
+        # the next request goes out at its arrival, or when a slot frees under the cap
+        ready = max(arrivals[i_arr], clock) if i_arr < n else math.inf
+        if sim.in_flight < sim.cap and i_arr < n and (not heap or ready <= heap[0][0]):
             idx = order[i_arr]
-            now = arrivals[i_arr]
+            now = clock = ready
+            sim.arrival[idx] = now  # latencies count from when the request is sent
             i_arr += 1
             r = requests[idx]
             p, o = r.prompt_tokens, r.output_tokens
+            sim.in_flight += 1
             if colocated:
                 if p + o > front_cap:
                     rejected[idx] = True
+                    sim.in_flight -= 1
                     sim.miss(idx)
                     continue
                 seq = _Seq(idx, p, o, p + o, 0, r.shared_prefix_tokens)
             else:
                 if p > front_cap or (o > 1 and p + o > back_cap):
                     rejected[idx] = True
+                    sim.in_flight -= 1
                     sim.miss(idx)
                     continue
                 seq = _Seq(idx, p, o, p, 0, r.shared_prefix_tokens)
@@ -679,6 +706,7 @@ def _run(
         if not heap:
             break
         now, _, _, kind, ref, version = heapq.heappop(heap)
+        clock = now
         if kind == _EV_ENGINE:
             eng = engines[ref]
             if version != eng.version:
@@ -709,7 +737,7 @@ def _result(
     truncated: bool,
 ) -> SimResult:
     n = len(requests)
-    arrival = np.fromiter((r.arrival_s for r in requests), dtype=np.float64, count=n)
+    arrival = np.asarray(sim.arrival, dtype=np.float64)  # when each request was sent
     out = np.fromiter((r.output_tokens for r in requests), dtype=np.float64, count=n)
     first = np.asarray(sim.first_token, dtype=np.float64)
     finish = np.asarray(sim.finish, dtype=np.float64)
@@ -754,15 +782,18 @@ def simulate_colocated(
     fast_forward: bool = True,
     max_events: int | None = None,
     stop: StopRule | None = None,
+    concurrency: int | None = None,
 ) -> SimResult:
     """Simulate `count` identical instances, each prefilling and decoding (continuous
     batching with a `chunk_size` token budget per iteration, `None` = unchunked), requests
-    routed by least outstanding tokens. See the module docstring for the policy."""
+    routed by least outstanding tokens, at most `concurrency` of them in flight (None: no
+    cap). See the module docstring for the policy."""
     _check_args(count, max_batch_size, chunk_size, "colocated")
+    _check_concurrency(concurrency)
     cost, stages = pipeline_engines(cost)  # a p-stage instance runs p schedulers
     count *= stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
-    sim = _Sim(requests, cap, stop)
+    sim = _Sim(requests, cap, stop, concurrency)
     front = [
         _Engine(i, cost, "both", max_batch_size, chunk_size, sim, fast_forward, None)
         for i in range(count)
@@ -782,6 +813,7 @@ def simulate_disaggregated(
     fast_forward: bool = True,
     max_events: int | None = None,
     stop: StopRule | None = None,
+    concurrency: int | None = None,
 ) -> SimResult:
     """Simulate a prefill pool (`prefill_count` instances, token budget `prefill_chunk` per
     iteration, `None` = unlimited) feeding a decode pool (`decode_count` instances, at most
@@ -789,12 +821,13 @@ def simulate_disaggregated(
     `prefill_cost.kv_transfer_time_s(prompt)`. See the module docstring for the policy."""
     _check_args(prefill_count, None, prefill_chunk, "disaggregated prefill")
     _check_args(decode_count, decode_max_batch, None, "disaggregated decode")
+    _check_concurrency(concurrency)
     prefill_cost, prefill_stages = pipeline_engines(prefill_cost)
     decode_cost, decode_stages = pipeline_engines(decode_cost)
     prefill_count *= prefill_stages
     decode_count *= decode_stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
-    sim = _Sim(requests, cap, stop)
+    sim = _Sim(requests, cap, stop, concurrency)
     handoff: list[tuple[float, _Seq]] = []
     front = [
         _Engine(i, prefill_cost, "prefill", None, prefill_chunk, sim, fast_forward, handoff)

@@ -223,3 +223,32 @@ def test_a_shared_prefix_is_cheaper_where_the_engine_caches_it(
     assert ttft({}) < 0.6 * ttft({"enable_prefix_caching": False})
     exported_flags = client.post("/v1/estimate", json={**body, "plan": COLOCATED}).json()
     assert exported_flags["plan"]["engine_options"]["enable_prefix_caching"] is True
+
+
+def test_a_client_concurrency_cap_shapes_the_measured_latencies(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    closed = {k: v for k, v in serving["workload"].items() if k != "arrival_rate_rps"}
+
+    def measure(workload: dict[str, Any]) -> dict[str, Any]:
+        response = client.post(
+            "/v1/estimate", json={**serving, "workload": workload, "plan": COLOCATED}
+        )
+        assert response.status_code == 200, response.text
+        metrics: dict[str, Any] = response.json()["metrics"]
+        return metrics
+
+    one = measure({**closed, "max_concurrency": 1})
+    many = measure({**closed, "max_concurrency": 64})
+    # one client at a time: every request runs alone (batch 1); 64 clients share batches,
+    # so each request waits longer per token and the system carries more
+    assert one["max_concurrent_sequences"] == 1 and many["max_concurrent_sequences"] > 1
+    assert many["tpot_ms_p50"] > one["tpot_ms_p50"]
+    assert many["throughput_tokens_per_s"] > 5 * one["throughput_tokens_per_s"]
+    assert_problem(
+        client.post(
+            "/v1/estimate",
+            json={**serving, "workload": {**closed, "max_concurrency": 0}, "plan": COLOCATED},
+        ),
+        422,
+    )

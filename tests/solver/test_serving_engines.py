@@ -237,3 +237,25 @@ def test_the_cache_holds_the_prefix_once_in_the_kv_budget() -> None:
     )
     assert plain.max_running_per_instance == 2
     assert cached.max_running_per_instance == 3
+
+
+# ---- concurrency cap (benchmark clients) ------------------------------------------------------
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_a_concurrency_cap_sends_requests_as_slots_free(fast_forward: bool) -> None:
+    # 1 s per iteration; three requests ready at 0 (prompt 10, output 2). With one slot each
+    # is sent when the previous finishes: prefill then one decode, 2 s each, back to back;
+    # latencies count from the send. Without a cap the three share every iteration.
+    reqs = [Request(0.0, 10, 2) for _ in range(3)]
+    capped = simulate_colocated(
+        reqs, engine(SchedulerPolicy()), 1, 8, None, concurrency=1, fast_forward=fast_forward
+    )
+    assert capped.ttft_s.tolist() == [1.0, 1.0, 1.0]
+    assert capped.e2e_s.tolist() == [2.0, 2.0, 2.0]
+    assert capped.makespan_s == 6.0 and capped.max_concurrent_sequences == 1
+    free = simulate_colocated(reqs, engine(SchedulerPolicy()), 1, 8, None)
+    assert free.e2e_s.tolist() == [2.0, 2.0, 2.0] and free.makespan_s == 2.0
+    # two slots: the third request waits for the first pair (sent at 2)
+    two = simulate_colocated(reqs, engine(SchedulerPolicy()), 1, 8, None, concurrency=2)
+    assert two.makespan_s == 4.0 and two.max_concurrent_sequences == 2
+    with pytest.raises(ValueError):
+        simulate_colocated(reqs, engine(SchedulerPolicy()), 1, 8, None, concurrency=0)
