@@ -376,6 +376,11 @@ class EnginePublic(BaseModel):
     host_overlapped: bool
     """The engine prepares the next step while the GPU runs this one: an iteration takes
     max(GPU, CPU) instead of their sum."""
+    host_serial_fixed_ms: float
+    """CPU time per scheduler step that stays on the critical path even when the rest is
+    overlapped (vLLM V0's scheduling and input preparation), fixed part, ms."""
+    host_serial_per_sequence_us: float
+    """The same, per sequence in the batch, µs."""
     options: dict[str, Any]
     """The profile's settings at their defaults (`plan.engine_options`)."""
     options_schema: dict[str, Any]

@@ -126,6 +126,13 @@ def test_overlapped_host_time_only_shows_when_it_outlasts_the_gpu() -> None:
     assert simulate_colocated([Request(0.0, 100, 3)], long, 1, 8, None).e2e_s.tolist() == [7.5]
 
 
+def test_serial_host_time_adds_even_when_the_rest_overlaps() -> None:
+    host = HostCost(0.5, 0.0, overlapped=True, serial_fixed_s=0.25)
+    cost = engine(SchedulerPolicy(), host)
+    res = simulate_colocated([Request(0.0, 100, 3)], cost, 1, 8, None)
+    assert res.e2e_s.tolist() == [3.75]  # 3 iterations of max(1, 0.5) + 0.25
+
+
 def test_multi_step_pays_the_host_time_once_per_block() -> None:
     cost = engine(SchedulerPolicy(decode_steps=4), HostCost(0.4, 0.0, overlapped=False))
     decode = IterationBatch(decode_seqs=1, decode_context_tokens=10)
@@ -151,6 +158,8 @@ def test_registered_profiles_and_their_behaviour() -> None:
     # V0 output processing: 0.2 ms at batch 1, 3.4 ms at batch 32 (RFC #6913)
     assert build_engine("vllm_v0").host().step_s(1) == pytest.approx(0.3e-3)
     assert build_engine("vllm_v0").host().step_s(32) == pytest.approx(3.4e-3)
+    # scheduling + input preparation stay serial (Vidur's V0 profile: 0.52 + 0.81 ms at 32)
+    assert build_engine("vllm_v0").host().serial_s(32) == pytest.approx(1.24e-3, rel=0.1)
     assert build_engine("sglang").scheduler().prefill == "separate"
     assert build_engine("sglang", {"enable_mixed_chunk": True}).scheduler().prefill == "mixed"
     assert not build_engine("tensorrt_llm").scheduler().split_prompts
@@ -170,7 +179,9 @@ def test_instance_costs_run_as_the_problem_engine() -> None:
     assert scheduler_of(cost) == SchedulerPolicy(prefill="separate_unless_chunked", decode_steps=4)
     batch = IterationBatch(decode_seqs=32, decode_context_tokens=32 * 600)
     gpu = cost.base.iteration_time_s(batch)
-    assert cost.iteration_time_s(batch) == pytest.approx(gpu + 3.4e-3 / 4)
+    # V0 multi-step: output processing (0.2 + 0.1 ms × 32) and scheduling + input
+    # preparation (0.28 + 0.03 ms × 32) once per block of 4 steps
+    assert cost.iteration_time_s(batch) == pytest.approx(gpu + (3.4e-3 + 1.24e-3) / 4)
 
 
 def test_engines_are_searched_and_compared() -> None:

@@ -35,18 +35,34 @@ from cost_models.serving.base import (
 
 @dataclass(frozen=True, slots=True)
 class HostCost:
-    """CPU time of one scheduler step: `fixed_s + per_seq_s × sequences` of its batch."""
+    """CPU time of one scheduler step: `fixed_s + per_seq_s × sequences` of its batch, which
+    runs during the GPU work when `overlapped`, plus `serial_fixed_s + serial_per_seq_s ×
+    sequences` that stays on the critical path either way (vLLM V0 overlaps only its output
+    processing, not its scheduling and input preparation)."""
 
     fixed_s: float
     per_seq_s: float
     overlapped: bool
-    """The engine prepares the next batch while the GPU runs this one."""
+    """The engine does this work for one step while the GPU runs another."""
+    serial_fixed_s: float = 0.0
+    serial_per_seq_s: float = 0.0
 
     def step_s(self, sequences: int) -> float:
+        """The overlappable part."""
         return self.fixed_s + self.per_seq_s * sequences
 
+    def serial_s(self, sequences: int) -> float:
+        """The part the GPU always waits for."""
+        return self.serial_fixed_s + self.serial_per_seq_s * sequences
+
     def scaled(self, factor: float) -> HostCost:
-        return HostCost(self.fixed_s * factor, self.per_seq_s * factor, self.overlapped)
+        return HostCost(
+            self.fixed_s * factor,
+            self.per_seq_s * factor,
+            self.overlapped,
+            self.serial_fixed_s * factor,
+            self.serial_per_seq_s * factor,
+        )
 
 
 class EngineOptions(BaseModel):
@@ -101,6 +117,8 @@ class EngineProfile:
             "host_fixed_ms": host.fixed_s * 1e3,
             "host_per_sequence_us": host.per_seq_s * 1e6,
             "host_overlapped": host.overlapped,
+            "host_serial_fixed_ms": host.serial_fixed_s * 1e3,
+            "host_serial_per_sequence_us": host.serial_per_seq_s * 1e6,
             "options": self.options.model_dump(mode="json"),
             "options_schema": self.Config.model_json_schema(),
             "sources": list(self.sources),
@@ -132,19 +150,23 @@ class EngineInstanceCost(ForwardingCost):
     def pipeline_stages(self) -> int:
         return int(getattr(self.base, "pipeline_stages", 1) or 1)
 
-    def host_s(self, batch: IterationBatch) -> float:
-        """CPU time charged to `batch`'s iteration."""
-        cpu = self.host.step_s(batch.decode_seqs + batch.prefill_seqs)
+    def host_s(self, batch: IterationBatch) -> tuple[float, float]:
+        """(overlappable, serial) CPU time charged to `batch`'s iteration: a scheduler
+        call's work, spread over its block for the decode-only steps of a multi-step
+        scheduler."""
+        seqs = batch.decode_seqs + batch.prefill_seqs
+        cpu, serial = self.host.step_s(seqs), self.host.serial_s(seqs)
         if batch.prefill_tokens == 0 and self._scheduler.decode_steps > 1:
             cpu /= self._scheduler.decode_steps
-        return cpu
+            serial /= self._scheduler.decode_steps
+        return cpu, serial
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
         gpu = self.base.iteration_time_s(batch)
         if gpu <= 0.0:
             return gpu
-        cpu = self.host_s(batch)
-        return max(gpu, cpu) if self.host.overlapped else gpu + cpu
+        cpu, serial = self.host_s(batch)
+        return (max(gpu, cpu) if self.host.overlapped else gpu + cpu) + serial
 
 
 __all__ = ["EngineInstanceCost", "EngineOptions", "EngineProfile", "HostCost"]

@@ -24,7 +24,11 @@ Host cost per scheduler step, from vLLM's own profiles:
   at ~35 sequences). From 0.6.0 the async output processor (PR #7049) overlaps it with the
   next step (`async_output_processing`, on by default); with multi-step scheduling the bubble
   is paid once per block of k steps (RFC #6854: "with multi-step-8, the 4 ms only needs to
-  be incurred once for every 8 decode" steps).
+  be incurred once for every 8 decode" steps). Scheduling and input preparation stay on the
+  critical path even with the async output processor: 0.28 ms + 30 µs per sequence, the linear
+  fit of the means Vidur profiled for vLLM V0 (Llama-2-7B on one A100, batch 8–64: schedule
+  0.17–0.85 ms, prepare inputs 0.35–1.32 ms; microsoft/vidur data/profiling/a100/
+  cpu_overheads.csv, Agrawal et al., MLSys'24).
 """
 
 from __future__ import annotations
@@ -37,8 +41,15 @@ from cost_models.serving.engines.registry import register_engine
 
 V1_HOST = HostCost(fixed_s=0.25e-3, per_seq_s=20.5e-6, overlapped=False)
 """vLLM V1's synchronous host cost per step (module docstring, issue #10634)."""
-V0_HOST = HostCost(fixed_s=0.2e-3, per_seq_s=0.1e-3, overlapped=False)
-"""vLLM V0's output processing per step (module docstring, RFC #6913)."""
+V0_HOST = HostCost(
+    fixed_s=0.2e-3,
+    per_seq_s=0.1e-3,
+    overlapped=False,
+    serial_fixed_s=0.28e-3,
+    serial_per_seq_s=30e-6,
+)
+"""vLLM V0 per step: output processing (RFC #6913), and scheduling with input preparation
+on the critical path (Vidur's profile; module docstring)."""
 
 
 class VllmOptions(EngineOptions):
@@ -96,6 +107,7 @@ class VllmV0(EngineProfile):
         "vllm-project/vllm RFC #6913 (output processing time by batch)",
         "vllm-project/vllm RFC #6854 and PR #7000 (multi-step scheduling)",
         "vllm-project/vllm PR #7049 (async output processor)",
+        "microsoft/vidur data/profiling/a100/cpu_overheads.csv (V0 schedule and prepare-inputs times)",
     )
 
     def scheduler(self) -> SchedulerPolicy:
@@ -113,4 +125,6 @@ class VllmV0(EngineProfile):
             V0_HOST.fixed_s,
             V0_HOST.per_seq_s,
             overlapped=self.options.async_output_processing and single,
+            serial_fixed_s=V0_HOST.serial_fixed_s,
+            serial_per_seq_s=V0_HOST.serial_per_seq_s,
         )
