@@ -274,13 +274,13 @@ class ServingWorkload(Spec):
     """Requests simulated per evaluation."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Seed of the request stream (lengths and arrivals)."""
-    max_concurrency: int | None = Field(default=None, ge=1, le=100_000)
+    max_concurrency: int | None = Field(default=None, ge=1, le=100_000, strict=True)
     """At most this many requests in flight, as a benchmark client's `--max-concurrency`
     holds them: a request waits at the client for a free slot and its latencies count from
     when it is sent. Without `arrival_rate_rps` every request is ready at once: a closed
     loop of this many clients (`vllm bench serve --request-rate inf --max-concurrency N`).
     It shapes the latencies measured at the workload's rate; goodput stays open-loop."""
-    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
+    shared_prefix_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS, strict=True)
     """Leading prompt tokens every request shares (a system prompt, few-shot examples):
     engines with prefix caching (`GET /v1/engines`: `prefix_caching`) compute them once per
     instance and keep their KV cache; the prompt lengths include them."""
@@ -300,7 +300,7 @@ class ServingWorkload(Spec):
         name = data["dataset"]
         known = length_datasets()
         if not isinstance(name, str) or name not in known:
-            raise ValueError(f"dataset must be one of {sorted(known)} (got {name!r})")
+            return data  # the field validator names the field
         expanded = {
             side: {"percentiles": known[name][side.split("_")[0]]["percentiles"]}
             for side in ("prompt_tokens", "output_tokens")
@@ -313,6 +313,14 @@ class ServingWorkload(Spec):
         if clash:
             raise ValueError(f"dataset replaces {', '.join(clash)}: give one or the other")
         return {**data, **expanded}
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: str | None) -> str | None:
+        known = length_datasets()
+        if value is not None and value not in known:
+            raise ValueError(f"dataset must be one of {sorted(known)} (got {value!r})")
+        return value
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -377,6 +385,19 @@ class ServingWorkload(Spec):
             )
         if self.objective == "min_gpus" and self.arrival_rate_rps is None and self.trace is None:
             raise ValueError("objective min_gpus needs arrival_rate_rps (or a trace)")
+        if self.shared_prefix_tokens:
+            prompts = (
+                statistics.fmean(row[1] for row in self.trace)
+                if self.trace is not None
+                else self.prompt_tokens.mean()
+                if self.prompt_tokens is not None
+                else math.inf
+            )
+            if self.shared_prefix_tokens >= prompts:
+                raise ValueError(
+                    f"shared_prefix_tokens ({self.shared_prefix_tokens}) must be shorter than "
+                    f"the mean prompt ({prompts:.0f} tokens): the prompts include the prefix"
+                )
         return self
 
     @property

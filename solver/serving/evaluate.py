@@ -57,6 +57,9 @@ from specs.warnings import PlanWarning
 
 GOODPUT_REL_TOL = 0.02
 """Relative width of the goodput bisection's final bracket."""
+CAPPED_RATE_SERVED = 0.9
+"""Under a client concurrency cap, a plan that serves less than this share of the offered
+rate is flagged: the backlog grows at the client, where the latencies do not see it."""
 LOW_LOAD_FRACTION = 0.05
 """Share of the capacity bound at which a plan with no goodput is measured (near-idle)."""
 
@@ -505,6 +508,17 @@ def _evaluate(
         )
         scale = 1
         measured_at = rate
+        if concurrency is not None and sim.throughput_rps < CAPPED_RATE_SERVED * rate:
+            violations.append(
+                Violation(
+                    kind="capacity",
+                    detail=(
+                        f"with at most {concurrency} requests in flight the plan serves "
+                        f"{sim.throughput_rps:.3g} of the {rate:.3g} requests/s offered: the rest "
+                        "wait at the client (their wait is not in the latencies)"
+                    ),
+                )
+            )
         # judged on the whole plan at the rate: the goodput (units × the unit's) is a
         # conservative figure, so a plan may carry a rate somewhat above it
         attained = sim.attainment(problem.slo.ttft_s, problem.slo.tpot_s)

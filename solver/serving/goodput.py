@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from cost_models.serving.base import InstanceCost
+from cost_models.serving.base import InstanceCost, scheduler_of
 from solver.serving.queueing import (
     capacity_upper_bound_disaggregated_rps,
     capacity_upper_bound_rps,
@@ -132,13 +132,14 @@ def scale_stream(unit_stream: Sequence[Request], rate_rps: float) -> list[Reques
     return [replace(r, arrival_s=r.arrival_s * inv) for r in unit_stream]
 
 
-def mean_lengths(requests: Sequence[Request]) -> tuple[float, float]:
-    """(mean prompt tokens, mean output tokens)."""
+def mean_lengths(requests: Sequence[Request], prefix_cached: bool = False) -> tuple[float, float]:
+    """(mean prompt tokens, mean output tokens); with `prefix_cached`, the prompt tokens
+    each request computes once its shared prefix is cached (what bounds must assume)."""
     if not requests:
         raise ValueError("no requests")
     n = len(requests)
     return (
-        sum(r.prompt_tokens for r in requests) / n,
+        sum(r.computed_prompt_tokens(prefix_cached) for r in requests) / n,
         sum(r.output_tokens for r in requests) / n,
     )
 
@@ -256,7 +257,7 @@ def goodput_colocated(
     """Goodput of `count` colocated instances, bracketed by `capacity_upper_bound_rps`.
     `early_stop` ends failing probes as soon as their misses exceed the allowance (same
     verdicts, less time); the result at the goodput is always a complete simulation."""
-    mp, mo = mean_lengths(unit_stream)
+    mp, mo = mean_lengths(unit_stream, scheduler_of(cost).prefix_caching)
     ub = capacity_upper_bound_rps(cost, count, max_batch_size, chunk_size, mp, mo)
     stop = slo.stop_rule(len(unit_stream)) if early_stop else None
 
@@ -284,7 +285,7 @@ def goodput_disaggregated(
     known_good: float | None = None,
 ) -> GoodputResult:
     """Goodput of a disaggregated plan, bracketed by `capacity_upper_bound_disaggregated_rps`."""
-    mp, mo = mean_lengths(unit_stream)
+    mp, mo = mean_lengths(unit_stream, scheduler_of(prefill_cost).prefix_caching)
     ub = capacity_upper_bound_disaggregated_rps(
         prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
         decode_max_batch, mp, mo,

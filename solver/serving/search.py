@@ -409,13 +409,9 @@ class _Context:
     idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
     latency_runs: dict[tuple[Any, ...], list[tuple[int, float]]] = field(default_factory=dict)
     side_rates: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
-    cached_prefix: int = 0
-    """Shared-prefix tokens the engine's prefix cache spares every request (0 without
-    caching): the bounds price prompts without them, so that they stay bounds."""
-
-    def computed_prompt(self, prompt: int) -> int:
-        """The prompt tokens a request computes once the shared prefix is cached."""
-        return prompt - min(self.cached_prefix, prompt - 1)
+    prefix_cached: bool = False
+    """The engine caches the requests' shared prefix: the bounds price prompts without it,
+    so that they stay bounds."""
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -701,7 +697,7 @@ def _per_request(
         seen: dict[tuple[int, int], float] = {}
         values = []
         for r in ctx.stream:
-            pair = (ctx.computed_prompt(r.prompt_tokens), r.output_tokens)
+            pair = (r.computed_prompt_tokens(ctx.prefix_cached), r.output_tokens)
             if pair not in seen:
                 seen[pair] = fn(*pair)
             values.append(seen[pair])
@@ -992,15 +988,10 @@ def _search_engine(
     stream = request_stream(problem.workload)
     costs = InstanceCosts(problem, cost_model)
     monitor = Monitor(time_limit_s, progress, should_stop, 0)
-    cached = (
-        problem.workload.shared_prefix_tokens
-        if problem.engine_profile.scheduler().prefix_caching
-        else 0
-    )
-    ctx = _Context(problem, costs, stream, problem.slo, 0.0, 0.0, stats, monitor)
-    ctx.cached_prefix = cached
-    ctx.mean_prompt = sum(ctx.computed_prompt(r.prompt_tokens) for r in stream) / len(stream)
-    ctx.mean_output = mean_lengths(stream)[1]
+    cached = problem.engine_profile.scheduler().prefix_caching
+    mean_prompt, mean_output = mean_lengths(stream, cached)
+    ctx = _Context(problem, costs, stream, problem.slo, mean_prompt, mean_output, stats, monitor)
+    ctx.prefix_cached = cached
     modes = [fixed["mode"]] if "mode" in fixed else ["colocated", "disaggregated"]
     top = _Top(top_k)
     min_latency = problem.workload.objective == "min_latency"

@@ -129,6 +129,13 @@ class Request:
     caching computes them once per instance and keeps their KV cache, so later requests
     prefill only the rest."""
 
+    def computed_prompt_tokens(self, prefix_cached: bool) -> int:
+        """The prompt tokens the request prefills: all of them, or without the shared
+        prefix once an instance's prefix cache holds it (at least one token)."""
+        if not prefix_cached:
+            return self.prompt_tokens
+        return self.prompt_tokens - min(self.shared_prefix_tokens, self.prompt_tokens - 1)
+
     def __post_init__(self) -> None:
         if not math.isfinite(self.arrival_s):
             raise ValueError(f"Request.arrival_s must be finite, got {self.arrival_s}")

@@ -252,3 +252,47 @@ def test_a_client_concurrency_cap_shapes_the_measured_latencies(
         ),
         422,
     )
+
+
+def test_the_goodput_bound_sees_the_cached_prefix_and_a_capped_rate_is_flagged(
+    client: Any, serving: dict[str, Any]
+) -> None:
+    workload = {**serving["workload"], "prompt_tokens": 2048, "shared_prefix_tokens": 1500}
+    plan = {**COLOCATED, "engine": "vllm"}
+
+    def details(options: dict[str, Any]) -> dict[str, Any]:
+        body = {**serving, "workload": workload, "plan": {**plan, "engine_options": options}}
+        out: dict[str, Any] = client.post("/v1/estimate", json=body).json()
+        return out
+
+    cached, plain = details({}), details({"enable_prefix_caching": False})
+    # the capacity bound prices prompts without the cached prefix (548 of 2048 tokens)
+    assert (
+        cached["details"]["capacity_upper_bound_rps"]
+        > 1.3 * plain["details"]["capacity_upper_bound_rps"]
+    )
+    capped = client.post(
+        "/v1/estimate",
+        json={
+            **serving,
+            "workload": {**serving["workload"], "max_concurrency": 1},
+            "plan": COLOCATED,
+        },
+    ).json()
+    kinds = {v["kind"] for v in capped["violations"]}
+    assert "capacity" in kinds and capped["feasible"] is False
+
+
+@pytest.mark.parametrize(
+    ("update", "field"),
+    [
+        ({"shared_prefix_tokens": True}, "workload.shared_prefix_tokens"),
+        ({"max_concurrency": True}, "workload.max_concurrency"),
+        ({"shared_prefix_tokens": 600}, "workload"),
+    ],
+)
+def test_bad_serving_client_fields_are_422s(
+    client: Any, serving: dict[str, Any], update: dict[str, Any], field: str
+) -> None:
+    body = {**serving, "workload": {**serving["workload"], **update}, "plan": COLOCATED}
+    assert field in error_fields(assert_problem(client.post("/v1/estimate", json=body), 422))
