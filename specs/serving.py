@@ -82,8 +82,8 @@ class LengthSpec(Spec):
     """Observed lengths, resampled with replacement."""
     percentiles: list[int] | None = Field(default=None, min_length=2, max_length=1001)
     """Lengths at evenly spaced quantiles from the minimum to the maximum (101 values: the
-    0th, 1st, …, 100th percentile), non-decreasing; sampled by inverse transform, linear
-    between neighbours (what a named `dataset` expands to)."""
+    0th, 1st, …, 100th percentile; a named `dataset` expands to 1001, one every 0.1 %),
+    non-decreasing; sampled by inverse transform, linear between neighbours."""
 
     @model_validator(mode="before")
     @classmethod
