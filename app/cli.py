@@ -707,7 +707,7 @@ def export(
         typer.Option(
             "--format",
             "-f",
-            help="megatron, torchtitan, deepspeed, vllm, sglang, slurm or kubernetes.",
+            help="megatron, torchtitan, deepspeed, vllm, sglang, slurm, kubernetes or trtllm.",
         ),
     ],
     out: Annotated[

@@ -288,7 +288,10 @@ class ServingWorkload(Spec):
     """A named request-length distribution whose prompt and output lengths the requests
     take, with the skew of real traffic (`specs/data/length_distributions.json`, each with
     its source): `azure_conversation` (prompt p50 1020 / p90 2735, output 129 / 424 tokens),
-    `azure_code` (1469 / 5194, 13 / 55), `arxiv_summarization` (2730 / 3702, 167 / 372).
+    `azure_code` (1469 / 5194, 13 / 55), `arxiv_summarization` (2730 / 3702, 167 / 372),
+    `openchat_sharegpt4` (ShareGPT conversations as Sarathi-Serve serves them, up to 8k
+    tokens: 1730 / 5696, 415 / 834; vLLM's `benchmark_serving --dataset-name sharegpt` takes
+    first turns only and is far shorter: give its lengths as `percentiles`).
     Replaces prompt_tokens and output_tokens."""
 
     @model_validator(mode="before")

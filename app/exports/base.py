@@ -104,8 +104,8 @@ class ExportContext:
             raise UnexpressiblePlan(
                 fmt,
                 "training-format-needs-training-plan",
-                f"{fmt} launches training; this is a serving plan (use vllm, sglang, slurm or "
-                "kubernetes)",
+                f"{fmt} launches training; this is a serving plan (use vllm, sglang, trtllm, "
+                "slurm or kubernetes)",
             )
         return self.training, self.training_workload
 

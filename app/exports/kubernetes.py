@@ -12,8 +12,9 @@ Serving plans: an instance wider than a node becomes a LeaderWorkerSet
 (leaderworkerset.x-k8s.io/v1; `size` = nodes per instance, `replicas` = instance count; vLLM
 runs its workers in a Ray cluster the leader heads, SGLang passes `LWS_WORKER_INDEX` as node
 rank and `LWS_LEADER_ADDRESS` as the init address); a single-node instance becomes a
-Deployment with a Service. Disaggregated plans have one workload per role. vLLM by default,
-`?framework=sglang`. `?image=` overrides the container image. Every document is plain YAML
+Deployment with a Service. Disaggregated plans have one workload per role. The launcher is
+the plan's engine's (vLLM by default), or `?framework=`; TensorRT-LLM's options file comes
+in a ConfigMap mounted at /config (single-node colocated instances, as `trtllm` exports). `?image=` overrides the container image. Every document is plain YAML
 (`yaml.safe_load_all` reads it back).
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from app.exports import deepspeed, megatron, torchtitan
+from app.exports import deepspeed, megatron, torchtitan, trtllm
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -39,13 +40,14 @@ from app.exports.serving_common import ROLE_ORDER, instance_shape
 
 FORMAT = "kubernetes"
 TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
-SERVING_FRAMEWORKS = ("vllm", "sglang")
+SERVING_FRAMEWORKS = ("vllm", "sglang", "trtllm")
 DEFAULT_IMAGES = {
     "megatron": "nvcr.io/nvidia/pytorch:25.06-py3",
     "torchtitan": "pytorch/pytorch:latest",
     "deepspeed": "pytorch/pytorch:latest",
     "vllm": "vllm/vllm-openai:latest",
     "sglang": "lmsysorg/sglang:latest",
+    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest",
 }
 MASTER_PORT = 29500
 
@@ -213,6 +215,8 @@ def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
 
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    if framework == "trtllm":
+        trtllm.check_plan(FORMAT, plan, ctx.cluster)
     env: dict[str, str] = {}
     model_ref = model_reference(ctx.model, env)
     gpu = gpu_resource_name(ctx.cluster.accelerator.vendor)
@@ -224,7 +228,7 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     for inst in instances:
         shape = instance_shape(FORMAT, ctx.cluster, inst)
         name = _name(ctx, inst.role)
-        port = 8000 if framework == "vllm" else 30000
+        port = 30000 if framework == "sglang" else 8000
         args = serve_args(
             framework,
             ctx.model,
@@ -235,6 +239,7 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
             port,
             plan.engine,
             plan.engine_options,
+            options_path=f"/config/{trtllm.OPTIONS_FILE}",
         )
         if framework != "vllm":
             args = [
@@ -244,6 +249,7 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
                 for a in args
             ]
         role_args[inst.role] = args
+        volumes = [shm_volume]
         container: dict[str, Any] = {
             "name": framework,
             "image": image,
@@ -256,6 +262,21 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
         )
         if env or engine_env:
             container["env"] = _env_list({**env, **engine_env})
+        if framework == "trtllm":
+            docs.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": f"{name}-config"},
+                    "data": {
+                        trtllm.OPTIONS_FILE: trtllm.options_yaml(
+                            inst, workload, plan.engine_options
+                        )
+                    },
+                }
+            )
+            volumes.append({"name": "config", "configMap": {"name": f"{name}-config"}})
+            container["volumeMounts"] = [shm_mount, {"name": "config", "mountPath": "/config"}]
         labels = {"app": name}
         if shape.nodes == 1:
             container["command"] = args
@@ -269,7 +290,7 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
                         "selector": {"matchLabels": labels},
                         "template": {
                             "metadata": {"labels": labels},
-                            "spec": {"containers": [container], "volumes": [shm_volume]},
+                            "spec": {"containers": [container], "volumes": volumes},
                         },
                     },
                 }

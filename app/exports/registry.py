@@ -9,7 +9,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.exports import deepspeed, kubernetes, megatron, sglang, slurm, torchtitan, vllm
+from app.exports import (
+    deepspeed,
+    kubernetes,
+    megatron,
+    sglang,
+    slurm,
+    torchtitan,
+    trtllm,
+    vllm,
+)
 from app.exports.base import ExportContext, ExportResult, UnexpressiblePlan, UnknownFormat
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
@@ -28,9 +37,10 @@ EXPORTERS: dict[str, Exporter] = {
     "sglang": sglang.export,
     "slurm": slurm.export,
     "kubernetes": kubernetes.export,
+    "trtllm": trtllm.export,
 }
 FORMATS: tuple[str, ...] = tuple(EXPORTERS)
-"""Every export format, in the order API.md lists them."""
+"""Every export format, in the order API.md lists them (then the ones added since)."""
 
 LAUNCHES: dict[str, frozenset[str]] = {
     "megatron": frozenset({"megatron_core", "megatron_lm"}),
@@ -44,6 +54,7 @@ WRAPPERS = frozenset({"slurm", "kubernetes"})
 SERVING_LAUNCHES: dict[str, frozenset[str]] = {
     "vllm": frozenset({"vllm", "vllm_v0"}),
     "sglang": frozenset({"sglang"}),
+    "trtllm": frozenset({"tensorrt_llm"}),
 }
 """The serving engine profiles (`cost_models.serving.engines`) each serving launcher runs:
 a plan is priced for one engine (its scheduler and host costs) and launches only with it."""

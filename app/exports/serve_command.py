@@ -1,12 +1,13 @@
 """The serve command of one serving instance, for the launchers that wrap it (slurm,
-kubernetes): `vllm serve …` or SGLang's launcher, checked against the framework's rules."""
+kubernetes): `vllm serve …`, SGLang's launcher or `trtllm-serve …`, checked against the
+framework's rules."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from app.exports import sglang, vllm
+from app.exports import sglang, trtllm, vllm
 from hardware_catalog.schema import ResolvedCluster
 from specs.model import ModelSpec
 from specs.serving import ServingInstance, ServingWorkload
@@ -22,9 +23,16 @@ def serve_args(
     port: int,
     engine: str | None = None,
     engine_options: Mapping[str, Any] | None = None,
+    options_path: str = trtllm.OPTIONS_FILE,
 ) -> list[str]:
-    """The whole argument list of `inst` under `framework` (`vllm` or `sglang`), after the
-    framework's own consistency checks (`vllm.check_args`, `sglang.check_args`)."""
+    """The whole argument list of `inst` under `framework` (`vllm`, `sglang` or `trtllm`),
+    after the framework's own consistency checks (`vllm.check_args`, `sglang.check_args`).
+    `options_path` is where TensorRT-LLM's options file (`trtllm.options_yaml`) is found."""
+    if framework == "trtllm":
+        return [
+            "trtllm-serve",
+            *trtllm.instance_args(model_ref, inst, workload, port=port, options_path=options_path),
+        ]
     if framework == "vllm":
         args = [
             "vllm",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.exports import deepspeed, megatron, torchtitan
+from app.exports import deepspeed, megatron, torchtitan, trtllm
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -33,7 +33,7 @@ from app.exports.serving_common import ROLE_ORDER, instance_shape
 
 FORMAT = "slurm"
 TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
-SERVING_FRAMEWORKS = ("vllm", "sglang")
+SERVING_FRAMEWORKS = ("vllm", "sglang", "trtllm")
 HEREDOC = "MESHPLAN_EOF"
 
 
@@ -166,6 +166,8 @@ def _place(ctx: ExportContext) -> tuple[list[_Step], int]:
 
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    if framework == "trtllm":
+        trtllm.check_plan(FORMAT, plan, ctx.cluster)
     steps, num_nodes = _place(ctx)
     gpn = ctx.cluster.gpus_per_node
     env: dict[str, str] = {}
@@ -192,6 +194,9 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
         script = ["#!/usr/bin/env bash", "set -euo pipefail"]
         if framework == "vllm" and plan.engine == "vllm_v0":
             script.append("export VLLM_USE_V1=0  # priced as vLLM's V0 engine")
+        if framework == "trtllm":
+            options = trtllm.options_yaml(inst, workload, plan.engine_options)
+            script += [f"cat > {trtllm.OPTIONS_FILE} <<'OPTIONS'", options.rstrip("\n"), "OPTIONS"]
         if shape.nodes > 1 and framework == "vllm":
             script += [
                 'LEADER=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)',

@@ -48,7 +48,7 @@ def test_engines_are_listed_with_their_behaviour(client: Any) -> None:
     assert sorted(by_name) == ["sglang", "tensorrt_llm", "vllm", "vllm_v0"]
     assert [e["name"] for e in items if e["default"]] == ["vllm"]
     assert by_name["vllm"]["launcher"] == "vllm" and by_name["vllm_v0"]["launcher"] == "vllm"
-    assert by_name["tensorrt_llm"]["launcher"] is None
+    assert by_name["tensorrt_llm"]["launcher"] == "trtllm"
     assert by_name["sglang"]["prefill"] == "separate"
     assert by_name["vllm_v0"]["host_per_sequence_us"] == pytest.approx(100.0)
     assert "num_scheduler_steps" in by_name["vllm_v0"]["options_schema"]["properties"]
@@ -144,8 +144,17 @@ def test_exports_launch_the_engine_the_plan_was_priced_for(
     slurm = client.get(f"/v1/plans/{sg}/export/slurm").json()  # wraps the plan's engine
     assert "sglang.launch_server" in " ".join(slurm["args"])
     trt = _search_plan(client, serving, {"engine": "tensorrt_llm"})
-    none = assert_problem(client.get(f"/v1/plans/{trt}/export/kubernetes"), 422)
-    assert "no export launches" in none["detail"]
+    exported = client.get(f"/v1/plans/{trt}/export/trtllm")
+    assert exported.status_code == 200, exported.text
+    body = exported.json()
+    assert body["args"][0] == "trtllm-serve" and "--extra_llm_api_options" in body["args"]
+    assert "enable_block_reuse: true" in body["content"]
+    assert "enable_chunked_prefill: false" in body["content"]
+    # the vLLM export refuses it, naming the export that launches it
+    assert (
+        "export it with trtllm"
+        in assert_problem(client.get(f"/v1/plans/{trt}/export/vllm"), 422)["detail"]
+    )
 
 
 def test_a_vllm_v0_plan_exports_its_scheduler_settings(

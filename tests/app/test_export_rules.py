@@ -590,7 +590,16 @@ def test_unknown_format_lists_the_formats() -> None:
     assert (
         info.value.extensions["formats"]
         == list(FORMATS)
-        == ["megatron", "torchtitan", "deepspeed", "vllm", "sglang", "slurm", "kubernetes"]
+        == [
+            "megatron",
+            "torchtitan",
+            "deepspeed",
+            "vllm",
+            "sglang",
+            "slurm",
+            "kubernetes",
+            "trtllm",
+        ]
     )
 
 
@@ -600,3 +609,30 @@ def test_launchers_refuse_plans_that_do_not_fill_whole_nodes() -> None:
         assert refused(problem, row, fmt).rule == "whole-nodes"
     problem, row = training(small_model(), nodes=1, data=16, gbs=96)
     assert refused(problem, row, "slurm").rule == "world-size"
+
+
+# ---- TensorRT-LLM ------------------------------------------------------------------------
+def test_trtllm_command_and_options_follow_the_plan() -> None:
+    from app.exports import trtllm as tt
+    from specs.serving import ServingInstance, ServingWorkload
+
+    workload = ServingWorkload.model_validate(
+        {"kind": "serving", "prompt_tokens": 1000, "output_tokens": 200, "precision": "fp8",
+         "slo": {"ttft_ms": 500}}
+    )  # fmt: skip
+    inst = ServingInstance.model_validate(
+        {"role": "both", "parallelism": {"tensor": 2, "expert": 4}, "max_batch_size": 64,
+         "chunk_size": 2048}
+    )  # fmt: skip
+    args = tt.instance_args("model", inst, workload)
+    flags = dict(zip(args[1::2], args[2::2], strict=False))
+    assert flags["--tp_size"] == "8" and flags["--ep_size"] == "8"
+    assert flags["--max_num_tokens"] == "2048" and flags["--max_batch_size"] == "64"
+    assert flags["--max_seq_len"] == "1280"  # 1000 + 200, a multiple of 256
+    options = tt.llm_api_options(inst, workload, {"enable_chunked_prefill": True})
+    assert options["enable_attention_dp"] is True
+    assert options["enable_chunked_prefill"] is True
+    assert options["kv_cache_config"] == {"enable_block_reuse": True, "dtype": "fp8"}
+    no_chunk = ServingInstance.model_validate({"role": "both", "max_batch_size": 16})
+    plain = dict(zip(*[iter(tt.instance_args("m", no_chunk, workload)[1:])] * 2, strict=False))
+    assert plain["--max_num_tokens"] == str(tt.DEFAULT_MAX_NUM_TOKENS)

@@ -386,6 +386,57 @@ def test_serving_plan_yields_vllm_sglang_slurm_kubernetes(searches: dict[str, An
     assert service["kind"] == "Service"
 
 
+def test_tensorrt_llm_plans_launch_with_trtllm_serve_alone_and_wrapped(
+    searches: dict[str, Any],
+) -> None:
+    """A plan priced for TensorRT-LLM exports as `trtllm-serve` with its options file, and
+    slurm / kubernetes wrap that command without `?framework=` (the plan's own launcher)."""
+    problem, row = _best(searches, "serving")
+    inst = row["plan"]["instances"][0]
+    par = inst["parallelism"]
+    options = {"enable_chunked_prefill": True, "disable_overlap_scheduler": True}
+    trt_row = {
+        **row,
+        "plan": {**row["plan"], "engine": "tensorrt_llm", "engine_options": options},
+    }
+    with pytest.raises(UnexpressiblePlan) as refused:
+        export_plan(trt_row, problem, "vllm")
+    assert refused.value.rule == "vllm.engine"
+    alone = export_plan(trt_row, problem, "trtllm")
+    assert alone.args[:2] == ["trtllm-serve", "meta-llama/Meta-Llama-3-70B"]
+    flags = dict(zip(alone.args[2::2], alone.args[3::2], strict=False))
+    assert int(flags["--tp_size"]) == par["tensor"] * par["expert"]
+    assert int(flags["--max_batch_size"]) == inst["max_batch_size"]
+    script_options = alone.content.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    parsed = yaml.safe_load(script_options)
+    assert parsed["enable_chunked_prefill"] is True
+    assert parsed["disable_overlap_scheduler"] is True
+    assert parsed["kv_cache_config"]["enable_block_reuse"] is True
+
+    sl = export_plan(trt_row, problem, "slurm")
+    assert sl.args[0] == "trtllm-serve" and "framework: trtllm" in sl.notes
+    words = shell_words(sl.content)
+    assert words.count("srun") == inst["count"]
+    block = sl.content.split("<<'OPTIONS'\n", 1)[1].split("\nOPTIONS", 1)[0]
+    assert yaml.safe_load(block) == parsed
+
+    k8 = export_plan(trt_row, problem, "kubernetes")
+    config_map, deployment, service = yaml.safe_load_all(k8.content)
+    assert config_map["kind"] == "ConfigMap"
+    assert yaml.safe_load(config_map["data"]["extra_llm_api_options.yaml"]) == parsed
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    path = container["command"][container["command"].index("--extra_llm_api_options") + 1]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    assert path == mount["mountPath"] + "/extra_llm_api_options.yaml"
+    assert {"name": "config", "configMap": {"name": config_map["metadata"]["name"]}} in pod[
+        "volumes"
+    ]
+    assert container["ports"][0]["containerPort"] == service["spec"]["ports"][0]["port"] == 8000
+    # a vLLM plan still goes to vLLM when wrapped
+    assert export_plan(row, problem, "kubernetes").args[0] == "vllm"
+
+
 def _model(problem: dict[str, Any]) -> Any:
     from specs.model import ModelSpec
 
@@ -464,6 +515,25 @@ def test_disaggregated_roles_for_vllm_and_sglang() -> None:
     d = parse_flags(sg.roles["decode"], sg_export.SWITCHES)
     assert (d["--tp-size"], d["--dp-size"], d["--ep-size"], d["--nnodes"]) == ("16", "2", "16", "2")
     assert d["--enable-dp-attention"] is True
+
+
+def test_tensorrt_llm_refuses_disaggregated_and_multi_node_instances() -> None:
+    problem, row = _disaggregated_problem()
+    trt = {**row, "plan": {**row["plan"], "engine": "tensorrt_llm"}}
+    for fmt in ("trtllm", "slurm", "kubernetes"):
+        with pytest.raises(UnexpressiblePlan) as info:
+            export_plan(trt, problem, fmt)
+        assert info.value.rule == "trtllm.disaggregated", fmt
+    decode = next(i for i in row["plan"]["instances"] if i["role"] == "decode")
+    colocated = {
+        **trt,
+        "plan": {**trt["plan"], "mode": "colocated", "instances": [{**decode, "role": "both"}]},
+    }
+    for fmt in ("trtllm", "slurm", "kubernetes"):
+        with pytest.raises(UnexpressiblePlan) as info:
+            export_plan(colocated, problem, fmt)
+        assert info.value.rule == "trtllm.single-node", fmt
+        assert "spans 2 nodes" in str(info.value)
 
 
 def test_disaggregated_kubernetes_uses_a_leader_worker_set_for_the_multi_node_role() -> None:

@@ -295,18 +295,23 @@ def test_percentiles_are_sampled_by_inverse_transform() -> None:
             LengthSpec.model_validate({"percentiles": bad})
 
 
+def _dataset_medians_and_p90s(name: str) -> tuple[ServingWorkload, list[float]]:
+    """A workload of the named dataset, and its prompt p50, p90, output p50, p90."""
+    workload = ServingWorkload.model_validate(
+        {"kind": "serving", "dataset": name, "slo": {"ttft_ms": 1000}}
+    )
+    assert workload.prompt_tokens is not None and workload.output_tokens is not None
+    sides = (workload.prompt_tokens, workload.output_tokens)
+    return workload, [side.quantile(q) for side in sides for q in (0.5, 0.9)]
+
+
 def test_a_named_dataset_gives_the_trace_skew() -> None:
     from specs.serving import length_datasets
 
-    workload = ServingWorkload.model_validate(
-        {"kind": "serving", "dataset": "azure_conversation", "slo": {"ttft_ms": 1000}}
-    )
-    assert workload.prompt_tokens is not None and workload.output_tokens is not None
+    workload, quantiles = _dataset_medians_and_p90s("azure_conversation")
+    assert workload.prompt_tokens is not None
     # Azure's 2023 conversation trace (Splitwise): prompt p50 1020 / p90 2735, output 129 / 424
-    assert workload.prompt_tokens.quantile(0.5) == 1020.0
-    assert workload.prompt_tokens.quantile(0.9) == 2735.0
-    assert workload.output_tokens.quantile(0.5) == 129.0
-    assert workload.output_tokens.quantile(0.9) == 424.0
+    assert quantiles == [1020.0, 2735.0, 129.0, 424.0]
     data = length_datasets()["azure_conversation"]
     assert data["requests"] == 19366 and "Splitwise" in data["source"]
     # the piecewise-linear mean is within 5 % of the trace's own mean (its tail is long)
@@ -316,10 +321,21 @@ def test_a_named_dataset_gives_the_trace_skew() -> None:
     assert ServingWorkload.model_validate(dumped) == workload
     with pytest.raises(ValidationError, match="dataset must be one of"):
         ServingWorkload.model_validate(
-            {"kind": "serving", "dataset": "sharegpt", "slo": {"ttft_ms": 1}}
+            {"kind": "serving", "dataset": "lmsys_chat", "slo": {"ttft_ms": 1}}
         )
     with pytest.raises(ValidationError, match="dataset replaces prompt_tokens"):
         ServingWorkload.model_validate(
             {"kind": "serving", "dataset": "azure_code", "prompt_tokens": 100,
              "slo": {"ttft_ms": 1}}
         )  # fmt: skip
+
+
+def test_sharegpt_dataset_has_the_skew_sarathi_serve_published() -> None:
+    """Sarathi-Serve (OSDI'24) Table 3, openchat_sharegpt4: prompt median 1730, P90 5696;
+    output median 415, P90 834 tokens (Llama-2 tokenizer, requests up to 8k tokens)."""
+    workload, quantiles = _dataset_medians_and_p90s("openchat_sharegpt4")
+    assert quantiles == [1730.0, 5696.0, 415.0, 834.0]
+    # no request past the 8192-token filter
+    assert workload.prompt_tokens is not None and workload.prompt_tokens.percentiles is not None
+    assert workload.output_tokens is not None and workload.output_tokens.percentiles is not None
+    assert workload.prompt_tokens.percentiles[-1] + workload.output_tokens.percentiles[0] <= 8192

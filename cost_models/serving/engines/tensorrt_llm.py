@@ -9,7 +9,7 @@ Host cost: the overlap scheduler (TensorRT-LLM docs, "Overlap Scheduler"; on by 
 `disable_overlap_scheduler`) launches step n+1 before the CPU work of step n is done, so an
 iteration takes max(GPU, CPU). No TensorRT-LLM measurement of that CPU work was found; the
 profile uses vLLM V1's (`vllm.V1_HOST`), which matters only when the overlap is off or the
-CPU work outlasts the GPU's. No meshplan export launches TensorRT-LLM yet.
+CPU work outlasts the GPU's. meshplan's `trtllm` export launches it (`trtllm-serve`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TensorrtLlm(EngineProfile):
 
     name = "tensorrt_llm"
     label = "TensorRT-LLM (PyTorch backend)"
-    launcher = None
+    launcher = "trtllm"
     Config = TensorrtLlmOptions
     sources = (
         "NVIDIA TensorRT-LLM docs, Overlap Scheduler",
