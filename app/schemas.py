@@ -369,6 +369,10 @@ class EnginePublic(BaseModel):
     prefix_caching: bool
     """Whether prompt prefixes already in the KV cache are reused (the workload's
     `shared_prefix_tokens` are then prefilled once per instance)."""
+    kv_allocation: str
+    """`reserve` (a request is admitted when its prompt and whole output fit; never evicted)
+    or `paged` (admitted when its prompt fits, its cache grows per token, the last admitted
+    is preempted and recomputed when the cache runs out; colocated instances)."""
     host_fixed_ms: float
     """CPU time per scheduler step, fixed part, ms (`host_cost_scale` applied)."""
     host_per_sequence_us: float

@@ -41,6 +41,10 @@ with several causes names them all in its detail. The rules:
   instance), total parameters, sequence length (serving: longest request) or precision
   outside that accelerator's rows. bf16 and fp16 count as one precision (same dense rate
   on every catalog part; the 2021-2022 fp16 runs are priced as bf16).
+- `kv_preemption` (serving): at the estimate's arrival rate an engine that pages its KV
+  cache (`SchedulerPolicy.kv_allocation`) preempted requests for cache space and prefilled
+  them again (`metrics.preemptions` > 0): their work is done twice and their latency shows
+  it; a smaller `max_batch_size` or more KV memory per instance avoids it.
 """
 
 from __future__ import annotations
@@ -630,6 +634,23 @@ def training_warnings(
     )
 
 
+def serving_kv_preemption(estimate: ServingEstimate) -> PlanWarning | None:
+    """`kv_preemption`: requests were preempted for KV-cache space (module doc)."""
+    metrics = estimate.metrics
+    if metrics is None or metrics.preemptions <= 0:
+        return None
+    return PlanWarning(
+        code="kv_preemption",
+        detail=(
+            f"At {metrics.arrival_rate_rps:.3g} requests/s the engine preempted "
+            f"{metrics.preemptions} of {metrics.requests_simulated or 'the'} simulated "
+            f"requests for KV-cache space ({metrics.kv_capacity_tokens} tokens per instance) "
+            "and prefilled them again: a smaller max_batch_size, or more KV memory per "
+            "instance, avoids the recomputation."
+        ),
+    )
+
+
 def serving_warnings(
     problem: ServingProblem, estimate: ServingEstimate, *, cluster: ClusterSpec | None = None
 ) -> list[PlanWarning]:
@@ -647,6 +668,7 @@ def serving_warnings(
         bandwidth_out_of_range(problem.cluster, cluster),
         scale_up_domain_beyond_system(problem.cluster, cluster),
         serving_outside_validated_range(problem, estimate),
+        serving_kv_preemption(estimate),
     )
     return ordered(w for w in found if w is not None)
 
@@ -663,6 +685,7 @@ __all__ = [
     "mfu_above_measured",
     "ordered",
     "scale_up_domain_beyond_system",
+    "serving_kv_preemption",
     "serving_warnings",
     "training_estimate_warnings",
     "training_outside_validated_range",

@@ -561,6 +561,9 @@ class ServingMetrics(Spec):
     slo_attainment: float = Field(ge=0, le=1)
     """Fraction of requests meeting both targets at that rate."""
     requests_simulated: int | None = Field(default=None, ge=0)
+    preemptions: int = Field(default=0, ge=0)
+    """Requests preempted for KV-cache space and prefilled again at that rate (engines that
+    page their cache: vLLM, SGLang; `GET /v1/engines`)."""
 
 
 __all__ = [

@@ -21,6 +21,7 @@ WarningCode = Literal[
     "bandwidth_out_of_range",
     "scale_up_domain_beyond_system",
     "outside_validated_range",
+    "kv_preemption",
 ]
 """The stable warning codes (README, "Warnings")."""
 

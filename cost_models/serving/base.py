@@ -39,6 +39,20 @@ PrefillPolicy = Literal["mixed", "separate", "separate_unless_chunked"]
   where `--enable-chunked-prefill` switches to mixed batches)."""
 
 
+KvAllocation = Literal["reserve", "paged"]
+"""How an engine admits requests into its KV cache:
+
+- `reserve`: a request is admitted only when the cache can hold its prompt and its whole
+  output; nothing is ever evicted (TensorRT-LLM's default `GUARANTEED_NO_EVICT` capacity
+  scheduler);
+- `paged`: a request is admitted when its prompt fits, and its cache grows a token per decode
+  step; when the running decodes need more than is free, the most recently admitted running
+  request is preempted: its cache is freed and it goes back to the head of the queue, to
+  prefill its prompt and the tokens it had generated again (vLLM's PagedAttention block
+  manager with preemption by recomputation, Kwon et al., SOSP'23 §4.5, its default in V0 and
+  V1; SGLang retracts decodes the same way when its optimistic admission overshoots)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerPolicy:
     """The scheduling behaviour of an engine that the simulator follows
@@ -56,6 +70,8 @@ class SchedulerPolicy:
     """A prompt may be split over iterations to fill the token budget (chunked prefill).
     False: a prompt runs whole, in an iteration whose remaining budget holds it (TensorRT-LLM
     without chunked context); one that no budget holds runs alone."""
+    kv_allocation: KvAllocation = "reserve"
+    """How a colocated instance hands out its KV cache (`KvAllocation`)."""
 
     def __post_init__(self) -> None:
         if self.decode_steps < 1:

@@ -45,7 +45,11 @@ from solver.serving.goodput import (
     trace_stream,
     unit_rate_stream,
 )
-from solver.serving.queueing import isolated_latency_colocated, isolated_latency_disaggregated
+from solver.serving.queueing import (
+    isolated_latency_colocated,
+    isolated_latency_disaggregated,
+    kv_tokens_per_seq,
+)
 from solver.serving.simulate import Request, SimResult, simulate_colocated, simulate_disaggregated
 from solver.warnings import serving_warnings
 from specs.cluster import ClusterSpec
@@ -383,17 +387,16 @@ def _instance_details(
 ) -> dict[str, Any]:
     ctx = round(mean_prompt + mean_output / 2)
     p = max(1, round(mean_prompt))
-    batch = min(
-        inst.max_batch_size,
-        max(1, int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))),
-    )
+    hold = kv_tokens_per_seq(cost, mean_prompt, mean_output, inst.role == "both")
+    kv_batch = int(cost.kv_capacity_tokens // max(1.0, hold))
+    batch = min(inst.max_batch_size, max(1, kv_batch))
     return {
         "role": inst.role,
         "gpus": inst.parallelism.num_gpus,
         "weights_gib": cost.weights_gib,
         "kv_cache_gib": cost.kv_cache_gib,
         "kv_capacity_tokens": cost.kv_capacity_tokens,
-        "kv_limited_batch": int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output)),
+        "kv_limited_batch": kv_batch,
         "decode_step_ms_batch_1": cost.iteration_time_s(IterationBatch(1, ctx)) * 1e3,
         f"decode_step_ms_batch_{batch}": cost.iteration_time_s(IterationBatch(batch, batch * ctx))
         * 1e3,
@@ -574,6 +577,7 @@ def _evaluate(
         arrival_rate_rps=measured_at,
         slo_attainment=sim.attainment(slo.ttft_s, slo.tpot_s),
         requests_simulated=sim.num_requests,
+        preemptions=sim.preemptions * scale,
     )
     details = {
         "goodput_limited_by": unit.limited_by,

@@ -8,7 +8,8 @@
     prompt tokens per iteration);
   - decode-bound (and KV-bound): per instance, `b / ((output − 1) · step(b))` where `b` is
     the largest decode batch the instance can hold (`max_batch`, and `KV capacity /
-    (prompt + output)` under the simulator's reservation policy), at the mean context
+    kv_tokens_per_seq`: prompt + output where the engine reserves, prompt + output/2 where it
+    pages, `kv_tokens_per_seq`), at the mean context
     `prompt + output/2` (the best over `b, b/2, b/4, …, 1`, so a cost that is not
     sub-linear in the batch cannot make it pessimistic);
   multiplied by the instance count. Evaluated at the mean prompt and output length: for
@@ -34,7 +35,12 @@ from __future__ import annotations
 
 import math
 
-from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines
+from cost_models.serving.base import (
+    InstanceCost,
+    IterationBatch,
+    pipeline_engines,
+    scheduler_of,
+)
 
 
 def _checked(cost: InstanceCost, batch: IterationBatch) -> float:
@@ -77,6 +83,19 @@ def prefill_rate_rps(
     return best
 
 
+def kv_tokens_per_seq(
+    cost: InstanceCost, mean_prompt_tokens: float, mean_output_tokens: float, colocated: bool
+) -> float:
+    """KV tokens a running request holds, for the KV-limited batch of an instance: its prompt
+    and whole output where the engine reserves them at admission (and in every disaggregated
+    pool, `solver.serving.simulate`); its prompt and, on average over its decode steps, half
+    its output where a colocated engine pages (`SchedulerPolicy.kv_allocation`). The paged
+    figure is a time average: a batch can exceed it for a while, the mean over a request's
+    life cannot (at independent prompt and output lengths), which is what rates depend on."""
+    paged = colocated and scheduler_of(cost).kv_allocation == "paged"
+    return mean_prompt_tokens + (0.5 if paged else 1.0) * mean_output_tokens
+
+
 def decode_rate_rps(
     cost: InstanceCost,
     max_batch_size: int,
@@ -113,12 +132,12 @@ def capacity_upper_bound_rps(
     p-stage instance counts as p schedulers, `pipeline_engines`)."""
     cost, stages = pipeline_engines(cost)
     count *= stages
-    reserve = mean_prompt_tokens + mean_output_tokens
-    if cost.kv_capacity_tokens < reserve:
+    if cost.kv_capacity_tokens < mean_prompt_tokens + mean_output_tokens:
         return 0.0
-    kv_seqs = int(cost.kv_capacity_tokens // reserve)
+    hold = kv_tokens_per_seq(cost, mean_prompt_tokens, mean_output_tokens, colocated=True)
+    kv_seqs = int(cost.kv_capacity_tokens // hold)
     pre = prefill_rate_rps(cost, chunk_size, min(max_batch_size, kv_seqs), mean_prompt_tokens)
-    dec = decode_rate_rps(cost, max_batch_size, reserve, mean_prompt_tokens, mean_output_tokens)
+    dec = decode_rate_rps(cost, max_batch_size, hold, mean_prompt_tokens, mean_output_tokens)
     return count * min(pre, dec)
 
 

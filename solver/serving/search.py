@@ -93,6 +93,7 @@ from solver.serving.queueing import (
     capacity_upper_bound_rps,
     isolated_decode_total_s,
     isolated_prefill_s,
+    kv_tokens_per_seq,
     prefill_rate_rps,
 )
 from solver.serving.simulate import (
@@ -282,14 +283,19 @@ def layouts(problem: ServingProblem, fixed: dict[str, Any]) -> list[Layout]:
 
 
 def batch_options(
-    cost: InstanceCost, mean_prompt: float, mean_output: float, fixed: dict[str, Any]
+    cost: InstanceCost,
+    mean_prompt: float,
+    mean_output: float,
+    fixed: dict[str, Any],
+    colocated: bool = False,
 ) -> list[int]:
-    """Max batch sizes worth trying: powers of two from MIN_BATCH below the KV-cache limit,
-    and the limit itself (a larger max batch behaves like the limit)."""
+    """Max batch sizes worth trying: powers of two from MIN_BATCH below the KV-cache limit
+    (`kv_tokens_per_seq`), and the limit itself (a larger max batch behaves like it)."""
     if "max_batch_size" in fixed:
         return [int(fixed["max_batch_size"])]
     cost, _ = pipeline_engines(cost)  # the max batch is per scheduler (vLLM max_num_seqs)
-    kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
+    hold = kv_tokens_per_seq(cost, mean_prompt, mean_output, colocated)
+    kv_limit = int(cost.kv_capacity_tokens // max(1.0, hold))
     top = min(MAX_BATCH, max(1, kv_limit))
     out = [b for b in _powers_of_two(top) if b >= MIN_BATCH]
     if top not in out:
@@ -298,7 +304,12 @@ def batch_options(
 
 
 def decode_phase_bound_rps(
-    cost: InstanceCost, max_batch: int, mean_prompt: float, mean_output: float, tpot_s: float | None
+    cost: InstanceCost,
+    max_batch: int,
+    mean_prompt: float,
+    mean_output: float,
+    tpot_s: float | None,
+    colocated: bool = False,
 ) -> float:
     """Closed-form bound on the requests/s a decode-only instance finishes under a TPOT
     target: max b / ((o − 1) · step(b)) at the mean context p + o/2 over the batches b ≤ the
@@ -317,7 +328,8 @@ def decode_phase_bound_rps(
     if mean_output <= 1.0:
         return math.inf
     cost, stages = pipeline_engines(cost)  # p schedulers of a p-stage instance
-    kv_limit = int(cost.kv_capacity_tokens // max(1.0, mean_prompt + mean_output))
+    hold = kv_tokens_per_seq(cost, mean_prompt, mean_output, colocated)
+    kv_limit = int(cost.kv_capacity_tokens // max(1.0, hold))
     top = min(max_batch, kv_limit)
     ctx = mean_prompt + mean_output / 2
 
@@ -440,7 +452,7 @@ def _colocated_candidates(
             ctx.problem.num_gpus,
             ctx.problem.workload.objective,
         )
-        for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
+        for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed, True):
             for chunk in chunks:
                 ctx.stats.enumerated += 1
                 ub = capacity_upper_bound_rps(
@@ -452,7 +464,7 @@ def _colocated_candidates(
                     ub,
                     replicas
                     * decode_phase_bound_rps(
-                        cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s
+                        cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s, True
                     ),
                 )
                 cand = Candidate("colocated", layout, batch, chunk, replicas=replicas)
@@ -1144,6 +1156,11 @@ def explain_serving(
             f"{d['kv_limited_batch']} requests of mean length); decode step "
             f"{d['decode_step_ms_batch_1']:.1f} ms alone, prefill of the mean prompt "
             f"{d['prefill_ms_mean_prompt']:.0f} ms"
+        )
+    if m.preemptions:
+        text.append(
+            f"{m.preemptions} requests were preempted for KV-cache space at that rate and "
+            "prefilled again (the engine pages its cache; a smaller max batch avoids it)"
         )
     limited = est.details.get("goodput_limited_by")
     if limited == "capacity_bound":

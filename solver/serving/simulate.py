@@ -20,6 +20,16 @@ iteration boundary the scheduler of an instance builds one forward pass:
    ever needed; it under-uses the cache somewhat, in exchange for a simulation whose admission
    never has to be undone.
 
+With `kv_allocation="paged"` (vLLM, SGLang) a colocated instance admits a request when its
+prompt fits beside what the running requests hold and the token each decode writes in the
+coming iteration; a request's cache then grows a token per decode step. When the decodes of
+an iteration need more than is free, the most recently admitted running request is preempted
+(recomputation): its cache is freed and it goes back to the head of the queue with its prompt
+and generated tokens as the prompt to prefill again and the rest of its output to produce;
+its first token keeps its time and its TPOT counts every token from the first. A request is
+never preempted to make room for itself alone. Pure-decode runs end where the cache fills.
+Prefill and decode pools of a disaggregated plan reserve (below).
+
 `chunk_size=None` means no chunking: the budget is unlimited, so whole prompts run in the same
 pass as the decodes (Orca's mixed iterations; Sarathi-Serve with an infinite budget).
 
@@ -204,6 +214,8 @@ class SimResult:
     events: int
     truncated: bool
     stopped_early: bool = False
+    preemptions: int = 0
+    """Requests preempted for KV space and recomputed (paged engines), over all instances."""
 
     @property
     def num_requests(self) -> int:
@@ -247,6 +259,7 @@ class SimResult:
 class _Seq:
     __slots__ = (
         "idx", "prompt", "output", "reserve", "prefilled", "finish_step", "ctx_key", "prefix",
+        "total_out", "resumed", "admit_no",
     )  # fmt: skip
 
     def __init__(
@@ -260,6 +273,9 @@ class _Seq:
         self.finish_step = 0
         self.ctx_key = 0
         self.prefix = min(prefix, prompt - 1)  # at least one token is always computed
+        self.total_out = output  # the request's output tokens (`output` is what is left)
+        self.resumed = False  # preempted after its first token; prefilling it again
+        self.admit_no = 0  # admission order on its instance (the last admitted goes first)
 
 
 def _run_time(t0: float, slope: float, j: int) -> float:
@@ -355,7 +371,8 @@ class _Engine:
         "waiting", "prefilling", "dec_heap", "n_dec", "ctx_base", "dec_out", "other_out",
         "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
         "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
-        "separate", "block", "block_pos", "split", "prefix_cache", "prefix_warm",
+        "separate", "block", "block_pos", "split", "prefix_cache", "prefix_warm", "paged",
+        "gen_base", "admits", "preemptions",
     )  # fmt: skip
 
     def __init__(
@@ -406,6 +423,12 @@ class _Engine:
         self.split = policy.split_prompts  # prompts may be chunked over iterations
         self.prefix_cache = policy.prefix_caching  # shared prefixes are computed once
         self.prefix_warm = 0  # shared-prefix tokens whose KV the instance holds
+        # paged KV: a decoding seq holds `reserve` + its generated tokens, which are
+        # Σ (ctx_key − prompt) + n_dec · steps over the decoding seqs
+        self.paged = policy.kv_allocation == "paged" and role == "both"
+        self.gen_base = 0
+        self.admits = 0
+        self.preemptions = 0
 
     # ---- routing
 
@@ -418,7 +441,22 @@ class _Engine:
             steps += done - 1
         return self.other_out + self.dec_out - self.n_dec * steps
 
+    def kv_in_use(self, steps: int | None = None) -> int:
+        """KV tokens held after `steps` decode iterations (default: those run so far)."""
+        if not self.paged:
+            return self.kv_used
+        s = self.steps if steps is None else steps
+        return self.kv_used + self.gen_base + self.n_dec * s
+
+    def _kv_admits(self, need: int, steps: int | None = None) -> bool:
+        """Whether `need` more tokens fit at an iteration boundary (after `steps` decode
+        iterations); paged, beside the token each running decode writes next."""
+        growth = self.n_dec if self.paged else 0
+        return self.kv_in_use(steps) + growth + need <= self.kv_cap
+
     def enqueue(self, seq: _Seq, now: float) -> None:
+        if self.paged:
+            seq.reserve = seq.prompt  # the cache grows with the output
         if self.role == "both":
             self.other_out += seq.prompt + seq.output
         elif self.role == "prefill":
@@ -439,13 +477,13 @@ class _Engine:
             and self.block == 1  # a multi-step block is never cut: it runs to its end
             and len(self.waiting) == 1
             and self.n_running < self.max_batch
-            and self.kv_used + seq.reserve <= self.kv_cap
             and self.budget_cap - (0 if self.separate else self.n_dec) > 0
         ):
             j = _first_boundary_at_or_after(
                 self.run_t0, self.run_slope, now - self.cur_start, self.cur_k
             )
-            if j < self.cur_k:
+            hit = min(seq.prefix, self.prefix_warm) if self.prefix_cache else 0
+            if j < self.cur_k and self._kv_admits(seq.reserve - hit, self.steps + j):
                 self.cur_k = j
                 self.cur_end = self.cur_start + _run_time(self.run_t0, self.run_slope, j)
                 self.version += 1
@@ -460,6 +498,8 @@ class _Engine:
         self.ctx_base += seq.ctx_key
         self.dec_out += seq.finish_step
         self.n_dec += 1
+        if self.paged:
+            self.gen_base += seq.ctx_key - seq.prompt
         heapq.heappush(self.dec_heap, (seq.finish_step, seq.idx, seq))
 
     def _release(self, seq: _Seq) -> None:
@@ -483,7 +523,9 @@ class _Engine:
                 self.n_dec -= 1
                 self.ctx_base -= seq.ctx_key
                 self.dec_out -= seq.finish_step
-                sim.done(seq.idx, now, seq.output)
+                if self.paged:
+                    self.gen_base -= seq.ctx_key - seq.prompt
+                sim.done(seq.idx, now, seq.total_out)
                 self._release(seq)
         elif chunks:
             sim.iterations += 1
@@ -495,7 +537,8 @@ class _Engine:
                 self.other_out -= c
                 if seq.prefilled == seq.prompt:
                     done = True
-                    sim.first(seq.idx, now)
+                    if not seq.resumed:
+                        sim.first(seq.idx, now)
                     if self.prefix_cache and seq.prefix > self.prefix_warm:
                         # its prefix blocks now belong to the cache, held for good (still
                         # counted in kv_used, no longer in the request's reservation)
@@ -504,7 +547,7 @@ class _Engine:
                     if colocated:
                         self.other_out -= seq.output
                         if seq.output == 1:
-                            sim.done(seq.idx, now, 1)
+                            sim.done(seq.idx, now, seq.total_out)
                             self._release(seq)
                         else:
                             self._join_decode(seq)
@@ -526,9 +569,43 @@ class _Engine:
         self.cur_k = 0
         self.is_run = False
 
+    def _preempt(self, seq: _Seq) -> None:
+        """Free `seq`'s cache and put it back at the head of the queue (recomputation)."""
+        if seq.prefilled == seq.prompt:  # decoding: its prompt grows by what it generated
+            self.dec_heap = [x for x in self.dec_heap if x[2] is not seq]
+            heapq.heapify(self.dec_heap)
+            generated = self.steps + seq.ctx_key - seq.prompt
+            self.n_dec -= 1
+            self.ctx_base -= seq.ctx_key
+            self.dec_out -= seq.finish_step
+            self.gen_base -= seq.ctx_key - seq.prompt
+            seq.prompt += generated
+            seq.output -= generated
+            seq.resumed = True
+            self.other_out += seq.prompt + seq.output
+        else:
+            self.prefilling.remove(seq)
+            self.other_out += seq.prefilled
+        self.kv_used -= seq.reserve
+        seq.prefilled = 0
+        seq.reserve = seq.prompt
+        self.n_running -= 1
+        self.sim.running -= 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _make_room(self) -> None:
+        """Preempt the most recently admitted running requests until the next decode step
+        fits (never the last one running)."""
+        while self.n_running > 1 and not self._kv_admits(0):
+            victims = [x[2] for x in self.dec_heap] + self.prefilling
+            self._preempt(max(victims, key=lambda v: v.admit_no))
+
     def plan(self, now: float) -> None:
         """Start the next iteration at `now` (or go idle)."""
         sim = self.sim
+        if self.paged and self.n_dec:
+            self._make_room()
         n_dec = self.n_dec
         # Mid-block of a multi-step scheduler only the decodes run; prompts wait for the
         # block's end. A scheduler that separates prompts gives them the whole budget.
@@ -558,7 +635,7 @@ class _Engine:
                     if self.prefix_cache and seq.prefilled == 0
                     else 0
                 )
-                if self.kv_used + seq.reserve - hit > self.kv_cap:
+                if not self._kv_admits(seq.reserve - hit):
                     break
                 if not (self.split or decode_role or seq.prompt <= budget or not chunks):
                     break  # a whole prompt waits for an iteration whose budget holds it
@@ -567,6 +644,8 @@ class _Engine:
                     seq.reserve -= hit
                     seq.prefilled = hit
                 self.kv_used += seq.reserve
+                self.admits += 1
+                seq.admit_no = self.admits
                 self.n_running += 1
                 if self.n_running > self.peak:
                     self.peak = self.n_running
@@ -611,6 +690,8 @@ class _Engine:
             k = self.dec_heap[0][0] - steps
             if self.block > 1:  # a run ends at its block's end at the latest
                 k = min(k, self.block - self.block_pos)
+            if self.paged:  # … and where its decodes fill the cache
+                k = min(k, max(1, (self.kv_cap - self.kv_in_use()) // n_dec))
             t = self.time_fn(IterationBatch(n_dec, ctx0, 0, 0.0, 0))
             if k >= 2 and self.fast_forward:
                 t_last = self.time_fn(IterationBatch(n_dec, ctx0 + (k - 1) * n_dec, 0, 0.0, 0))
@@ -776,6 +857,7 @@ def _result(
         events=sim.events,
         truncated=truncated,
         stopped_early=sim.stopped,
+        preemptions=sum(e.preemptions for e in engines),
     )
 
 

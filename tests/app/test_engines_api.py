@@ -50,6 +50,8 @@ def test_engines_are_listed_with_their_behaviour(client: Any) -> None:
     assert by_name["vllm"]["launcher"] == "vllm" and by_name["vllm_v0"]["launcher"] == "vllm"
     assert by_name["tensorrt_llm"]["launcher"] == "trtllm"
     assert by_name["sglang"]["prefill"] == "separate"
+    assert by_name["vllm"]["kv_allocation"] == by_name["sglang"]["kv_allocation"] == "paged"
+    assert by_name["tensorrt_llm"]["kv_allocation"] == "reserve"
     assert by_name["vllm_v0"]["host_per_sequence_us"] == pytest.approx(100.0)
     assert "num_scheduler_steps" in by_name["vllm_v0"]["options_schema"]["properties"]
     assert all(e["sources"] for e in items)
@@ -305,3 +307,37 @@ def test_bad_serving_client_fields_are_422s(
 ) -> None:
     body = {**serving, "workload": {**serving["workload"], **update}, "plan": COLOCATED}
     assert field in error_fields(assert_problem(client.post("/v1/estimate", json=body), 422))
+
+
+def test_a_paging_engine_runs_more_requests_and_preempts_when_the_cache_is_short(
+    client: Any,
+) -> None:
+    """Llama-3.1-70B on 2 A100-80GB (about 24k KV tokens) with 2000 + 1000-token requests:
+    reserving both lengths runs 7 at a time (24k / 3k); vLLM admits on the prompt and
+    preempts when the decodes outgrow the cache; TensorRT-LLM's no-evict scheduler never
+    does."""
+
+    def estimate(engine: str) -> dict[str, Any]:
+        body = {
+            "model": {"preset": "llama3.1-70b"},
+            "cluster": {"node_groups": [{"accelerator": "a100-sxm-80gb", "num_nodes": 1,
+                                         "gpus_per_node": 2}]},
+            "workload": {"kind": "serving", "prompt_tokens": 2000, "output_tokens": 1000,
+                         "arrival_rate_rps": 0.6, "slo": {"ttft_ms": 5000, "tpot_ms": 200}},
+            "plan": {"mode": "colocated", "engine": engine, "instances": [
+                {"role": "both", "count": 1, "parallelism": {"tensor": 2},
+                 "max_batch_size": 64, "chunk_size": 2048}]},
+        }  # fmt: skip
+        response = client.post("/v1/estimate", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    paged, reserve = estimate("vllm"), estimate("tensorrt_llm")
+    kv = reserve["metrics"]["kv_capacity_tokens"]
+    assert reserve["metrics"]["max_concurrent_sequences"] == kv // 3000
+    assert reserve["metrics"]["preemptions"] == 0
+    assert paged["metrics"]["max_concurrent_sequences"] > kv // 3000
+    assert paged["metrics"]["preemptions"] > 0
+    warnings = {w["code"]: w["detail"] for w in paged["warnings"]}
+    assert f"preempted {paged['metrics']['preemptions']} of" in warnings["kv_preemption"]
+    assert "kv_preemption" not in {w["code"] for w in reserve["warnings"]}

@@ -109,6 +109,60 @@ def test_whole_prompts_wait_for_a_budget_that_holds_them() -> None:
     assert alone.ttft_s.tolist() == [1.0]
 
 
+# ---- KV allocation: reserve vs paged with preemption --------------------------------------------
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_paged_kv_admits_early_and_preempts_the_last_admitted(fast_forward: bool) -> None:
+    # 12 KV tokens, 1 s per iteration; A and B arrive at 0, each 4 prompt + 5 output tokens.
+    # Reserve: B (9) waits for A (9) to finish: A [0,5), B prefills [5,6), decodes to 10.
+    # Paged: both prompts (8 tokens) prefill [0,1); at 1 they hold 10 and the next step's two
+    # tokens fit (12); at 2 they hold 12, so B, admitted last, is preempted with 2 tokens
+    # generated: it waits as a 6-token prompt with 3 tokens to go, which does not fit beside A
+    # (6 + 1 + 6 > 12) until A finishes at 5; B prefills again [5,6) (its third token, no new
+    # first token) and decodes [6,8).
+    reqs = [Request(0.0, 4, 5), Request(0.0, 4, 5)]
+    reserve = simulate_colocated(
+        reqs, engine(SchedulerPolicy(), kv_tokens=12), 1, 8, None, fast_forward=fast_forward
+    )
+    assert reserve.ttft_s.tolist() == [1.0, 6.0]
+    assert reserve.e2e_s.tolist() == [5.0, 10.0]
+    assert reserve.preemptions == 0
+    paged = simulate_colocated(
+        reqs,
+        engine(SchedulerPolicy(kv_allocation="paged"), kv_tokens=12),
+        1,
+        8,
+        None,
+        fast_forward=fast_forward,
+    )
+    assert paged.ttft_s.tolist() == [1.0, 1.0]
+    assert paged.e2e_s.tolist() == [5.0, 8.0]
+    assert paged.tpot_s.tolist() == [1.0, 1.75]  # B's 4 later tokens over 7 s
+    assert paged.preemptions == 1
+    assert paged.output_tokens == reserve.output_tokens == 10
+    assert paged.max_concurrent_sequences == 2 and reserve.max_concurrent_sequences == 1
+
+
+def test_paged_fast_forward_matches_step_by_step_under_preemption() -> None:
+    import random
+
+    rng = random.Random(3)
+    reqs = [
+        Request(rng.uniform(0.0, 2.0), rng.randint(20, 200), rng.randint(2, 300)) for _ in range(60)
+    ]
+    policy = SchedulerPolicy(kv_allocation="paged")
+    costs = {"base": 0.01, "per_decode_seq": 1e-4, "per_context_token": 1e-6, "kv_tokens": 2500}
+    fast = simulate_colocated(reqs, engine(policy, **costs), 1, 64, 256)
+    slow = simulate_colocated(reqs, engine(policy, **costs), 1, 64, 256, fast_forward=False)
+    assert fast.preemptions == slow.preemptions > 0
+    assert fast.num_finished == slow.num_finished == len(reqs)
+    assert fast.e2e_s.tolist() == pytest.approx(slow.e2e_s.tolist(), rel=1e-9)
+    assert fast.ttft_s.tolist() == pytest.approx(slow.ttft_s.tolist(), rel=1e-9)
+    reserve = simulate_colocated(reqs, engine(SchedulerPolicy(), **costs), 1, 64, 256)
+    # optimistic admission runs more requests at once, and so finishes sooner here
+    assert fast.max_concurrent_sequences > reserve.max_concurrent_sequences
+    assert fast.makespan_s < reserve.makespan_s
+
+
 # ---- host cost ------------------------------------------------------------------------------
 def test_synchronous_host_time_adds_to_every_iteration() -> None:
     # GPU 1 s per iteration; CPU 0.5 s + 0.25 s per sequence: 1.75 s per iteration of one
@@ -145,7 +199,11 @@ def test_multi_step_pays_the_host_time_once_per_block() -> None:
 def test_registered_profiles_and_their_behaviour() -> None:
     assert list_engines() == ["sglang", "tensorrt_llm", "vllm", "vllm_v0"]
     vllm = build_engine("vllm")
-    assert vllm.scheduler() == SchedulerPolicy(prefill="mixed", prefix_caching=True)
+    assert vllm.scheduler() == SchedulerPolicy(
+        prefill="mixed", prefix_caching=True, kv_allocation="paged"
+    )
+    assert build_engine("sglang").scheduler().kv_allocation == "paged"
+    assert build_engine("tensorrt_llm").scheduler().kv_allocation == "reserve"
     assert not build_engine("vllm_v0").scheduler().prefix_caching
     assert not build_engine("sglang", {"disable_radix_cache": True}).scheduler().prefix_caching
     assert vllm.host().overlapped  # async scheduling, vLLM's default from 0.14
@@ -176,7 +234,9 @@ def test_instance_costs_run_as_the_problem_engine() -> None:
     from cost_models.serving.registry import build_serving_cost_model
 
     cost = InstanceCosts(problem, build_serving_cost_model("analytical")).get(1, 1, 1, "bf16")
-    assert scheduler_of(cost) == SchedulerPolicy(prefill="separate_unless_chunked", decode_steps=4)
+    assert scheduler_of(cost) == SchedulerPolicy(
+        prefill="separate_unless_chunked", decode_steps=4, kv_allocation="paged"
+    )
     batch = IterationBatch(decode_seqs=32, decode_context_tokens=32 * 600)
     gpu = cost.base.iteration_time_s(batch)
     # V0 multi-step: output processing (0.2 + 0.1 ms × 32) and scheduling + input

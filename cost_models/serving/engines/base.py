@@ -114,6 +114,7 @@ class EngineProfile:
             "decode_steps_per_schedule": policy.decode_steps,
             "split_prompts": policy.split_prompts,
             "prefix_caching": policy.prefix_caching,
+            "kv_allocation": policy.kv_allocation,
             "host_fixed_ms": host.fixed_s * 1e3,
             "host_per_sequence_us": host.per_seq_s * 1e6,
             "host_overlapped": host.overlapped,

@@ -48,6 +48,7 @@ class Sglang(EngineProfile):
         return SchedulerPolicy(
             prefill="mixed" if self.options.enable_mixed_chunk else "separate",
             prefix_caching=not self.options.disable_radix_cache,
+            kv_allocation="paged",
         )
 
     def _host(self) -> HostCost:

@@ -48,6 +48,7 @@ class TensorrtLlm(EngineProfile):
             prefill="mixed",
             split_prompts=self.options.enable_chunked_prefill,
             prefix_caching=self.options.enable_block_reuse,
+            kv_allocation="reserve",  # the GUARANTEED_NO_EVICT capacity scheduler
         )
 
     def _host(self) -> HostCost:

@@ -76,7 +76,11 @@ class Vllm(EngineProfile):
 
     def scheduler(self) -> SchedulerPolicy:
         assert isinstance(self.options, VllmOptions)
-        return SchedulerPolicy(prefill="mixed", prefix_caching=self.options.enable_prefix_caching)
+        return SchedulerPolicy(
+            prefill="mixed",
+            prefix_caching=self.options.enable_prefix_caching,
+            kv_allocation="paged",
+        )
 
     def _host(self) -> HostCost:
         assert isinstance(self.options, VllmOptions)
@@ -116,6 +120,7 @@ class VllmV0(EngineProfile):
             prefill="separate_unless_chunked",
             decode_steps=self.options.num_scheduler_steps,
             prefix_caching=self.options.enable_prefix_caching,
+            kv_allocation="paged",
         )
 
     def _host(self) -> HostCost:
