@@ -433,6 +433,16 @@ def _unknown(field: str, noun: str, value: str, exc: CatalogLookupError) -> Spec
     )
 
 
+def _default_name(accelerator_id: str, used: set[str]) -> str:
+    """A name for a group without one: its accelerator id, numbered (`h100-sxm-2`, …) past
+    the names already used; the name is added to `used`."""
+    n = 1
+    while (name := accelerator_id if n == 1 else f"{accelerator_id}-{n}") in used:
+        n += 1
+    used.add(name)
+    return name
+
+
 def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
     """Look up each node group's accelerator and system and fill the catalog defaults.
 
@@ -455,6 +465,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
     """
     catalog = _catalog()
     groups: list[ResolvedNodeGroup] = []
+    used_names = {g.name for g in cluster.node_groups if g.name is not None}
     for i, group in enumerate(cluster.node_groups):
         prefix = f"cluster.node_groups.{i}"
         accelerator: AcceleratorSpec | None = None
@@ -511,6 +522,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
                 accelerator=accelerator,
                 num_nodes=group.num_nodes,
                 gpus_per_node=gpus_per_node,
+                name=group.name or _default_name(accelerator.id, used_names),
                 intra_node_bandwidth_gb_s=intra,
                 inter_node_bandwidth_gb_s=(
                     group.inter_node_bandwidth_gb_s
@@ -543,7 +555,9 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
             ),
         )
     )
-    resolved = ResolvedCluster(groups=groups, fabric=layout)
+    resolved = ResolvedCluster(
+        groups=groups, fabric=layout, inter_group_bandwidth_gb_s=cluster.inter_group_bandwidth_gb_s
+    )
     # ClusterSpec checks the total with 8 GPUs per node when gpus_per_node is null; the
     # catalog default can be larger (GB200: 72), so check again with the resolved sizes.
     if resolved.num_gpus > MAX_TOTAL_GPUS:

@@ -511,6 +511,8 @@ class ResolvedNodeGroup(BaseModel):
     accelerator: AcceleratorSpec
     num_nodes: int
     gpus_per_node: int
+    name: str | None = None
+    """The group's name (the request's, else the accelerator id, numbered for repeats)."""
     intra_node_bandwidth_gb_s: float
     """Scale-up bandwidth per GPU per direction (line rate), GB/s."""
     inter_node_bandwidth_gb_s: float
@@ -561,6 +563,18 @@ class ResolvedNodeGroup(BaseModel):
         return self.num_nodes * self.gpus_per_node
 
 
+def _same_hardware(a: ResolvedNodeGroup, b: ResolvedNodeGroup) -> bool:
+    """Whether two node groups are interchangeable nodes of one pool."""
+    return (
+        a.accelerator.id == b.accelerator.id
+        and a.system.id == b.system.id
+        and a.gpus_per_node == b.gpus_per_node
+        and a.scale_up_domain_gpus == b.scale_up_domain_gpus
+        and a.intra_node_bandwidth_gb_s == b.intra_node_bandwidth_gb_s
+        and a.inter_node_bandwidth_gb_s == b.inter_node_bandwidth_gb_s
+    )
+
+
 class ResolvedCluster(BaseModel):
     """The cluster as the cost models see it: node groups with their accelerators, systems
     and fabrics, and the scale-out layout."""
@@ -571,6 +585,9 @@ class ResolvedCluster(BaseModel):
     fabric: FabricLayout
     """The scale-out layout: the request's values over the first group's system's usual
     layout (nodes_per_leaf counted in the first group's nodes)."""
+    inter_group_bandwidth_gb_s: float | None = None
+    """Per-GPU bandwidth per direction between pools of different hardware, as requested
+    (null: the slower pool's scale-out line rate, `inter_pool_bandwidth_gb_s`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -594,16 +611,40 @@ class ResolvedCluster(BaseModel):
 
     @property
     def is_homogeneous(self) -> bool:
-        first = self.groups[0]
-        return all(
-            g.accelerator.id == first.accelerator.id
-            and g.system.id == first.system.id
-            and g.gpus_per_node == first.gpus_per_node
-            and g.scale_up_domain_gpus == first.scale_up_domain_gpus
-            and g.intra_node_bandwidth_gb_s == first.intra_node_bandwidth_gb_s
-            and g.inter_node_bandwidth_gb_s == first.inter_node_bandwidth_gb_s
-            for g in self.groups
-        )
+        return len(self.pools()) == 1
+
+    def pools(self) -> dict[str, ResolvedCluster]:
+        """The device pools: node groups of identical hardware (accelerator, system, node
+        size, scale-up domain, line rates) merged into one homogeneous cluster each, named
+        after their first group, in the order the groups first appear. A mixed cluster is
+        planned as pools that hand work to one another; each pool is priced by the
+        homogeneous cost models."""
+        merged: dict[str, list[ResolvedNodeGroup]] = {}
+        for group in self.groups:
+            for members in merged.values():
+                if _same_hardware(members[0], group):
+                    members.append(group)
+                    break
+            else:
+                name = base = group.name or group.accelerator.id
+                n = 1
+                while name in merged:  # clusters built in code may repeat a name
+                    n += 1
+                    name = f"{base}-{n}"
+                merged[name] = [group]
+        return {
+            name: ResolvedCluster(groups=members, fabric=self.fabric)
+            for name, members in merged.items()
+        }
+
+    @property
+    def inter_pool_bandwidth_gb_s(self) -> float:
+        """Per-GPU bandwidth per direction between two pools: the request's
+        `inter_group_bandwidth_gb_s`, else the slowest group's scale-out line rate (the
+        pools share one scale-out fabric)."""
+        if self.inter_group_bandwidth_gb_s is not None:
+            return self.inter_group_bandwidth_gb_s
+        return min(g.inter_node_bandwidth_gb_s for g in self.groups)
 
     # The properties below describe a homogeneous cluster (the first group's values).
     @property

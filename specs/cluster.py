@@ -13,8 +13,15 @@ MAX_TOTAL_GPUS = 1_048_576
 MAX_DOMAIN_GPUS = 65_536
 
 
+GROUP_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
 class NodeGroupSpec(Spec):
     """A group of identical nodes. Give `accelerator`, `system` or both."""
+
+    name: str | None = Field(default=None, pattern=GROUP_NAME_PATTERN)
+    """What plans call the group (`plan.stage_groups`, explanations); letters, digits, `_`,
+    `.`, `-`. Null takes the accelerator id (`h100-sxm`, then `h100-sxm-2`, … for repeats)."""
 
     accelerator: str | None = Field(default=None, min_length=1, max_length=100)
     """Accelerator id or alias from the hardware catalog (`GET /v1/hardware`); may be left
@@ -85,9 +92,17 @@ class ClusterSpec(Spec):
     fabric: FabricLayoutSpec | None = None
     """Scale-out layout (topology, oversubscription, nodes per leaf); null or missing fields
     take the first node group's system's usual layout."""
+    inter_group_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
+    """Bandwidth per GPU per direction between GPUs of node groups of different hardware,
+    GB/s (what a pipeline hand-off between them gets); null: the groups share one scale-out
+    fabric and meet at the slower group's NIC rate."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
+        names = [g.name for g in self.node_groups if g.name is not None]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"node group names must be unique (repeated: {', '.join(repeated)})")
         total = sum(g.num_nodes * (g.gpus_per_node or 8) for g in self.node_groups)
         if total > MAX_TOTAL_GPUS:
             raise ValueError(f"the cluster has {total} GPUs; at most {MAX_TOTAL_GPUS} are allowed")

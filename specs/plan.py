@@ -9,7 +9,15 @@ import hashlib
 import json
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from specs._base import Spec
 
@@ -139,6 +147,12 @@ class TrainingPlan(Spec):
     (chunk c runs on rank c mod pipeline); null lets the service choose the split."""
     flash_attention: bool = True
     """Fused (flash) attention: no s×s score matrices are stored."""
+    stage_groups: list[str] | None = Field(default=None, min_length=1, max_length=65_536)
+    """On a cluster of mixed hardware: the node group (or pool of identical groups, by the
+    name of its first group; `cluster.node_groups[].name`, default the accelerator id) that
+    runs each pipeline stage, one name per stage (length `pipeline`). The tensor, context
+    and data degrees are the same on every stage; each stage takes tensor × context × data
+    GPUs of its group, and groups left out stay idle. Null on a homogeneous cluster."""
     framework: str | None = Field(default=None, min_length=1, max_length=64)
     """The training framework that runs the plan (`megatron_core`, `torchtitan`,
     `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
@@ -172,7 +186,26 @@ class TrainingPlan(Spec):
                 )
             if any(n < 1 for n in self.stage_layers):
                 raise ValueError(f"every stage_layers entry must be >= 1 (got {self.stage_layers})")
+        if self.stage_groups is not None:
+            if len(self.stage_groups) != p.pipeline:
+                raise ValueError(
+                    f"stage_groups has {len(self.stage_groups)} entries; it must have one per "
+                    f"pipeline stage ({p.pipeline})"
+                )
+            if p.virtual_pipeline > 1:
+                raise ValueError(
+                    "stage_groups with virtual_pipeline > 1 is not priced yet: give "
+                    "virtual_pipeline 1 on a mixed cluster"
+                )
         return self
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A plan without stage groups dumps (and hashes) as before the field existed."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("stage_groups", 0) is None:
+            data.pop("stage_groups")
+        return data
 
     def content_hash(self) -> str:
         """Hash of the canonical JSON of every field (update me when you add a field)."""

@@ -87,6 +87,10 @@ class DataParallelTime:
     """On the critical path of the step."""
     raw_s: float
     """Every data-parallel collective of the busiest rank, hidden or not."""
+    rank_exposed_s: tuple[float, ...] = ()
+    """Per pipeline rank: its exposed part (the step's is the largest)."""
+    rank_raw_s: tuple[float, ...] = ()
+    """Per pipeline rank: all of its data-parallel collectives."""
 
 
 def data_parallel_s(
@@ -103,9 +107,11 @@ def data_parallel_s(
         ).expert_data
         expert_group = egroup if egroup.size > 1 else None
     if dense_group.size <= 1 and expert_group is None:
-        return DataParallelTime(0.0, 0.0)
+        none = (0.0,) * len(ranks)
+        return DataParallelTime(0.0, 0.0, none, none)
     zero, pp = key.zero_stage, key.pipeline
-    worst_exposed = worst_raw = 0.0
+    rank_exposed: list[float] = []
+    rank_raw: list[float] = []
     for j, rank in enumerate(ranks):
         parts = [(rank.dense_params, dense_group)]
         if expert_group is not None:
@@ -120,9 +126,14 @@ def data_parallel_s(
             exposed, raw = _zero2_per_microbatch(ctx, cfg, parts, rank, m, j)
         else:
             exposed, raw = _once_per_step(ctx, cfg, parts, rank, j, key)
-        worst_exposed = max(worst_exposed, exposed)
-        worst_raw = max(worst_raw, raw)
-    return DataParallelTime(worst_exposed, worst_raw)
+        rank_exposed.append(exposed)
+        rank_raw.append(raw)
+    return DataParallelTime(
+        max(rank_exposed, default=0.0),
+        max(rank_raw, default=0.0),
+        tuple(rank_exposed),
+        tuple(rank_raw),
+    )
 
 
 def _nic_window(rank: RankWork) -> RankWork:

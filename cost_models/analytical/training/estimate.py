@@ -18,7 +18,8 @@ from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.data_parallel import RankWork, data_parallel_s
 from cost_models.analytical.training.layer_sequence import PREFIX_FIELDS
 from cost_models.analytical.training.placements import expert_groups, expert_load
-from cost_models.analytical.training.profile import Profiled, profiled
+from cost_models.analytical.training.profile import Profiled, p2p_bytes, profiled
+from cost_models.analytical.training.shapes import LayerShape
 from cost_models.base import TrainingEstimate
 from cost_models.error_bars import stored_quantiles
 from specs.errors import InfeasiblePlan
@@ -125,11 +126,16 @@ def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, f
 
 def adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: int) -> float:
     """The optimizer step of the rank with the largest shard (every rank steps at once)."""
+    return max(rank_adam_step_s(ctx, prof, split, pp))
+
+
+def rank_adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: int) -> list[float]:
+    """Each pipeline rank's optimizer step: its parameter shard streamed through HBM."""
     shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
     shard[0] += prof.first.state.shard_params
     shard[-1] += prof.last.state.shard_params
-    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
-    return max(shard) * ctx.config.adam_step_bytes_per_param / hbm
+    per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+    return [x * per_param for x in shard]
 
 
 def fill_drain_s(prof: Profiled, pp: int) -> float:
@@ -223,7 +229,8 @@ def evaluate(
         for j in range(pp)
     ]
     dp = data_parallel_s(ctx, prof, key, ranks, m)
-    optimizer_s = adam_step_s(ctx, prof, split, pp)
+    rank_optimizer = rank_adam_step_s(ctx, prof, split, pp)
+    optimizer_s = max(rank_optimizer)
     fill_drain = fill_drain_s(prof, pp)
     fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof)
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
@@ -277,6 +284,19 @@ def evaluate(
         "framework": key.framework,
         "rank_params": params,
         "memory_total_gib": [_gib(x) for x in totals],
+        # per-rank parts of the step, for composing plans whose ranks sit on different
+        # hardware (`cost_models.mixed`)
+        "rank_data_parallel_exposed_s": list(dp.rank_exposed_s),
+        "rank_data_parallel_raw_s": list(dp.rank_raw_s),
+        "rank_optimizer_s": rank_optimizer,
+        "p2p_bytes": p2p_bytes(ctx, LayerShape.of(key)) if pp > 1 else 0.0,
+        "fill_drain_s": fill_drain,
+        "fp8_weight_casts_s": fp8_weights,
+        "dp_interference": ctx.interference,
+        "straggler_factor": ctx.straggler,
+        "step_overhead_s": cfg.step_overhead_s,
+        "model_flops_per_step": ctx.model_flops,
+        "recompute_flops_per_step": rc_flops,
     }
     if model.moe is not None:
         details["expert_parallel"] = _moe_details(ctx, prof, key, crit, chunk_sum, m)

@@ -60,14 +60,20 @@ def microbatches(ctx: ProblemContext, key: PlanKey) -> int:
     return max(1, ctx.global_batch // (key.micro_batch_size * key.data))
 
 
+def p2p_bytes(ctx: ProblemContext, shape: LayerShape) -> float:
+    """Bytes of one boundary activation (or its gradient) a pipeline rank sends per
+    micro-batch: micro-batch × sequence / context × hidden in bf16, split over the tensor
+    ranks under sequence parallelism."""
+    act_size = shape.micro_batch_size * ctx.seq / shape.context * ctx.model.hidden_size * 2.0
+    return act_size / shape.tensor if shape.sequence_parallel else act_size
+
+
 def p2p_s(ctx: ProblemContext, shape: LayerShape, groups: ParallelGroups) -> float:
     """One boundary send/recv between pipeline chunks, seconds."""
     key = (shape, groups.pipeline.tier)
     hit = ctx.p2p.get(key)
     if hit is None:
-        act_size = shape.micro_batch_size * ctx.seq / shape.context * ctx.model.hidden_size * 2.0
-        size = act_size / shape.tensor if shape.sequence_parallel else act_size
-        hit = ctx.p2p[key] = ctx.comm.send_recv(size, groups.pipeline.tier)
+        hit = ctx.p2p[key] = ctx.comm.send_recv(p2p_bytes(ctx, shape), groups.pipeline.tier)
     return hit
 
 

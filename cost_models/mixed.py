@@ -1,0 +1,304 @@
+"""Training plans whose pipeline stages run on different hardware: priced by composing the
+homogeneous cost model's per-rank figures, pool by pool.
+
+A mixed cluster is a set of device pools (`ResolvedCluster.pools`: node groups of identical
+hardware). A mixed plan names the pool of every pipeline stage (`TrainingPlan.stage_groups`);
+the tensor, context and data degrees are the same on every stage, so every stage is
+`tensor × context × data` GPUs of its pool and talks to its neighbours by pipeline send /
+receives only.
+
+How it is priced. For each pool the plan uses, the homogeneous cost model evaluates the
+same plan (same degrees, micro-batch, recompute, split) on a *virtual* cluster of that pool's
+nodes holding the plan's GPUs (`pool_problem`): every layer, every stage's data-parallel
+reduction, optimizer step and memory priced on that hardware, its own fabric carrying the
+stage's collectives. Rank j of the mixed plan then takes rank j's figures from the
+evaluation on its pool:
+
+- work per micro-batch `W_j` (layers, embedding / LM head, exposed send / receives): the
+  pool's `rank_work_s[j]`; a stage boundary between two pools sends the boundary
+  activation over the link between them (`ResolvedCluster.inter_pool_bandwidth_gb_s` ×
+  the slower pool's scale-out efficiency) instead of the pool's own fabric: each of the two
+  ranks pays the difference once per micro-batch when its framework exposes send / receives,
+  and fill and drain pay it once each way when it overlaps them;
+- the schedule over the composed `W_j` (`pipeline_step`, the homogeneous formula on uneven
+  stages);
+- data-parallel communication: the homogeneous rule on per-rank figures (the largest exposed
+  part plus the interference share of the largest raw part), each rank's from its pool;
+  the optimizer step: the slowest rank's; FP8 weight casts: the slowest pool's;
+- stragglers, per-step overhead: the homogeneous factors (they depend on the GPU count);
+- memory: rank j's stage memory from its pool's evaluation, against that pool's usable
+  memory (a `memory` violation names the stage and the pool);
+- MFU: model FLOPs per second over the sum of the used GPUs' dense peaks.
+
+With every stage on one pool this reproduces the homogeneous estimate (tests check it). The
+time breakdown takes the critical rank's pool breakdown for the intra-layer parts and the
+composed figures for the bubble, data-parallel, pipeline and optimizer parts; `compute`
+takes what is left of the step, so the parts add up to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from cost_models.analytical.schedule import pipeline_step
+from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from hardware_catalog.schema import ResolvedCluster
+from specs.errors import InfeasiblePlan
+from specs.plan import (
+    MemoryReport,
+    TimeBreakdown,
+    TrainingMetrics,
+    TrainingPlan,
+    Violation,
+)
+
+GIB = 1024**3
+
+
+def _refuse(detail: str, field: str, rule: str, value: Any) -> InfeasiblePlan:
+    """A 422 naming the plan field, the rule and the value."""
+    return InfeasiblePlan(
+        "topology",
+        detail,
+        errors=[{"field": field, "rule": rule, "value": value, "message": detail}],
+    )
+
+
+def stage_gpus(plan: TrainingPlan) -> int:
+    """GPUs of one pipeline stage: tensor × context × data."""
+    p = plan.parallelism
+    return p.tensor * p.context * p.data
+
+
+def pool_names(cluster: ResolvedCluster, names: list[str]) -> list[str]:
+    """The pool of every stage: a name is a pool's name or the name of any of its groups.
+
+    Raises:
+        InfeasiblePlan: ("topology") a name that is no group of the cluster.
+    """
+    pools = cluster.pools()
+    by_group: dict[str, str] = {}
+    for pool_name, pool in pools.items():
+        by_group[pool_name] = pool_name
+        for group in pool.groups:
+            if group.name is not None:
+                by_group.setdefault(group.name, pool_name)
+    out = []
+    for j, name in enumerate(names):
+        if name not in by_group:
+            raise _refuse(
+                f"stage_groups[{j}] = {name!r} names no node group of the cluster "
+                f"(groups: {', '.join(sorted(by_group))})",
+                f"plan.stage_groups.{j}",
+                "must name a node group",
+                name,
+            )
+        out.append(by_group[name])
+    return out
+
+
+def pool_problem(problem: TrainingProblem, pool: ResolvedCluster, gpus: int) -> TrainingProblem:
+    """The problem on a virtual cluster of `pool`'s nodes holding `gpus` GPUs: whole nodes,
+    or part of one node when `gpus` is less than a node.
+
+    Raises:
+        InfeasiblePlan: ("topology") `gpus` is neither a multiple of the node size nor less
+            than one node.
+    """
+    group = pool.groups[0]
+    node = group.gpus_per_node
+    if gpus % node == 0:
+        virtual = group.model_copy(update={"num_nodes": gpus // node})
+    elif gpus < node:
+        domain = group.scale_up_domain_gpus
+        virtual = group.model_copy(
+            update={
+                "num_nodes": 1,
+                "gpus_per_node": gpus,
+                "scale_up_domain_gpus": domain if domain % gpus == 0 else gpus,
+            }
+        )
+    else:
+        raise _refuse(
+            f"a plan of {gpus} GPUs neither fills whole {node}-GPU nodes of "
+            f"{group.name or group.accelerator.id} nor fits in one",
+            "plan.parallelism",
+            f"must fill whole {node}-GPU nodes or fit in one",
+            gpus,
+        )
+    cluster = ResolvedCluster(groups=[virtual], fabric=pool.fabric)
+    return dataclasses.replace(problem, cluster=cluster)
+
+
+def _inter_pool_bytes_per_s(
+    cluster: ResolvedCluster, a: ResolvedCluster, b: ResolvedCluster
+) -> float:
+    """Achievable bandwidth of a pipeline hand-off between two pools, bytes/s."""
+    efficiency = min(
+        a.groups[0].accelerator.scale_out_efficiency, b.groups[0].accelerator.scale_out_efficiency
+    )
+    return cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
+
+
+def evaluate_mixed(
+    model: TrainingCostModel, problem: TrainingProblem, plan: TrainingPlan
+) -> TrainingEstimate:
+    """The estimate of a plan with `stage_groups` (module docstring).
+
+    Raises:
+        InfeasiblePlan: ("topology") an unknown group, a pool without the GPUs its stages
+            need, or stages that do not fill whole nodes; or whatever the homogeneous
+            evaluation of a pool raises.
+    """
+    assert plan.stage_groups is not None
+    cluster = problem.cluster
+    pools = cluster.pools()
+    names = pool_names(cluster, plan.stage_groups)
+    per_stage = stage_gpus(plan)
+    p = plan.parallelism
+    pp, world = p.pipeline, p.world_size
+    for pool_name, stages in Counter(names).items():
+        need, have = stages * per_stage, pools[pool_name].num_gpus
+        if need > have:
+            raise _refuse(
+                f"{stages} stages of {per_stage} GPUs need {need} GPUs of {pool_name}; it has "
+                f"{have}",
+                "plan.stage_groups",
+                f"at most {have} GPUs of {pool_name}",
+                need,
+            )
+    base = plan.model_copy(update={"stage_groups": None})
+    estimates = {
+        name: model.evaluate(pool_problem(problem, pools[name], world), base)
+        for name in dict.fromkeys(names)
+    }
+    at = [estimates[names[j]] for j in range(pp)]
+    details = [e.details for e in at]
+    m = int(details[0]["num_microbatches"])
+    work = [float(details[j]["rank_work_s"][j]) for j in range(pp)]
+    extra_fill = 0.0
+    boundaries = []
+    for j in range(pp - 1):
+        if names[j] == names[j + 1]:
+            continue
+        size = float(details[j].get("p2p_bytes", 0.0))
+        cross = size / _inter_pool_bytes_per_s(cluster, pools[names[j]], pools[names[j + 1]])
+        boundaries.append({"after_stage": j, "from": names[j], "to": names[j + 1], "s": cross})
+        for r in (j, j + 1):
+            own = float(details[r].get("p2p_time_s", 0.0))
+            if details[r].get("p2p_overlapped"):
+                extra_fill = max(extra_fill, 2 * max(0.0, cross - own))
+            else:
+                work[r] += max(0.0, cross - own)
+    sched = pipeline_step(work, m, 1, plan.pipeline_schedule)
+    crit = max(range(pp), key=lambda j: work[j])
+
+    def per_rank(name: str) -> list[float]:
+        return [float(details[j][name][j]) for j in range(pp)]
+
+    dp_exposed_max = max(per_rank("rank_data_parallel_exposed_s"))
+    dp_raw_max = max(per_rank("rank_data_parallel_raw_s"))
+    interference = max(float(d["dp_interference"]) for d in details)
+    dp = dp_exposed_max + interference * max(0.0, dp_raw_max - dp_exposed_max)
+    optimizer = max(per_rank("rank_optimizer_s"))
+    fill_drain = max(float(d["fill_drain_s"]) for d in details) + extra_fill
+    fp8 = max(float(d["fp8_weight_casts_s"]) for d in details)
+    typical = sched.step_s + fill_drain + dp + optimizer + fp8
+    straggler = max(float(d["straggler_factor"]) for d in details)
+    stragglers = typical * (straggler - 1.0)
+    overhead = float(details[0]["step_overhead_s"])
+    step = typical + stragglers + overhead
+
+    violations: list[Violation] = []
+    seen: set[str] = set()
+    for est in estimates.values():
+        for v in est.violations:
+            if v.kind != "memory" and v.detail not in seen:
+                seen.add(v.detail)
+                violations.append(v)
+    by_stage = []
+    peak = 0.0
+    for j in range(pp):
+        stage = at[j].memory.by_stage[j]
+        by_stage.append(stage)
+        usable = at[j].memory.usable_gib
+        peak = max(peak, stage.total_gib)
+        if stage.total_gib > usable:
+            violations.append(
+                Violation(
+                    kind="memory",
+                    detail=(
+                        f"stage {j} on {names[j]} needs {stage.total_gib:.1f} GiB per GPU; "
+                        f"{usable:.1f} GiB usable"
+                    ),
+                    field="plan.stage_layers",
+                )
+            )
+    capacity = min(e.memory.capacity_gib for e in estimates.values())
+    usable_min = min(e.memory.usable_gib for e in estimates.values())
+    memory = MemoryReport(
+        peak_gib=peak, capacity_gib=capacity, usable_gib=usable_min, by_stage=by_stage
+    )
+
+    flops = float(details[0]["model_flops_per_step"])
+    rc_flops = float(details[0]["recompute_flops_per_step"])
+    precision = problem.workload.precision
+    peak_flops = sum(
+        per_stage * pools[names[j]].groups[0].accelerator.peak_flops(precision) for j in range(pp)
+    )
+    crit_breakdown = at[crit].metrics.time_breakdown_s
+    parts = {
+        "tensor_parallel_comm": crit_breakdown.tensor_parallel_comm,
+        "context_parallel_comm": crit_breakdown.context_parallel_comm,
+        "expert_parallel_comm": crit_breakdown.expert_parallel_comm,
+        "data_parallel_comm": dp,
+        "pipeline_comm": crit_breakdown.pipeline_comm
+        + fill_drain
+        - float(details[crit]["fill_drain_s"]),
+        "bubble": sched.bubble_s,
+        "optimizer": optimizer,
+        "overhead": overhead + stragglers + fp8,
+    }
+    breakdown = TimeBreakdown(
+        compute=max(0.0, step - sum(parts.values())),
+        recompute=crit_breakdown.recompute,
+        **parts,
+    )
+    tokens = problem.workload.global_batch_size * problem.workload.sequence_length
+    metrics = TrainingMetrics(
+        step_time_s=step,
+        tokens_per_s=tokens / step,
+        model_tflops_per_gpu=flops / step / world / 1e12,
+        mfu=flops / step / peak_flops,
+        peak_memory_gib=peak,
+        bubble_fraction=sched.bubble_s / step,
+        time_breakdown_s=breakdown,
+        hardware_tflops_per_gpu=(flops + rc_flops) / step / world / 1e12,
+    )
+    mixed_details: dict[str, Any] = {
+        "num_microbatches": m,
+        "rank_work_s": work,
+        "critical_rank": crit,
+        "stage_pools": names,
+        "pool_boundaries": boundaries,
+        "pools": {
+            name: {
+                "accelerator": pools[name].groups[0].accelerator.id,
+                "gpus": pools[name].num_gpus,
+                "gpus_used": names.count(name) * per_stage,
+                "stages": [j for j in range(pp) if names[j] == name],
+            }
+            for name in pools
+        },
+        "framework": details[0].get("framework"),
+    }
+    return TrainingEstimate(
+        plan=plan,
+        feasible=not violations,
+        violations=violations,
+        metrics=metrics,
+        memory=memory,
+        details=mixed_details,
+    )

@@ -1,0 +1,192 @@
+r"""Pipeline layer split when stages run on different hardware (one chunk per stage).
+
+Data: layers l = 0..L-1; p stages; stage j has its own profile (the `LayerProfile` of its
+device pool: per-layer time τ^j_l, state bytes σ^j_l and activation bytes α^j_l per
+in-flight micro-batch, extras, fixed bytes φ^j, usable memory U^j, in-flight micro-batches
+ι^j) and a constant c_j: its embedding (stage 0) or LM head (stage p-1) time, its 2π^j
+send / receives, and any extra time of a hand-off to another pool (`extra_s[j]`).
+
+Program (the homogeneous one of `stage_partition` with per-stage data):
+
+    min  T
+    s.t. stage j holds the contiguous layers [b_j, b_{j+1}), 0 = b_0 < b_1 < … < b_p = L
+         W_j = Σ_{l∈[b_j,b_{j+1})} τ^j_l + c_j ≤ T
+         M_j = Σ_{l∈[b_j,b_{j+1})} (σ^j_l + ι^j·α^j_l) + extras_j + φ^j ≤ U^j
+
+Algorithm (exact): for a given T the set of layer boundaries reachable after stage j is a
+union of intervals: from a reachable start a, stage j can end anywhere in (a, e_j(a)], where
+e_j(a) is the largest end whose time and memory fit (both grow with the end, every number
+being ≥ 0; found by bisection on prefix sums). T is feasible iff L is reachable after stage
+p-1. Feasibility is monotone in T, so bisection on T brackets the optimum; the split found at
+the upper end has a bottleneck within the bracket, whose relative width is driven below
+1e-12 (the answer is the optimum to that precision). O(p·L·log L) per feasibility check.
+Tests compare it with brute force over every split.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from cost_models.base import LayerProfile
+
+REL_TOL = 1e-12
+MAX_ITERATIONS = 200
+
+
+@dataclass(frozen=True)
+class MixedSplit:
+    stage_layers: list[int]
+    stage_time_s: list[float]
+    """W_j of every stage under the split (per micro-batch)."""
+
+    @property
+    def bottleneck_s(self) -> float:
+        return max(self.stage_time_s)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    time: list[float]  # prefix sums of τ
+    mem: list[float]  # prefix sums of σ + ι·α
+    const_time: float
+    const_mem: float
+    usable: float
+
+
+def _stages(profiles: Sequence[LayerProfile], extra_s: Sequence[float]) -> list[_Stage]:
+    p = len(profiles)
+    out = []
+    for j, prof in enumerate(profiles):
+        inflight = prof.inflight_microbatches[j][0]
+        c = 2 * prof.p2p_time_s if p > 1 else 0.0
+        m = prof.fixed_bytes
+        if j == 0:
+            c += prof.first_extra_time_s
+            m += prof.first_extra_state_bytes + inflight * prof.first_extra_activation_bytes
+        if j == p - 1:
+            c += prof.last_extra_time_s
+            m += prof.last_extra_state_bytes + prof.last_extra_activation_bytes
+        per_layer_mem = [
+            s + inflight * a
+            for s, a in zip(prof.layer_state_bytes, prof.layer_activation_bytes, strict=True)
+        ]
+        out.append(
+            _Stage(
+                time=list(accumulate(prof.layer_time_s, initial=0.0)),
+                mem=list(accumulate(per_layer_mem, initial=0.0)),
+                const_time=c + extra_s[j],
+                const_mem=m,
+                usable=prof.usable_bytes,
+            )
+        )
+    return out
+
+
+def _max_end(stage: _Stage, a: int, limit_t: float, hi: int) -> int:
+    """Largest b in [a, hi] with the stage's time and memory over [a, b) within limits
+    (a when not even one layer fits)."""
+    t_cap = stage.time[a] + limit_t - stage.const_time
+    m_cap = stage.mem[a] + stage.usable - stage.const_mem
+    b_t = bisect_right(stage.time, t_cap * (1 + 1e-15), a, hi + 1) - 1
+    b_m = bisect_right(stage.mem, m_cap, a, hi + 1) - 1
+    return max(a, min(b_t, b_m, hi))
+
+
+def _reach(stages: list[_Stage], num_layers: int, limit_t: float) -> list[list[tuple[int, int]]] | None:
+    """Per stage, the intervals [lo, hi] of boundaries reachable before it; None when L is
+    not reachable after the last stage."""
+    p = len(stages)
+    reach: list[tuple[int, int]] = [(0, 0)]
+    history = []
+    for j, stage in enumerate(stages):
+        history.append(reach)
+        hi_cap = num_layers - (p - 1 - j)  # leave a layer for every later stage
+        ends: list[tuple[int, int]] = []
+        for lo, hi in reach:
+            for a in range(lo, hi + 1):
+                e = _max_end(stage, a, limit_t, hi_cap)
+                if e > a:
+                    ends.append((a + 1, e))
+        if not ends:
+            return None
+        ends.sort()
+        merged = [ends[0]]
+        for lo, hi in ends[1:]:
+            if lo <= merged[-1][1] + 1:
+                if hi > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], hi)
+            else:
+                merged.append((lo, hi))
+        reach = merged
+    if not any(lo <= num_layers <= hi for lo, hi in reach):
+        return None
+    return history
+
+
+def _stage_time(stage: _Stage, a: int, b: int) -> float:
+    return stage.time[b] - stage.time[a] + stage.const_time
+
+
+def _stage_mem(stage: _Stage, a: int, b: int) -> float:
+    return stage.mem[b] - stage.mem[a] + stage.const_mem
+
+
+def _backtrack(
+    stages: list[_Stage], history: list[list[tuple[int, int]]], num_layers: int, limit_t: float
+) -> list[int]:
+    bounds = [num_layers]
+    b = num_layers
+    for j in range(len(stages) - 1, -1, -1):
+        stage = stages[j]
+        for lo, hi in reversed(history[j]):
+            found = None
+            for a in range(min(hi, b - 1), lo - 1, -1):
+                if (
+                    _stage_time(stage, a, b) <= limit_t * (1 + 1e-15)
+                    and _stage_mem(stage, a, b) <= stage.usable
+                ):
+                    found = a
+                    break
+            if found is not None:
+                b = found
+                bounds.append(b)
+                break
+        else:  # pragma: no cover - the forward pass proved a path exists
+            raise AssertionError("no predecessor on a reachable path")
+    bounds.reverse()
+    return [bounds[i + 1] - bounds[i] for i in range(len(stages))]
+
+
+def solve_mixed_partition(
+    profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None
+) -> MixedSplit | None:
+    """The split of the layers over the stages (stage j priced by `profiles[j]`) that
+    minimises the slowest stage's time per micro-batch within every stage's memory; None
+    when no split fits (module docstring)."""
+    p = len(profiles)
+    num_layers = len(profiles[0].layer_time_s)
+    if p < 1 or p > num_layers or any(len(x.layer_time_s) != num_layers for x in profiles):
+        return None
+    extra = list(extra_s) if extra_s is not None else [0.0] * p
+    stages = _stages(profiles, extra)
+    hi = max(s.time[-1] + s.const_time for s in stages)
+    if _reach(stages, num_layers, hi) is None:
+        return None  # memory: not even the loosest time limit fits
+    lo = 0.0
+    for _ in range(MAX_ITERATIONS):
+        if hi - lo <= REL_TOL * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if _reach(stages, num_layers, mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    history = _reach(stages, num_layers, hi)
+    assert history is not None
+    split = _backtrack(stages, history, num_layers, hi)
+    bounds = list(accumulate(split, initial=0))
+    times = [_stage_time(stages[j], bounds[j], bounds[j + 1]) for j in range(p)]
+    return MixedSplit(stage_layers=split, stage_time_s=times)

@@ -1,0 +1,128 @@
+"""Plans whose pipeline stages run on different hardware (`cost_models.mixed`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from cost_models.base import TrainingProblem
+from cost_models.mixed import evaluate_mixed, pool_problem
+from cost_models.registry import build_cost_model
+from hardware_catalog import resolve_cluster
+from specs.cluster import ClusterSpec
+from specs.errors import InfeasiblePlan
+from specs.plan import TrainingPlan
+from specs.presets import get_preset
+from specs.workload import TrainingWorkload
+
+WORKLOAD = TrainingWorkload.model_validate(
+    {"kind": "training", "global_batch_size": 64, "sequence_length": 4096, "precision": "bf16"}
+)
+MIXED = {
+    "node_groups": [
+        {"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 8},
+        {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8},
+    ]
+}
+
+
+def _problem(cluster: dict[str, Any] = MIXED) -> TrainingProblem:
+    return TrainingProblem(
+        model=get_preset("llama3-8b"),
+        cluster=resolve_cluster(ClusterSpec.model_validate(cluster)),
+        workload=WORKLOAD,
+    )
+
+
+def _plan(groups: list[str] | None, layers: list[int]) -> TrainingPlan:
+    return TrainingPlan.model_validate(
+        {
+            "parallelism": {"data": 1, "tensor": 8, "pipeline": len(layers)},
+            "stage_layers": layers,
+            "stage_groups": groups,
+            "recompute": "selective",
+        }
+    )
+
+
+def test_groups_are_named_and_merged_into_pools() -> None:
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                    {"accelerator": "H100", "num_nodes": 2, "gpus_per_node": 8},
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
+                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"},
+                ]
+            }
+        )
+    )
+    assert [g.name for g in cluster.groups] == ["h100-sxm", "h100-sxm-2", "h100-sxm-3", "old"]
+    pools = cluster.pools()
+    assert list(pools) == ["h100-sxm", "h100-sxm-3", "old"]  # same nodes merge
+    assert pools["h100-sxm"].num_gpus == 24 and pools["h100-sxm-3"].num_gpus == 4
+    assert not cluster.is_homogeneous
+    # without inter_group_bandwidth_gb_s the pools meet at the slower NIC rate
+    slowest = min(g.inter_node_bandwidth_gb_s for g in cluster.groups)
+    assert cluster.inter_pool_bandwidth_gb_s == slowest
+    with pytest.raises(ValidationError, match="names must be unique"):
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "x"},
+                             {"accelerator": "a100-80gb", "num_nodes": 1, "name": "x"}]}
+        )  # fmt: skip
+
+
+def test_all_stages_on_one_pool_is_the_homogeneous_estimate() -> None:
+    problem = _problem()
+    model = build_cost_model("analytical")
+    mixed = evaluate_mixed(model, problem, _plan(["h100-sxm", "h100-sxm"], [16, 16]))
+    pool = problem.cluster.pools()["h100-sxm"]
+    alone = model.evaluate(pool_problem(problem, pool, 16), _plan(None, [16, 16]))
+    assert pool.num_gpus == 16
+    assert mixed.metrics.step_time_s == pytest.approx(alone.metrics.step_time_s, rel=1e-12)
+    assert mixed.metrics.mfu == pytest.approx(alone.metrics.mfu, rel=1e-12)
+    assert mixed.memory.peak_gib == pytest.approx(alone.memory.peak_gib, rel=1e-12)
+    assert mixed.details["pool_boundaries"] == []
+    breakdown = mixed.metrics.time_breakdown_s
+    parts = breakdown.model_dump()
+    parts.pop("recompute")
+    assert sum(parts.values()) == pytest.approx(mixed.metrics.step_time_s, rel=1e-9)
+
+
+def test_a_stage_on_slower_gpus_wants_fewer_layers() -> None:
+    problem = _problem()
+    model = build_cost_model("analytical")
+    even = evaluate_mixed(model, problem, _plan(["a100-80gb", "h100-sxm"], [16, 16]))
+    uneven = evaluate_mixed(model, problem, _plan(["a100-80gb", "h100-sxm"], [12, 20]))
+    assert uneven.metrics.step_time_s < even.metrics.step_time_s
+    work = even.details["rank_work_s"]
+    assert work[0] > work[1]  # the same layers take longer on the A100 stage
+    # the hand-off crosses from the A100 node to the H100 nodes at the slower NIC rate
+    (boundary,) = even.details["pool_boundaries"]
+    acc = problem.cluster.pools()["a100-80gb"].groups[0].accelerator
+    other = problem.cluster.pools()["h100-sxm"].groups[0].accelerator
+    efficiency = min(acc.scale_out_efficiency, other.scale_out_efficiency)
+    size = 1 * 4096 * 4096 * 2  # micro-batch × sequence × hidden × bf16 (no sequence parallel)
+    bandwidth = problem.cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
+    assert boundary["s"] == pytest.approx(size / bandwidth, rel=1e-9)
+    assert even.details["pools"]["a100-80gb"]["gpus_used"] == 8
+    # MFU counts every used GPU at its own peak
+    flops = even.metrics.model_tflops_per_gpu * 16 * 1e12
+    peaks = 8 * acc.peak_flops("bf16") + 8 * other.peak_flops("bf16")
+    assert even.metrics.mfu == pytest.approx(flops / peaks, rel=1e-9)
+
+
+def test_bad_stage_groups_are_refused_with_their_field() -> None:
+    problem = _problem()
+    model = build_cost_model("analytical")
+    with pytest.raises(InfeasiblePlan) as info:
+        evaluate_mixed(model, problem, _plan(["h100-sxm", "v100"], [16, 16]))
+    assert info.value.extensions["errors"][0]["field"] == "plan.stage_groups.1"
+    with pytest.raises(InfeasiblePlan) as info:
+        evaluate_mixed(model, problem, _plan(["a100-80gb", "a100-80gb"], [16, 16]))
+    assert "need 16 GPUs of a100-80gb; it has 8" in str(info.value)
+    with pytest.raises(ValidationError, match="one per pipeline stage"):
+        _plan(["h100-sxm"], [16, 16])
