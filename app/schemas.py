@@ -533,6 +533,9 @@ class PlanPublic(BaseModel):
     recompute: str | None = None
     pipeline_schedule: str | None = None
     stage_layers: list[int] | None = None
+    stage_groups: list[str] | None = None
+    """Training plans on a mixed cluster: the node group (pool) of every pipeline stage;
+    groups not named stay idle."""
     flash_attention: bool | None = None
     framework: str | None = None
     """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its

@@ -13,6 +13,10 @@ each, `--no-moe` skips them) until they meet it: DeepSeek-V3 on 2048 H800 (its 3
 MoE layers go through the partition ILP) and Qwen3-235B-A22B on 256 H100, every expert /
 expert-tensor degree searched (Megatron-Core folding).
 
+Mixed clusters (issue 12; targets on 2 cores: two GPU types × 512 GPUs ≤ 3 s, three types
+and 1,536 GPUs ≤ 10 s) run in their own section (`MIXED_CASES`, `--no-mixed` skips them):
+each pool alone plus every ordering of pools along the pipeline (`solver.search.mixed`).
+
 Usage: `python bench/search_latency.py [--repeat 3] [--http http://127.0.0.1:8000]`.
 """
 
@@ -50,6 +54,17 @@ MOE_CASES = [
 ]
 
 
+MIXED_CASES = [
+    # (label, preset, [(accelerator, nodes of 8)], global batch, seq, target s)
+    ("Llama-3-70B, 512 H100 + 512 A100", "llama3-70b",
+     [("h100-sxm", 64), ("a100-80gb", 64)], 1024, 4096, 3.0),
+    ("Llama-3-405B, 512 H100 + 512 A100", "llama3-405b",
+     [("h100-sxm", 64), ("a100-80gb", 64)], 2048, 8192, 3.0),
+    ("Llama-3-70B, 512 each H100/A100/H200", "llama3-70b",
+     [("h100-sxm", 64), ("a100-80gb", 64), ("h200", 64)], 1024, 4096, 10.0),
+]  # fmt: skip
+
+
 def run_case(preset: str, accel: str, nodes: int, gpn: int, gbs: int, seq: int):  # type: ignore[no-untyped-def]
     problem = TrainingProblem(
         model=get_preset(preset),
@@ -70,6 +85,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--http", metavar="URL", help="also time the HTTP round trip")
     parser.add_argument("--no-moe", action="store_true", help="skip the MoE section")
+    parser.add_argument("--no-mixed", action="store_true", help="skip the mixed-cluster section")
     args = parser.parse_args()
     print(
         f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
@@ -95,6 +111,8 @@ def main() -> None:
 
     if not args.no_moe:
         moe_section()
+    if not args.no_mixed:
+        mixed_section(args.repeat)
     if args.http:
         http_round_trips(args.http, args.repeat)
 
@@ -122,6 +140,54 @@ def moe_section() -> None:
                 f"{met.time_breakdown_s.expert_parallel_comm:.2f} s/step "
                 f"({ep.get('all_to_all_tier')}, {ep.get('all_to_all_s_per_layer', 0) * 1e3:.2f} "
                 f"ms per layer and micro-batch)"
+            )
+
+
+def mixed_section(repeat: int) -> None:
+    """Each mixed case `repeat` times (cold caches): median wall time and the top plan."""
+    from solver import mixed_search
+
+    print("\nMixed clusters (each pool alone + pipelines across pools; cold caches):")
+    for label, preset, groups, gbs, seq, target in MIXED_CASES:
+        problem = TrainingProblem(
+            model=get_preset(preset),
+            cluster=resolve_cluster(
+                ClusterSpec.model_validate(
+                    {
+                        "node_groups": [
+                            {"accelerator": a, "num_nodes": n, "gpus_per_node": 8}
+                            for a, n in groups
+                        ]
+                    }
+                )
+            ),
+            workload=TrainingWorkload(global_batch_size=gbs, sequence_length=seq),
+        )
+        times = []
+        result = None
+        for _ in range(repeat):
+            clear_caches()
+            t0 = time.perf_counter()
+            result = mixed_search(
+                problem, build_cost_model("analytical"), SearchConstraints(), top_k=10
+            )
+            times.append(time.perf_counter() - t0)
+        assert result is not None
+        med = statistics.median(times)
+        st = result.stats
+        print(
+            f"{label:38} {med:7.3f} {target:7.1f} {'yes' if med < target else 'NO':>3} "
+            f"{st.enumerated:8d} {st.evaluated:6d}  status {st.status}"
+        )
+        if result.plans:
+            est = result.plans[0].estimate
+            par = est.plan.parallelism
+            used = sorted(set(est.plan.stage_groups or []))
+            print(
+                f"    best: dp{par.data} tp{par.tensor} pp{par.pipeline} mbs"
+                f"{est.plan.micro_batch_size} {est.plan.recompute} on {'+'.join(used)}: step "
+                f"{est.metrics.step_time_s:.2f} s, MFU {est.metrics.mfu:.3f}, layers "
+                f"{est.plan.stage_layers}"
             )
 
 

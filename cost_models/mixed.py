@@ -39,11 +39,13 @@ takes what is left of the step, so the parts add up to it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from typing import Any
 
 from cost_models.analytical.schedule import pipeline_step
-from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.analytical.training.profile import boundary_activation_bytes
+from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import InfeasiblePlan
 from specs.plan import (
@@ -99,34 +101,44 @@ def pool_names(cluster: ResolvedCluster, names: list[str]) -> list[str]:
     return out
 
 
-def pool_problem(problem: TrainingProblem, pool: ResolvedCluster, gpus: int) -> TrainingProblem:
-    """The problem on a virtual cluster of `pool`'s nodes holding `gpus` GPUs: whole nodes,
-    or part of one node when `gpus` is less than a node.
+_POOL_PROBLEMS: dict[tuple[int, str, int], tuple[TrainingProblem, TrainingProblem]] = {}
+_MAX_POOL_PROBLEMS = 256
 
-    Raises:
-        InfeasiblePlan: ("topology") `gpus` is neither a multiple of the node size nor less
-            than one node.
-    """
+
+def pool_problem(problem: TrainingProblem, pool: ResolvedCluster, gpus: int) -> TrainingProblem:
+    """`_pool_problem`, the same object for the same request (so the cost model's caches,
+    which live with the problem object, are shared by every candidate of a search)."""
+    key = (id(problem), pool.groups[0].name or pool.groups[0].accelerator.id, gpus)
+    hit = _POOL_PROBLEMS.get(key)
+    if hit is not None and hit[0] is problem:
+        return hit[1]
+    if len(_POOL_PROBLEMS) >= _MAX_POOL_PROBLEMS:
+        _POOL_PROBLEMS.clear()
+    sub = _pool_problem(problem, pool, gpus)
+    _POOL_PROBLEMS[key] = (problem, sub)
+    return sub
+
+
+def _pool_problem(problem: TrainingProblem, pool: ResolvedCluster, gpus: int) -> TrainingProblem:
+    """The problem on a virtual cluster of `pool`'s nodes holding `gpus` GPUs: whole nodes;
+    part of one node when `gpus` is less than a node; otherwise nodes of gcd(gpus, node size)
+    GPUs (pipeline hand-offs between them then go over the scale-out fabric, which can only
+    overstate them)."""
     group = pool.groups[0]
     node = group.gpus_per_node
     if gpus % node == 0:
         virtual = group.model_copy(update={"num_nodes": gpus // node})
-    elif gpus < node:
+    else:
+        # part of one node, or nodes of the largest size dividing both (a stage whose GPUs
+        # divide the node still lies inside one of them)
+        size = gpus if gpus < node else math.gcd(gpus, node)
         domain = group.scale_up_domain_gpus
         virtual = group.model_copy(
             update={
-                "num_nodes": 1,
-                "gpus_per_node": gpus,
-                "scale_up_domain_gpus": domain if domain % gpus == 0 else gpus,
+                "num_nodes": gpus // size,
+                "gpus_per_node": size,
+                "scale_up_domain_gpus": domain if domain % size == 0 else size,
             }
-        )
-    else:
-        raise _refuse(
-            f"a plan of {gpus} GPUs neither fills whole {node}-GPU nodes of "
-            f"{group.name or group.accelerator.id} nor fits in one",
-            "plan.parallelism",
-            f"must fill whole {node}-GPU nodes or fit in one",
-            gpus,
         )
     cluster = ResolvedCluster(groups=[virtual], fabric=pool.fabric)
     return dataclasses.replace(problem, cluster=cluster)
@@ -140,6 +152,45 @@ def _inter_pool_bytes_per_s(
         a.groups[0].accelerator.scale_out_efficiency, b.groups[0].accelerator.scale_out_efficiency
     )
     return cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
+
+
+def hand_off_s(problem: TrainingProblem, plan: TrainingPlan, a: str, b: str) -> float:
+    """One boundary send / receive between stages on pools `a` and `b` (0 on one pool)."""
+    if a == b:
+        return 0.0
+    p = plan.parallelism
+    size = boundary_activation_bytes(
+        problem.model.hidden_size,
+        problem.workload.sequence_length,
+        plan.micro_batch_size,
+        p.tensor,
+        p.context,
+        p.sequence_parallel,
+    )
+    pools = problem.cluster.pools()
+    return size / _inter_pool_bytes_per_s(problem.cluster, pools[a], pools[b])
+
+
+def boundary_extra_s(
+    problem: TrainingProblem,
+    plan: TrainingPlan,
+    stage_pools: list[str],
+    profiles: list[LayerProfile],
+) -> list[float]:
+    """Per stage, the time per micro-batch its hand-offs to other pools add over its own
+    fabric's exposed send / receives (`profiles[j].p2p_time_s`; nothing when its framework
+    overlaps them): the constant the mixed split adds to the stage, as `evaluate_mixed` adds
+    it to the rank's work."""
+    extra = [0.0] * len(stage_pools)
+    for j in range(len(stage_pools) - 1):
+        cross = hand_off_s(problem, plan, stage_pools[j], stage_pools[j + 1])
+        if cross == 0.0:
+            continue
+        for r in (j, j + 1):
+            own = profiles[r].p2p_time_s
+            if own > 0.0:
+                extra[r] += max(0.0, cross - own)
+    return extra
 
 
 def evaluate_mixed(
@@ -183,8 +234,7 @@ def evaluate_mixed(
     for j in range(pp - 1):
         if names[j] == names[j + 1]:
             continue
-        size = float(details[j].get("p2p_bytes", 0.0))
-        cross = size / _inter_pool_bytes_per_s(cluster, pools[names[j]], pools[names[j + 1]])
+        cross = hand_off_s(problem, plan, names[j], names[j + 1])
         boundaries.append({"after_stage": j, "from": names[j], "to": names[j + 1], "s": cross})
         for r in (j, j + 1):
             own = float(details[r].get("p2p_time_s", 0.0))

@@ -6,6 +6,7 @@ from solver.estimate import estimate_plan
 from solver.explain import explain
 from solver.search.branch_and_bound import search
 from solver.search.exhaustive import exhaustive_search
+from solver.search.mixed import mixed_search
 
 __all__ = [
     "PartitionResult",
@@ -16,5 +17,6 @@ __all__ = [
     "estimate_plan",
     "exhaustive_search",
     "explain",
+    "mixed_search",
     "search",
 ]

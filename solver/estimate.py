@@ -12,16 +12,20 @@ warnings of `solver.warnings` (which never change the estimate).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
-from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.mixed import boundary_extra_s, evaluate_mixed, pool_names, pool_problem
 from solver.base import SolveStatus
+from solver.formulations.mixed_partition import MixedSplit, solve_mixed_partition
 from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
 from solver.space import check_framework
 from solver.warnings import training_warnings
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan, SolverTimeout
-from specs.plan import TrainingPlan
+from specs.plan import TrainingPlan, Violation
 from specs.warnings import PlanWarning
 
 PRICEABLE_VIOLATIONS = frozenset({"framework"})
@@ -46,9 +50,120 @@ def estimate_plan(
     """
     if plan.framework is not None:
         check_framework(plan.framework, "plan.framework")
+    if plan.stage_groups is not None or not problem.cluster.is_homogeneous:
+        return _estimate_mixed(problem, cost_model, plan)
     if plan.stage_layers is not None:
         return cost_model.evaluate(problem, plan)
-    violations = cost_model.check(problem, plan)
+    _raise_blocking(problem, plan, cost_model.check(problem, plan))
+    profile = cost_model.profile(problem, plan)
+    p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
+    solver = default_solver()
+    res = solver.solve(profile, p, v, time_limit_s=time_limit_s)
+    if res.status == SolveStatus.INFEASIBLE:
+        res = solver.solve(profile, p, v, time_limit_s=time_limit_s, ignore_memory=True)
+    if res.stage_layers is None:
+        if res.status == SolveStatus.INFEASIBLE:
+            raise InfeasiblePlan(
+                "stage_layers",
+                f"no split of {problem.model.num_layers} layers into pipeline {p} × "
+                f"virtual {v} chunks exists",
+            )
+        raise SolverTimeout(f"the pipeline partition found no split within {time_limit_s} s")
+    split = plan.model_copy(update={"stage_layers": res.stage_layers})
+    return cost_model.evaluate(problem, TrainingPlan.model_validate(split.model_dump()))
+
+
+def _estimate_mixed(
+    problem: TrainingProblem, cost_model: TrainingCostModel, plan: TrainingPlan
+) -> TrainingEstimate:
+    """A plan on a cluster of several device pools (`cost_models.mixed`): its stages' pools
+    are required; a missing split is the exact mixed split (`solve_mixed_partition`), or the
+    time-optimal one ignoring memory when nothing fits, so the estimate names the stage
+    that runs out."""
+    pools = problem.cluster.pools()
+    if plan.stage_groups is None:
+        detail = (
+            f"the cluster mixes {len(pools)} kinds of node ({', '.join(pools)}): give "
+            "plan.stage_groups, the node group of every pipeline stage"
+        )
+        raise InfeasiblePlan(
+            "topology",
+            detail,
+            errors=[
+                {
+                    "field": "plan.stage_groups",
+                    "rule": "required on a mixed cluster",
+                    "value": None,
+                    "message": detail,
+                }
+            ],
+        )
+    if plan.stage_layers is not None:
+        return evaluate_mixed(cost_model, problem, plan)
+    names = pool_names(problem.cluster, plan.stage_groups)
+    mixed = mixed_split(problem, cost_model, plan, names)
+    if isinstance(mixed, MixedViolations):
+        _raise_blocking(mixed.problem, plan, mixed.violations)
+        raise AssertionError("unreachable: mixed_split returns blocking violations only")
+    split = mixed.split
+    if split is None:
+        unlimited = [dataclasses.replace(x, usable_bytes=math.inf) for x in mixed.profiles]
+        split = solve_mixed_partition(unlimited, mixed.extra_s)
+    if split is None:
+        raise InfeasiblePlan(
+            "stage_layers",
+            f"no split of {problem.model.num_layers} layers into {len(names)} stages exists",
+        )
+    return evaluate_mixed(
+        cost_model, problem, plan.model_copy(update={"stage_layers": split.stage_layers})
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedSplitResult:
+    """The stage profiles of a mixed plan (each on its pool), the hand-off time each stage
+    adds, and the best split (None when no split fits in memory)."""
+
+    profiles: list[LayerProfile]
+    extra_s: list[float]
+    split: MixedSplit | None
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedViolations:
+    """A pool on which the plan breaks a rule that leaves nothing to price."""
+
+    problem: TrainingProblem
+    violations: list[Violation]
+
+
+def mixed_split(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    plan: TrainingPlan,
+    names: list[str],
+) -> MixedSplitResult | MixedViolations:
+    """Profile `plan` (split and stage groups ignored) on every pool its stages use
+    (`names`, one pool per stage) and split the layers exactly over the stages."""
+    pools = problem.cluster.pools()
+    world = plan.parallelism.world_size
+    base = plan.model_copy(update={"stage_groups": None, "stage_layers": None})
+    profiles: dict[str, LayerProfile] = {}
+    for name in dict.fromkeys(names):
+        sub = pool_problem(problem, pools[name], world)
+        violations = cost_model.check(sub, base)
+        if any(v.kind not in PRICEABLE_VIOLATIONS for v in violations):
+            return MixedViolations(sub, violations)
+        profiles[name] = cost_model.profile(sub, base)
+    stage_profiles = [profiles[n] for n in names]
+    extra = boundary_extra_s(problem, plan, names, stage_profiles)
+    return MixedSplitResult(stage_profiles, extra, solve_mixed_partition(stage_profiles, extra))
+
+
+def _raise_blocking(
+    problem: TrainingProblem, plan: TrainingPlan, violations: list[Violation]
+) -> None:
+    """Raise the first violation outside `PRICEABLE_VIOLATIONS` as a 422 naming its field."""
     blocking = [v for v in violations if v.kind not in PRICEABLE_VIOLATIONS]
     if blocking:
         first = blocking[0]
@@ -67,22 +182,6 @@ def estimate_plan(
                 if v.field is not None
             ],
         )
-    profile = cost_model.profile(problem, plan)
-    p, v = plan.parallelism.pipeline, plan.parallelism.virtual_pipeline
-    solver = default_solver()
-    res = solver.solve(profile, p, v, time_limit_s=time_limit_s)
-    if res.status == SolveStatus.INFEASIBLE:
-        res = solver.solve(profile, p, v, time_limit_s=time_limit_s, ignore_memory=True)
-    if res.stage_layers is None:
-        if res.status == SolveStatus.INFEASIBLE:
-            raise InfeasiblePlan(
-                "stage_layers",
-                f"no split of {problem.model.num_layers} layers into pipeline {p} × "
-                f"virtual {v} chunks exists",
-            )
-        raise SolverTimeout(f"the pipeline partition found no split within {time_limit_s} s")
-    split = plan.model_copy(update={"stage_layers": res.stage_layers})
-    return cost_model.evaluate(problem, TrainingPlan.model_validate(split.model_dump()))
 
 
 def estimate_with_warnings(

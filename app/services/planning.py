@@ -408,9 +408,8 @@ def warm_up() -> None:
 def _check_supported(
     model: ModelSpec, cluster: ResolvedCluster, workload: TrainingWorkload
 ) -> None:
-    """Problem-level limits answered as a 422 before any search: mixed node types, a
-    precision the accelerator has no dense peak for, MoE routing that does not fit the
-    model."""
+    """Problem-level limits answered as a 422 before any search: a precision an
+    accelerator has no dense peak for, MoE routing that does not fit the model."""
     routing = workload.moe_routing
     if routing is not None:
         if model.moe is None:
@@ -439,37 +438,24 @@ def _check_supported(
                     )
                 ],
             )
-    if not cluster.is_homogeneous:
-        kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
-        raise InputError(
-            "node groups of different accelerators, node sizes or bandwidths cannot be planned "
-            f"as one pool yet: {', '.join(kinds)}; plan each pool separately",
-            [
-                _field_error(
-                    "cluster.node_groups",
-                    "must describe one kind of node",
-                    kinds,
-                    "heterogeneous clusters are not supported yet",
-                )
-            ],
-        )
-    accelerator = cluster.accelerator
-    try:
-        accelerator.peak_flops(workload.precision)
-    except KeyError:
-        supported = sorted(k for k, v in accelerator.peak_tflops.items() if v and k != "int8")
-        raise InputError(
-            f"{accelerator.id} has no dense {workload.precision} peak; it supports "
-            f"{', '.join(supported)}",
-            [
-                _field_error(
-                    "workload.precision",
-                    f"must be one of {supported} on {accelerator.id}",
-                    workload.precision,
-                    f"{accelerator.id} has no {workload.precision}",
-                )
-            ],
-        ) from None
+    for accelerator in {p.groups[0].accelerator.id: p.groups[0].accelerator
+                        for p in cluster.pools().values()}.values():  # fmt: skip
+        try:
+            accelerator.peak_flops(workload.precision)
+        except KeyError:
+            supported = sorted(k for k, v in accelerator.peak_tflops.items() if v and k != "int8")
+            raise InputError(
+                f"{accelerator.id} has no dense {workload.precision} peak; it supports "
+                f"{', '.join(supported)}",
+                [
+                    _field_error(
+                        "workload.precision",
+                        f"must be one of {supported} on {accelerator.id}",
+                        workload.precision,
+                        f"{accelerator.id} has no {workload.precision}",
+                    )
+                ],
+            ) from None
 
 
 def _training_workload(workload: Any) -> TrainingWorkload:
@@ -578,7 +564,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
+def _check_fixed(fixed: dict[str, Any], num_gpus: int | None, num_layers: int) -> None:
     """Type/range checks of `constraints.fixed` done before the search is stored."""
     errors = []
     for key, value in fixed.items():
@@ -642,7 +628,7 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int, num_layers: int) -> None:
     product = 1
     for key in ("data", "tensor", "pipeline", "context"):
         product *= int(fixed.get(key, 1))
-    if num_gpus % product:
+    if num_gpus is not None and num_gpus % product:
         raise InputError(
             f"fixed data × tensor × pipeline × context = {product} does not divide the "
             f"cluster's {num_gpus} GPUs",
@@ -749,7 +735,10 @@ def prepare_search(
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
     _check_supported(model, cluster, workload)
-    _check_fixed(constraints.fixed, cluster.num_gpus, model.num_layers)
+    # on a mixed cluster a plan may leave GPUs idle: its degrees need not divide the total
+    _check_fixed(
+        constraints.fixed, cluster.num_gpus if cluster.is_homogeneous else None, model.num_layers
+    )
     framework_options(constraints)  # a pinned framework among the listed ones
     cost_ref, calibration = calibrated_cost_model_ref(
         body.cost_model or CostModelRef(), cluster.accelerator.id, session
@@ -824,7 +813,8 @@ def run_problem(
         CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))
     )
     started = time.perf_counter()
-    result = solver.search(
+    run = solver.search if training.cluster.is_homogeneous else solver.mixed_search
+    result = run(
         training,
         cost_model,
         constraints,
@@ -882,14 +872,17 @@ def _no_plan_detail(problem: TrainingProblem, stats: dict[str, Any]) -> str:
         )
     params = problem.model.num_parameters()
     states_tb = params * MIXED_PRECISION_ADAM_BYTES_PER_PARAM / 1e12
-    accelerator = problem.cluster.accelerator
-    memory_tb = problem.num_gpus * accelerator.memory_gib * 1024**3 / 1e12
+    parts = [
+        (g.num_gpus, g.accelerator.id, g.accelerator.memory_gib) for g in problem.cluster.groups
+    ]
+    memory_tb = sum(n * gib for n, _, gib in parts) * 1024**3 / 1e12
+    gpus = " + ".join(f"{n} × {acc}" for n, acc, _ in parts)
+    memories = " + ".join(f"{n} × {gib:.1f} GiB" for n, _, gib in parts)
     return (
-        f"no plan of the searched space fits {problem.model.name} on {problem.num_gpus} × "
-        f"{accelerator.id}: its {params / 1e9:.2f}e9 parameters need "
+        f"no plan of the searched space fits {problem.model.name} on {gpus}: its "
+        f"{params / 1e9:.2f}e9 parameters need "
         f"{states_tb:.2f} TB of weights, gradients and Adam states (16 bytes per parameter) "
-        f"before activations; the cluster has {problem.num_gpus} × "
-        f"{accelerator.memory_gib:.1f} GiB = {memory_tb:.2f} TB, of which "
+        f"before activations; the cluster has {memories} = {memory_tb:.2f} TB, of which "
         f"memory_headroom_gib = {problem.memory_headroom_gib:g} per GPU is kept free (see "
         "`reasons` for what pruned the candidates)"
     )

@@ -13,7 +13,10 @@ Program (the homogeneous one of `stage_partition` with per-stage data):
          W_j = Σ_{l∈[b_j,b_{j+1})} τ^j_l + c_j ≤ T
          M_j = Σ_{l∈[b_j,b_{j+1})} (σ^j_l + ι^j·α^j_l) + extras_j + φ^j ≤ U^j
 
-Algorithm (exact): for a given T the set of layer boundaries reachable after stage j is a
+Identical layers (dense models, `_solve_uniform`): the number of layers a stage can hold
+under T is a closed form, so each test of T costs O(p).
+
+Algorithm (exact, any layers): for a given T the set of layer boundaries reachable after stage j is a
 union of intervals: from a reachable start a, stage j can end anywhere in (a, e_j(a)], where
 e_j(a) is the largest end whose time and memory fit (both grow with the end, every number
 being ≥ 0; found by bisection on prefix sums). T is feasible iff L is reachable after stage
@@ -95,7 +98,9 @@ def _max_end(stage: _Stage, a: int, limit_t: float, hi: int) -> int:
     return max(a, min(b_t, b_m, hi))
 
 
-def _reach(stages: list[_Stage], num_layers: int, limit_t: float) -> list[list[tuple[int, int]]] | None:
+def _reach(
+    stages: list[_Stage], num_layers: int, limit_t: float
+) -> list[list[tuple[int, int]]] | None:
     """Per stage, the intervals [lo, hi] of boundaries reachable before it; None when L is
     not reachable after the last stage."""
     p = len(stages)
@@ -130,24 +135,20 @@ def _stage_time(stage: _Stage, a: int, b: int) -> float:
     return stage.time[b] - stage.time[a] + stage.const_time
 
 
-def _stage_mem(stage: _Stage, a: int, b: int) -> float:
-    return stage.mem[b] - stage.mem[a] + stage.const_mem
-
-
 def _backtrack(
     stages: list[_Stage], history: list[list[tuple[int, int]]], num_layers: int, limit_t: float
 ) -> list[int]:
     bounds = [num_layers]
     b = num_layers
-    for j in range(len(stages) - 1, -1, -1):
+    p = len(stages)
+    for j in range(p - 1, -1, -1):
         stage = stages[j]
+        hi_cap = num_layers - (p - 1 - j)
         for lo, hi in reversed(history[j]):
             found = None
             for a in range(min(hi, b - 1), lo - 1, -1):
-                if (
-                    _stage_time(stage, a, b) <= limit_t * (1 + 1e-15)
-                    and _stage_mem(stage, a, b) <= stage.usable
-                ):
+                # the forward pass's own test, so both agree to the last bit
+                if _max_end(stage, a, limit_t, hi_cap) >= b:
                     found = a
                     break
             if found is not None:
@@ -158,6 +159,72 @@ def _backtrack(
             raise AssertionError("no predecessor on a reachable path")
     bounds.reverse()
     return [bounds[i + 1] - bounds[i] for i in range(len(stages))]
+
+
+def _uniform(profiles: Sequence[LayerProfile]) -> bool:
+    """Every stage's layers are identical (dense models)."""
+    return all(
+        len(set(prof.layer_time_s)) == 1
+        and len(set(prof.layer_state_bytes)) == 1
+        and len(set(prof.layer_activation_bytes)) == 1
+        for prof in profiles
+    )
+
+
+def _solve_uniform(
+    profiles: Sequence[LayerProfile], stages: list[_Stage], num_layers: int
+) -> list[int] | None:
+    """Identical layers: stage j holds at most cap_j(T) = min(⌊(T − c_j)/τ_j⌋,
+    ⌊(U_j − m_j)/μ_j⌋) layers, so T is feasible iff Σ_j min(cap_j(T), L) ≥ L with every
+    cap_j ≥ 1 (O(p) per test); bisection on T, then the layers above L are taken back from
+    the stages whose time is largest (which keeps the bottleneck at its least)."""
+    taus = [prof.layer_time_s[0] for prof in profiles]
+    mus = [
+        prof.layer_state_bytes[0]
+        + prof.inflight_microbatches[j][0] * prof.layer_activation_bytes[0]
+        for j, prof in enumerate(profiles)
+    ]
+    mem_caps = []
+    for st, mu in zip(stages, mus, strict=True):
+        room = st.usable - st.const_mem
+        if room < mu:
+            return None
+        mem_caps.append(num_layers if mu <= 0 else min(num_layers, int(room // mu)))
+
+    def caps(limit: float) -> list[int] | None:
+        out = []
+        for st, tau, mem_cap in zip(stages, taus, mem_caps, strict=True):
+            slack = limit - st.const_time
+            n = num_layers if tau <= 0 else int(slack // tau) if slack >= 0 else 0
+            n = min(n, mem_cap)
+            if n < 1:
+                return None
+            out.append(n)
+        return out if sum(out) >= num_layers else None
+
+    hi = max(st.const_time + tau * num_layers for st, tau in zip(stages, taus, strict=True))
+    if caps(hi) is None:
+        return None
+    lo = 0.0
+    for _ in range(MAX_ITERATIONS):
+        if hi - lo <= REL_TOL * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if caps(mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    counts = caps(hi)
+    assert counts is not None
+    excess = sum(counts) - num_layers
+    while excess > 0:
+        j = max(
+            (i for i in range(len(counts)) if counts[i] > 1),
+            key=lambda i: stages[i].const_time + taus[i] * counts[i],
+        )
+        counts[j] -= 1
+        excess -= 1
+    return counts
 
 
 def solve_mixed_partition(
@@ -172,6 +239,13 @@ def solve_mixed_partition(
         return None
     extra = list(extra_s) if extra_s is not None else [0.0] * p
     stages = _stages(profiles, extra)
+    if _uniform(profiles):
+        counts = _solve_uniform(profiles, stages, num_layers)
+        if counts is None:
+            return None
+        bounds = list(accumulate(counts, initial=0))
+        times = [_stage_time(stages[j], bounds[j], bounds[j + 1]) for j in range(p)]
+        return MixedSplit(stage_layers=counts, stage_time_s=times)
     hi = max(s.time[-1] + s.const_time for s in stages)
     if _reach(stages, num_layers, hi) is None:
         return None  # memory: not even the loosest time limit fits

@@ -30,6 +30,7 @@ def test_public_api_is_pinned() -> None:
         "estimate_plan",
         "exhaustive_search",
         "explain",
+        "mixed_search",
         "search",
     }
 

@@ -12,12 +12,19 @@ from solver.formulations.mixed_partition import solve_mixed_partition
 from solver.formulations.stage_partition import rank_memory_bytes, rank_times_s
 
 
-def _profile(rng: random.Random, layers: int, p: int, speed: float, usable: float) -> LayerProfile:
+def _profile(
+    rng: random.Random, layers: int, p: int, speed: float, usable: float, uniform: bool = False
+) -> LayerProfile:
+    def values(lo: float, hi: float) -> tuple[float, ...]:
+        if uniform:  # identical layers (dense models): the closed-form path
+            return (rng.uniform(lo, hi),) * layers
+        return tuple(rng.uniform(lo, hi) for _ in range(layers))
+
     return LayerProfile(
-        layer_time_s=tuple(speed * rng.uniform(0.5, 2.0) for _ in range(layers)),
+        layer_time_s=tuple(speed * x for x in values(0.5, 2.0)),
         layer_forward_time_s=tuple(0.0 for _ in range(layers)),
-        layer_state_bytes=tuple(rng.uniform(1.0, 3.0) for _ in range(layers)),
-        layer_activation_bytes=tuple(rng.uniform(0.1, 1.0) for _ in range(layers)),
+        layer_state_bytes=values(1.0, 3.0),
+        layer_activation_bytes=values(0.1, 1.0),
         first_extra_time_s=rng.uniform(0.0, 2.0) * speed,
         last_extra_time_s=rng.uniform(0.0, 3.0) * speed,
         first_extra_state_bytes=1.0,
@@ -53,8 +60,9 @@ def _brute(profiles: list[LayerProfile], extra: list[float]) -> float | None:
     return best
 
 
+@pytest.mark.parametrize("uniform", [False, True])
 @pytest.mark.parametrize("seed", range(40))
-def test_mixed_split_equals_brute_force(seed: int) -> None:
+def test_mixed_split_equals_brute_force(seed: int, uniform: bool) -> None:
     rng = random.Random(seed)
     layers = rng.randint(3, 11)
     p = rng.randint(1, min(4, layers))

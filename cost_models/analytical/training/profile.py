@@ -60,12 +60,31 @@ def microbatches(ctx: ProblemContext, key: PlanKey) -> int:
     return max(1, ctx.global_batch // (key.micro_batch_size * key.data))
 
 
-def p2p_bytes(ctx: ProblemContext, shape: LayerShape) -> float:
+def boundary_activation_bytes(
+    hidden_size: int,
+    sequence_length: int,
+    micro_batch_size: int,
+    tensor: int,
+    context: int,
+    sequence_parallel: bool,
+) -> float:
     """Bytes of one boundary activation (or its gradient) a pipeline rank sends per
     micro-batch: micro-batch × sequence / context × hidden in bf16, split over the tensor
-    ranks under sequence parallelism."""
-    act_size = shape.micro_batch_size * ctx.seq / shape.context * ctx.model.hidden_size * 2.0
-    return act_size / shape.tensor if shape.sequence_parallel else act_size
+    ranks under sequence parallelism (Megatron-LM's pipeline send / receive)."""
+    act_size = micro_batch_size * sequence_length / context * hidden_size * 2.0
+    return act_size / tensor if sequence_parallel else act_size
+
+
+def p2p_bytes(ctx: ProblemContext, shape: LayerShape) -> float:
+    """`boundary_activation_bytes` of one plan shape."""
+    return boundary_activation_bytes(
+        ctx.model.hidden_size,
+        ctx.seq,
+        shape.micro_batch_size,
+        shape.tensor,
+        shape.context,
+        shape.sequence_parallel,
+    )
 
 
 def p2p_s(ctx: ProblemContext, shape: LayerShape, groups: ParallelGroups) -> float:

@@ -1,0 +1,64 @@
+"""Mixed clusters over HTTP: a plan across node groups priced by `POST /v1/estimate`, and a
+search that uses both kinds of GPU when that is faster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app_support import error_fields
+
+H100 = {"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 8}
+A100 = {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8, "name": "old"}
+BODY: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"node_groups": [H100, A100]},
+    "workload": {"kind": "training", "global_batch_size": 256, "sequence_length": 4096},
+}
+
+
+def test_estimate_prices_a_plan_across_groups_and_splits_it(client: Any) -> None:
+    plan = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 3, "sequence_parallel": True},
+        "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+    }
+    response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["feasible"] is True
+    split = body["plan"]["stage_layers"]
+    assert sum(split) == 32 and split[0] < min(split[1:])  # the A100 stage takes fewest
+    assert body["plan"]["stage_groups"] == ["old", "h100-sxm", "h100-sxm"]
+    assert body["details"]["stage_pools"] == ["old", "h100-sxm", "h100-sxm"]
+    assert body["details"]["pools"]["old"]["gpus_used"] == 8
+    # the same plan with every stage's layers given back prices the same
+    again = client.post(
+        "/v1/estimate", json={**BODY, "plan": {**plan, "stage_layers": split}}
+    ).json()
+    assert again["metrics"]["step_time_s"] == body["metrics"]["step_time_s"]
+
+
+def test_a_plan_on_a_mixed_cluster_names_its_groups(client: Any) -> None:
+    plan = {"parallelism": {"data": 1, "tensor": 8, "pipeline": 3}}
+    response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+    assert response.status_code == 422
+    assert "plan.stage_groups" in error_fields(response.json())
+    plan = {**plan, "stage_groups": ["old", "h100-sxm", "v100"]}
+    response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+    assert response.status_code == 422
+    assert "plan.stage_groups.2" in error_fields(response.json())
+
+
+def test_a_search_uses_both_kinds_when_that_is_faster(client: Any) -> None:
+    mixed = client.post("/v1/searches?wait=60", json={**BODY, "top_k": 3})
+    assert mixed.status_code == 201, mixed.text
+    assert mixed.json()["status"] == "succeeded", mixed.json()
+    plans = client.get(f"/v1/searches/{mixed.json()['id']}/plans").json()["items"]
+    best = plans[0]
+    h100_only = {**BODY, "cluster": {"node_groups": [H100]}, "top_k": 1}
+    alone = client.post("/v1/searches?wait=60", json=h100_only)
+    assert alone.status_code == 201, alone.text
+    alone_best = client.get(f"/v1/searches/{alone.json()['id']}/plans").json()["items"][0]
+    # the A100 node can carry whole stages: the mixed plan is strictly faster
+    assert best["metrics"]["step_time_s"] < alone_best["metrics"]["step_time_s"]
+    assert set(best["stage_groups"]) == {"h100-sxm", "old"}
+    assert "old" in best["explanation"] and "h100-sxm" in best["explanation"]
