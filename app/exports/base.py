@@ -180,7 +180,10 @@ def node_layout(fmt: str, cluster: ResolvedCluster, world_size: int) -> NodeLayo
         cluster.is_homogeneous,
         fmt,
         "homogeneous-nodes",
-        "the cluster mixes node shapes; a single launch asks for one shape of node",
+        f"the cluster mixes kinds of node ({', '.join(cluster.pools())}); {fmt} launches one "
+        "kind: a plan across node groups (stage_groups) cannot be exported yet (per-group "
+        "hosts with Megatron-Core's --pipeline-model-parallel-layout, heterogeneous Slurm "
+        "jobs); export a plan of one group, searched on that group's cluster",
     )
     gpn = cluster.gpus_per_node
     require(

@@ -636,3 +636,27 @@ def test_trtllm_command_and_options_follow_the_plan() -> None:
     no_chunk = ServingInstance.model_validate({"role": "both", "max_batch_size": 16})
     plain = dict(zip(*[iter(tt.instance_args("m", no_chunk, workload)[1:])] * 2, strict=False))
     assert plain["--max_num_tokens"] == str(tt.DEFAULT_MAX_NUM_TOKENS)
+
+
+# ---- mixed clusters --------------------------------------------------------------------------
+def test_plans_across_node_groups_are_refused_by_every_training_launcher() -> None:
+    from app.services import planning
+    from specs.cluster import ClusterSpec
+
+    cluster = planning.resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
+                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"},
+                ]
+            }
+        )
+    )
+    problem, row = training(LLAMA, nodes=2, data=1, tensor=8, pipeline=2, gbs=64)
+    problem = {**problem, "cluster": cluster.model_dump(mode="json")}
+    row = {**row, "plan": {**row["plan"], "stage_layers": [40, 40], "stage_groups": ["old", "new"]}}
+    for fmt in ("megatron", "torchtitan", "deepspeed", "slurm", "kubernetes"):
+        info = refused(problem, row, fmt)
+        assert info.rule == "homogeneous-nodes", fmt
+        assert "new, old" in str(info) and "stage_groups" in str(info)
