@@ -517,25 +517,51 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
             if group.intra_node_bandwidth_gb_s is not None
             else system.scale_up_bandwidth_gb_s
         )
-        groups.append(
-            ResolvedNodeGroup(
-                accelerator=accelerator,
-                num_nodes=group.num_nodes,
-                gpus_per_node=gpus_per_node,
-                name=group.name or _default_name(accelerator.id, used_names),
-                intra_node_bandwidth_gb_s=intra,
-                inter_node_bandwidth_gb_s=(
-                    group.inter_node_bandwidth_gb_s
-                    if group.inter_node_bandwidth_gb_s is not None
-                    else system.scale_out_bandwidth_gb_s
-                ),
-                system=system,
-                scale_up_domain_gpus=domain,
-                scale_up_fabric=catalog.fabrics[system.scale_up_fabric],
-                scale_out_fabric=catalog.fabrics[system.scale_out_fabric],
-                scale_up_peer_bandwidth_gb_s=capped_peer_bandwidth(system, intra),
+        name = group.name or _default_name(accelerator.id, used_names)
+        lost_nodes, lost_gpus = divmod(group.unavailable_gpus, gpus_per_node)
+        full_nodes = group.num_nodes - lost_nodes - (1 if lost_gpus else 0)
+        if full_nodes < 0 or (full_nodes == 0 and not lost_gpus):
+            total = group.num_nodes * gpus_per_node
+            raise SpecError(
+                field=f"{prefix}.unavailable_gpus",
+                rule=f"must leave at least one of the group's {total} GPUs",
+                value=group.unavailable_gpus,
             )
+        node_group = ResolvedNodeGroup(
+            accelerator=accelerator,
+            num_nodes=max(full_nodes, 1),
+            gpus_per_node=gpus_per_node,
+            name=name,
+            intra_node_bandwidth_gb_s=intra,
+            inter_node_bandwidth_gb_s=(
+                group.inter_node_bandwidth_gb_s
+                if group.inter_node_bandwidth_gb_s is not None
+                else system.scale_out_bandwidth_gb_s
+            ),
+            system=system,
+            scale_up_domain_gpus=domain,
+            scale_up_fabric=catalog.fabrics[system.scale_up_fabric],
+            scale_out_fabric=catalog.fabrics[system.scale_out_fabric],
+            scale_up_peer_bandwidth_gb_s=capped_peer_bandwidth(system, intra),
         )
+        if full_nodes > 0:
+            groups.append(node_group)
+        if lost_gpus:
+            left = gpus_per_node - lost_gpus
+            partial = f"{name}-partial"
+            while partial in used_names:
+                partial += "-"
+            used_names.add(partial)
+            groups.append(
+                node_group.model_copy(
+                    update={
+                        "num_nodes": 1,
+                        "gpus_per_node": left,
+                        "name": partial,
+                        "scale_up_domain_gpus": left,
+                    }
+                )
+            )
     usual = usual_layout(groups[0].system, groups[0].gpus_per_node)
     requested = cluster.fabric
     layout = (

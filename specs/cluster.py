@@ -46,6 +46,11 @@ class NodeGroupSpec(Spec):
     inter_node_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     """Scale-out (NIC) bandwidth per GPU per direction, GB/s; null takes the system's NIC
     line rate."""
+    unavailable_gpus: int = Field(default=0, ge=0, le=MAX_TOTAL_GPUS, strict=True)
+    """GPUs of the group that cannot be used (failed, drained, reserved), counted as whole
+    nodes first: the group keeps its full nodes, and the remainder leaves one node with
+    fewer GPUs, planned as a group of its own (`<name>-partial`). At least one GPU must
+    remain."""
 
     @field_validator("scale_up_domain_gpus")
     @classmethod

@@ -126,3 +126,24 @@ def test_bad_stage_groups_are_refused_with_their_field() -> None:
     assert "need 16 GPUs of a100-80gb; it has 8" in str(info.value)
     with pytest.raises(ValidationError, match="one per pipeline stage"):
         _plan(["h100-sxm"], [16, 16])
+
+
+def test_unavailable_gpus_take_whole_nodes_first_and_leave_a_partial_node() -> None:
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 4, "gpus_per_node": 8,
+                              "unavailable_gpus": 11}]}
+        )
+    )  # fmt: skip
+    # 11 = one whole node + 3 GPUs of another: 2 full nodes and one node of 5 GPUs
+    assert [(g.name, g.num_nodes, g.gpus_per_node) for g in cluster.groups] == [
+        ("h100-sxm", 2, 8),
+        ("h100-sxm-partial", 1, 5),
+    ]
+    assert cluster.num_gpus == 32 - 11
+    assert list(cluster.pools()) == ["h100-sxm", "h100-sxm-partial"]
+    none_left = {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8,
+                                  "unavailable_gpus": 8}]}  # fmt: skip
+    with pytest.raises(Exception) as info:
+        resolve_cluster(ClusterSpec.model_validate(none_left))
+    assert getattr(info.value, "field", None) == "cluster.node_groups.0.unavailable_gpus"
