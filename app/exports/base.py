@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cost_models.mixed import pool_names, stage_gpus
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
 from specs.model import ModelSpec
@@ -161,6 +162,18 @@ def model_reference(model: ModelSpec, env: dict[str, str]) -> str:
 
 # ---- cluster layout ----------------------------------------------------------------------
 @dataclass(frozen=True)
+class NodeBlock:
+    """The nodes of one node group (pool) in a plan across groups: node ranks
+    `first_node … first_node + nodes − 1` run its pipeline stages."""
+
+    group: str
+    accelerator: str
+    first_node: int
+    nodes: int
+    stages: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class NodeLayout:
     """How `world_size` processes (one per GPU) spread over nodes."""
 
@@ -171,6 +184,9 @@ class NodeLayout:
     """GPUs a node of the cluster has."""
     accelerator: str
     vendor: str
+    blocks: tuple[NodeBlock, ...] = ()
+    """A plan across node groups: which node ranks each group's nodes take (empty on one
+    group). Its launch needs fixed node ranks (`torchrun --node-rank`)."""
 
 
 def node_layout(fmt: str, cluster: ResolvedCluster, world_size: int) -> NodeLayout:
@@ -181,9 +197,8 @@ def node_layout(fmt: str, cluster: ResolvedCluster, world_size: int) -> NodeLayo
         fmt,
         "homogeneous-nodes",
         f"the cluster mixes kinds of node ({', '.join(cluster.pools())}); {fmt} launches one "
-        "kind: a plan across node groups (stage_groups) cannot be exported yet (per-group "
-        "hosts with Megatron-Core's --pipeline-model-parallel-layout, heterogeneous Slurm "
-        "jobs); export a plan of one group, searched on that group's cluster",
+        "kind of node: a plan across node groups (stage_groups) exports with megatron or "
+        "slurm (Megatron-LM), a plan of one group from a search on that group's cluster",
     )
     gpn = cluster.gpus_per_node
     require(
@@ -212,9 +227,110 @@ def node_layout(fmt: str, cluster: ResolvedCluster, world_size: int) -> NodeLayo
     )
 
 
-def torchrun_args(layout: NodeLayout, job_id: str | None = "${JOB_ID}") -> list[str]:
+def plan_node_layout(fmt: str, cluster: ResolvedCluster, plan: TrainingPlan) -> NodeLayout:
+    """`node_layout` of a training plan; a plan across node groups (`stage_groups`) becomes
+    one job whose node ranks follow the pipeline: Megatron orders ranks tensor, context,
+    data, then pipeline outermost, so stage j is ranks [j·s, (j+1)·s) of s = tensor ×
+    context × data GPUs, and each group's block of stages takes whole nodes in that order.
+
+    Raises:
+        UnexpressiblePlan: (`<fmt>.stage-blocks`) a group's stages are not one contiguous
+            block; (`<fmt>.node-size`) the groups' nodes differ in GPU count (one torchrun
+            runs the same process count on every node) or vendor; (`whole-nodes`) a group's
+            block does not fill whole nodes.
+    """
+    if plan.stage_groups is None:
+        return node_layout(fmt, cluster, plan.parallelism.world_size)
+    try:
+        names = pool_names(cluster, plan.stage_groups)
+    except PlannerError as exc:
+        raise UnexpressiblePlan(fmt, f"{fmt}.stage-groups", exc.detail) from exc
+    pools = cluster.pools()
+    order = list(dict.fromkeys(names))
+    blocks_ok = all(
+        names[j] == names[j + 1] or names[j + 1] not in names[: j + 1]
+        for j in range(len(names) - 1)
+    )
+    require(
+        blocks_ok,
+        fmt,
+        f"{fmt}.stage-blocks",
+        f"stage_groups {plan.stage_groups} visits a node group twice; a launch gives each "
+        "group one block of node ranks",
+    )
+    shapes = {(pools[n].gpus_per_node, pools[n].groups[0].accelerator.vendor) for n in order}
+    require(
+        len(shapes) == 1,
+        fmt,
+        f"{fmt}.node-size",
+        "the plan's node groups differ in GPUs per node or vendor ("
+        + ", ".join(
+            f"{n}: {pools[n].gpus_per_node} × {pools[n].groups[0].accelerator.id}" for n in order
+        )
+        + "); one torchrun job runs the same number of processes on every node of one vendor",
+    )
+    gpn = pools[order[0]].gpus_per_node
+    per_stage = stage_gpus(plan)
+    blocks = []
+    first = 0
+    for name in order:
+        stages = tuple(j for j, n in enumerate(names) if n == name)
+        gpus = len(stages) * per_stage
+        require(
+            gpus % gpn == 0,
+            fmt,
+            "whole-nodes",
+            f"the {len(stages)} stages on {name} take {gpus} GPUs, not whole nodes of {gpn}",
+        )
+        acc = pools[name].groups[0].accelerator.id
+        blocks.append(NodeBlock(name, acc, first, gpus // gpn, stages))
+        first += gpus // gpn
+    lead = pools[order[0]].groups[0].accelerator
+    return NodeLayout(
+        num_nodes=first,
+        gpus_per_node=gpn,
+        node_gpus=gpn,
+        accelerator="+".join(b.accelerator for b in blocks),
+        vendor=lead.vendor,
+        blocks=tuple(blocks),
+    )
+
+
+def block_notes(layout: NodeLayout) -> list[str]:
+    """The node ranks of every group of a plan across groups (empty on one group)."""
+    return [
+        f"node ranks {b.first_node}-{b.first_node + b.nodes - 1}: group {b.group} "
+        f"({b.nodes} × {b.accelerator}), pipeline stages {b.stages[0]}-{b.stages[-1]}"
+        for b in layout.blocks
+    ]
+
+
+def static_torchrun_args(layout: NodeLayout, node_rank: str, master: str, port: str) -> list[str]:
+    """`torchrun` with fixed node ranks (static rendezvous at `master`:`port`)."""
+    return [
+        "torchrun",
+        "--nnodes",
+        str(layout.num_nodes),
+        "--nproc-per-node",
+        str(layout.gpus_per_node),
+        "--node-rank",
+        node_rank,
+        "--master-addr",
+        master,
+        "--master-port",
+        port,
+    ]
+
+
+def torchrun_args(
+    layout: NodeLayout, job_id: str | None = "${JOB_ID}", node_rank: str = "${NODE_RANK}"
+) -> list[str]:
     """`torchrun` over the layout's nodes with a c10d rendezvous at MASTER_ADDR:MASTER_PORT
-    (and `--rdzv-id job_id` when given) — what every multi-node training launch starts with."""
+    (and `--rdzv-id job_id` when given) — what every multi-node training launch starts with.
+    A plan across node groups needs each node at its own rank: a static rendezvous with
+    `--node-rank node_rank` instead."""
+    if layout.blocks:
+        return static_torchrun_args(layout, node_rank, "${MASTER_ADDR}", "${MASTER_PORT}")
     words = [
         "torchrun",
         "--nnodes",

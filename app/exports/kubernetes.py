@@ -34,6 +34,7 @@ from app.exports.base import (
     model_reference,
     node_layout,
     require,
+    static_torchrun_args,
 )
 from app.exports.serve_command import serve_args
 from app.exports.serving_common import ROLE_ORDER, instance_shape
@@ -122,20 +123,7 @@ def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
         port = "$(MASTER_PORT)"
     else:
         master, rank, port = f"{name}-workers-0-0.{name}", "$(NODE_RANK)", str(MASTER_PORT)
-    command = [
-        "torchrun",
-        "--nnodes",
-        str(layout.num_nodes),
-        "--nproc-per-node",
-        str(layout.gpus_per_node),
-        "--node-rank",
-        rank,
-        "--master-addr",
-        master,
-        "--master-port",
-        port,
-        *program,
-    ]
+    command = [*static_torchrun_args(layout, rank, master, port), *program]
     gpu = gpu_resource_name(layout.vendor)
     shm_volume, shm_mount = _shm()
     mounts = [shm_mount]

@@ -36,10 +36,11 @@ from collections.abc import Mapping, Sequence
 from app.exports.base import (
     ExportContext,
     ExportResult,
+    block_notes,
     hf_model_id,
     int_flag,
-    node_layout,
     parse_flags,
+    plan_node_layout,
     require,
     shell_command,
     torchrun_args,
@@ -809,22 +810,37 @@ def _check_recompute(f: Mapping[str, str | bool]) -> None:
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.training_plan(FORMAT)
     world = plan.parallelism.world_size
-    layout = node_layout(FORMAT, ctx.cluster, world)
+    layout = plan_node_layout(FORMAT, ctx.cluster, plan)
     args, env, notes = build_args(ctx.model, plan, workload)
     check_args(args, world_size=world, env=env)
     launcher = [*torchrun_args(layout), ENTRYPOINT]
     exports = "\n".join(f"export {k}={v}" for k, v in env.items())
+    ranks = block_notes(layout)
+    placement = "".join(f"#   {line}\n" for line in ranks)
+    required = (
+        ': "${NODE_RANK:?set NODE_RANK on every node: the node ranks of each group above}"\n'
+        if layout.blocks
+        else ""
+    )
     content = (
         "#!/usr/bin/env bash\n"
         f"# Megatron-LM launch of meshplan plan {ctx.plan_id or ''} ({world} GPUs: "
         f"{layout.num_nodes} node(s) × {layout.gpus_per_node}).\n"
         "# Run from the Megatron-LM checkout on every node (or through the slurm export).\n"
-        "set -euo pipefail\n"
+        + (
+            f"# Nodes by group (pipeline stages run in node-rank order):\n{placement}"
+            if ranks
+            else ""
+        )
+        + "set -euo pipefail\n"
         f"{exports}\n"
-        ': "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${JOB_ID:=meshplan}"\n\n'
+        ': "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${JOB_ID:=meshplan}"\n'
+        + required
+        + "\n"
         + shell_command([*launcher, *args])
         + "\n"
     )
+    notes = [*notes, *ranks]
     return ExportResult(
         format=FORMAT,
         filename="launch_megatron.sh",

@@ -15,6 +15,7 @@ the step, SGLang with `--nnodes/--node-rank/--dist-init-addr`).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from app.exports import deepspeed, megatron, torchtitan, trtllm
@@ -22,8 +23,10 @@ from app.exports.base import (
     ExportContext,
     ExportResult,
     UnexpressiblePlan,
+    block_notes,
     model_reference,
     node_layout,
+    plan_node_layout,
     require,
     shell_command,
     torchrun_args,
@@ -77,6 +80,8 @@ def _heredoc(path: str, text: str) -> list[str]:
 def _training(ctx: ExportContext, framework: str) -> ExportResult:
     plan, _ = ctx.training_plan(FORMAT)
     world = plan.parallelism.world_size
+    if plan.stage_groups is not None and framework == "megatron":
+        return _training_across_groups(ctx)
     layout = node_layout(FORMAT, ctx.cluster, world)
     torchrun = torchrun_args(layout, "${SLURM_JOB_ID}")
     lines = _header(
@@ -110,6 +115,60 @@ def _training(ctx: ExportContext, framework: str) -> ExportResult:
         args=[*srun, *command],
         env={**env, "MASTER_PORT": "29500"},
         notes=[f"framework: {framework}", *inner.notes],
+    )
+
+
+def _training_across_groups(ctx: ExportContext) -> ExportResult:
+    """A Megatron-LM plan across node groups as a heterogeneous Slurm job: one component
+    per group, in pipeline order (`#SBATCH hetjob` between them), one step over all of them
+    whose global task id is the node rank (`torchrun --node-rank $SLURM_PROCID`, static
+    rendezvous at the first node)."""
+    plan, _ = ctx.training_plan(FORMAT)
+    world = plan.parallelism.world_size
+    layout = plan_node_layout(FORMAT, ctx.cluster, plan)
+    inner = megatron.export(ctx)
+    lines = _header(
+        ctx,
+        layout.blocks[0].nodes,
+        layout.gpus_per_node,
+        f"megatron training on {world} GPUs across {len(layout.blocks)} node groups",
+    )
+    at = lines.index("set -euo pipefail")
+    component = lines[1 : lines.index("#SBATCH --output=%x-%j.out") + 1]
+    het: list[str] = [f"# component 0: {block_notes(layout)[0]} (add its --partition)"]
+    for i, block in enumerate(layout.blocks[1:], start=1):
+        het += [
+            "#SBATCH hetjob",
+            f"# component {i}: {block_notes(layout)[i]} (add its --partition)",
+            *(
+                f"#SBATCH --nodes={block.nodes}" if line.startswith("#SBATCH --nodes=") else line
+                for line in component
+                if not line.startswith(("#SBATCH --job-name", "#SBATCH --output"))
+            ),
+        ]
+    lines[at - 1 : at - 1] = het
+    lines = [
+        line.replace("$SLURM_JOB_NODELIST", "$SLURM_JOB_NODELIST_HET_GROUP_0") for line in lines
+    ]
+    env = dict(inner.env)
+    lines += [f"export {k}=${{{k}:-{v}}}" for k, v in env.items()]
+    torchrun = torchrun_args(layout, None, node_rank="$SLURM_PROCID")
+    task = "exec " + shell_command([*torchrun, megatron.ENTRYPOINT, *inner.args])
+    groups = ",".join(str(i) for i in range(len(layout.blocks)))
+    srun = ["srun", f"--het-group={groups}", "--ntasks-per-node", "1"]
+    lines += ["", " ".join(srun) + " bash -c " + shlex.quote(task)]
+    return ExportResult(
+        format=FORMAT,
+        filename="meshplan.sbatch",
+        content="\n".join(lines) + "\n",
+        args=[*srun, "bash", "-c", task],
+        env={**env, "MASTER_PORT": "29500"},
+        notes=[
+            "framework: megatron",
+            "heterogeneous job: one component per node group",
+            *block_notes(layout),
+            *inner.notes,
+        ],
     )
 
 

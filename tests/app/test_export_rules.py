@@ -639,7 +639,16 @@ def test_trtllm_command_and_options_follow_the_plan() -> None:
 
 
 # ---- mixed clusters --------------------------------------------------------------------------
-def test_plans_across_node_groups_are_refused_by_every_training_launcher() -> None:
+def shell_words(text: str) -> list[str]:
+    """Words as the shell reads them (backslash-newline continues a line, `#` comments)."""
+    import shlex
+
+    return shlex.split(text.replace("\\\n", " "), comments=True)
+
+
+def _across_groups() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Llama-3-70B on one H100 node ("new") and one A100 node ("old"): tensor 8, two
+    stages, the A100 stage first with fewer layers."""
     from app.services import planning
     from specs.cluster import ClusterSpec
 
@@ -655,8 +664,44 @@ def test_plans_across_node_groups_are_refused_by_every_training_launcher() -> No
     )
     problem, row = training(LLAMA, nodes=2, data=1, tensor=8, pipeline=2, gbs=64)
     problem = {**problem, "cluster": cluster.model_dump(mode="json")}
-    row = {**row, "plan": {**row["plan"], "stage_layers": [40, 40], "stage_groups": ["old", "new"]}}
-    for fmt in ("megatron", "torchtitan", "deepspeed", "slurm", "kubernetes"):
+    plan = {**row["plan"], "stage_layers": [30, 50], "stage_groups": ["old", "new"]}
+    return problem, {**row, "plan": plan}
+
+
+def test_a_plan_across_node_groups_launches_with_megatron_and_slurm() -> None:
+    problem, row = _across_groups()
+    mg = export_plan(row, problem, "megatron")
+    flags = parse_flags(mg.args, mg_export.SWITCHES)
+    # the uneven split in Megatron's flags: 30 layers on the first stage, 50 on the last
+    assert flags["--decoder-first-pipeline-num-layers"] == "30"
+    assert flags["--decoder-last-pipeline-num-layers"] == "50"
+    words = shell_words(mg.content)
+    assert words[words.index("--node-rank") + 1] == "${NODE_RANK}"
+    assert "--rdzv-backend" not in words  # fixed node ranks: a static rendezvous
+    assert mg.notes[-2:] == [
+        "node ranks 0-0: group old (1 × a100-80gb), pipeline stages 0-0",
+        "node ranks 1-1: group new (1 × h100-sxm), pipeline stages 1-1",
+    ]
+    sl = export_plan(row, problem, "slurm")
+    lines = sl.content.splitlines()
+    assert lines.count("#SBATCH hetjob") == 1
+    assert [x for x in lines if x.startswith("#SBATCH --nodes=")] == ["#SBATCH --nodes=1"] * 2
+    assert "$SLURM_JOB_NODELIST_HET_GROUP_0" in sl.content
+    assert sl.args[:2] == ["srun", "--het-group=0,1"]
+    task = shell_words(sl.args[-1])
+    assert task[task.index("--node-rank") + 1] == "$SLURM_PROCID"
+    assert task[task.index("--decoder-first-pipeline-num-layers") + 1] == "30"
+
+
+def test_launchers_without_node_group_placement_refuse_a_plan_across_groups() -> None:
+    problem, row = _across_groups()
+    for fmt in ("torchtitan", "deepspeed", "kubernetes"):
         info = refused(problem, row, fmt)
         assert info.rule == "homogeneous-nodes", fmt
-        assert "new, old" in str(info) and "stage_groups" in str(info)
+        assert "new, old" in str(info) and "megatron or slurm" in str(info)
+    # a group visited twice cannot take one block of node ranks
+    twice = {**row, "plan": {**row["plan"], "parallelism": {**row["plan"]["parallelism"],
+             "pipeline": 3}, "stage_layers": [20, 30, 30], "stage_groups": ["old", "new", "old"]}}  # fmt: skip
+    problem3 = {**problem, "cluster": {**problem["cluster"]}}
+    info = refused(problem3, twice, "megatron")
+    assert info.rule == "megatron.stage-blocks"
