@@ -277,11 +277,15 @@ REPORTED_MIB = {
     "h100-sxm": 81559, "h100-pcie": 81559, "h800": 81559, "a100-80gb": 81920,
     "a100-40gb": 40960, "v100-32gb": 32768, "h200": 143771, "h20": 97871, "b200": 183359,
     "l40s": 46068, "l4": 23034, "a10": 23028, "rtx-4090": 24564,
+    # added for mixed fleets (captures cited in each file's sources)
+    "t4": 15360, "v100-16gb": 16160, "a10g": 23028, "rtx-3090": 24576, "rtx-a6000": 49140,
+    "l40": 46068, "gh200": 97871, "b300": 275040, "gb300": 284208,
 }  # fmt: skip
 # Vendor GB label read as GiB (device-reported figure unknown), flagged unverified.
 LABEL_GIB = {
     "a100-pcie-80gb": 80, "a800": 80, "gb200": 186, "mi300x": 192, "mi325x": 256,
     "mi355x": 288, "gaudi2": 96, "gaudi3": 128, "tpu-v5e": 16, "tpu-v5p": 95, "tpu-v6e": 32,
+    "mi210": 64, "gh200-144gb": 144,
 }  # fmt: skip
 
 
