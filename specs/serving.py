@@ -448,10 +448,23 @@ class ServingInstance(Spec):
     """Prefill token budget per iteration (chunked prefill); null: no chunking."""
     precision: WeightFormat | None = None
     """Weight format of this instance; null: the workload's precision."""
+    group: str | None = Field(default=None, min_length=1, max_length=64)
+    """On a cluster of mixed hardware: the node group (or pool of identical groups, by its
+    first group's name) the instances run on. A colocated plan may then list one `both`
+    instance per group: the router sends each request to the instance with the least
+    outstanding work per unit of its speed."""
 
     @property
     def num_gpus(self) -> int:
         return self.count * self.parallelism.num_gpus
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """An instance without a group dumps as before the field existed."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("group", 0) is None:
+            data.pop("group")
+        return data
 
 
 ENGINE_ALIASES: dict[str, str] = {
@@ -509,7 +522,14 @@ class ServingPlan(Spec):
     @model_validator(mode="after")
     def _check(self) -> ServingPlan:
         roles = [i.role for i in self.instances]
-        if self.mode == "colocated" and roles != ["both"]:
+        groups = [i.group for i in self.instances]
+        across = len(roles) > 1 and set(roles) == {"both"}
+        if across and (None in groups or len(set(groups)) != len(groups)):
+            raise ValueError(
+                "a colocated plan lists several 'both' instances only across node groups: "
+                f"each names a different group (got groups {groups})"
+            )
+        if self.mode == "colocated" and roles != ["both"] and not across:
             raise ValueError(
                 f"a colocated plan has exactly one instance with role 'both' (got roles {roles})"
             )

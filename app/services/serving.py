@@ -43,13 +43,15 @@ def _check_cluster(cluster: ResolvedCluster) -> None:
     if not cluster.is_homogeneous:
         kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
         raise InputError(
-            "serving plans need one kind of node; got " + ", ".join(kinds),
+            "a serving search needs one kind of node; got " + ", ".join(kinds) + ". Across "
+            "node groups, estimate a colocated plan whose instances name their group "
+            "(POST /v1/estimate, instances[].group), or search each group's cluster",
             [
                 _field_error(
                     "cluster.node_groups",
                     "must describe one kind of node",
                     kinds,
-                    "heterogeneous clusters are not supported for serving yet",
+                    "serving searches across node groups are not supported yet",
                 )
             ],
         )
@@ -89,9 +91,12 @@ def _cost_model(ref: CostModelRef | None) -> ServingCostModel:
 
 
 def _problem(
-    model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload
+    model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload, *, mixed: bool = False
 ) -> ServingProblem:
-    _check_cluster(cluster)
+    """The serving problem; `mixed` accepts a cluster of several kinds of node (estimates
+    of plans whose instances name their groups)."""
+    if not mixed:
+        _check_cluster(cluster)
     _check_workload(workload)
     problem = ServingProblem(model=model, cluster=cluster, workload=workload)
     if workload.objective == "min_gpus" and problem.target_rate_rps is None:
@@ -138,7 +143,9 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
                 )
             ],
         )
-    problem = _problem(resolve_model(body.model), resolve_cluster(body.cluster), body.workload)
+    problem = _problem(
+        resolve_model(body.model), resolve_cluster(body.cluster), body.workload, mixed=True
+    )
     plan = body.plan
     if plan.engine is not None:
         check_engine(plan.engine, "plan.engine")

@@ -37,6 +37,7 @@ from solver.serving.goodput import (
     GoodputResult,
     SLOTarget,
     goodput_colocated,
+    goodput_colocated_mix,
     goodput_disaggregated,
     mean_lengths,
     poisson_unit_stream,
@@ -50,7 +51,15 @@ from solver.serving.queueing import (
     isolated_latency_disaggregated,
     kv_tokens_per_seq,
 )
-from solver.serving.simulate import Request, SimResult, simulate_colocated, simulate_disaggregated
+from solver.serving.simulate import (
+    ColocatedPart,
+    Request,
+    SimResult,
+    routing_weight,
+    simulate_colocated,
+    simulate_colocated_mix,
+    simulate_disaggregated,
+)
 from solver.warnings import serving_warnings
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
@@ -95,6 +104,23 @@ class ServingProblem:
     @property
     def num_gpus(self) -> int:
         return self.cluster.num_gpus
+
+    def pool(self, group: str | None) -> ResolvedCluster:
+        """The cluster an instance of `group` runs on: the pool that name (a pool's or one
+        of its groups') belongs to; the whole cluster for None."""
+        if group is None:
+            return self.cluster
+        pools = self.cluster.pools()
+        if group in pools:
+            return pools[group]
+        for pool in pools.values():
+            if any(g.name == group for g in pool.groups):
+                return pool
+        raise InfeasiblePlan(
+            "topology",
+            f"instance group {group!r} names no node group of the cluster "
+            f"(groups: {', '.join(g.name or '' for g in self.cluster.groups)})",
+        )
 
     @property
     def slo(self) -> SLOTarget:
@@ -155,17 +181,24 @@ class InstanceCosts:
         self._cache: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
 
     def get(
-        self, tensor: int, pipeline: int, expert: int, precision: str, tier: str = "inter"
+        self,
+        tensor: int,
+        pipeline: int,
+        expert: int,
+        precision: str,
+        tier: str = "inter",
+        group: str | None = None,
     ) -> InstanceCost:
-        """The instance's costs; raises InfeasiblePlan (cached) when it cannot run."""
-        key = (tensor, pipeline, expert, precision, tier)
+        """The instance's costs on the cluster, or on the pool `group` names (a mixed
+        cluster); raises InfeasiblePlan (cached) when it cannot run."""
+        key = (tensor, pipeline, expert, precision, tier, group)
         hit = self._cache.get(key)
         if hit is None:
             wl = self.problem.workload
             try:
                 hit = self.cost_model.instance_cost(
                     self.problem.model,
-                    self.problem.cluster,
+                    self.problem.pool(group),
                     tensor,
                     pipeline,
                     expert,
@@ -187,7 +220,7 @@ class InstanceCosts:
     def of(self, inst: ServingInstance, tier: str = "inter") -> InstanceCost:
         p = inst.parallelism
         precision = inst.precision or self.problem.workload.precision
-        return self.get(p.tensor, p.pipeline, p.expert, precision, tier)
+        return self.get(p.tensor, p.pipeline, p.expert, precision, tier, inst.group)
 
 
 @dataclass(frozen=True)
@@ -239,7 +272,10 @@ def colocated_unit(
     plan: ServingPlan, gpus_per_node: int, cluster_gpus: int, objective: str = "max_goodput_per_gpu"
 ) -> tuple[int, int]:
     """(units, instances per unit) of a colocated plan: `node_replicas` per unit when the
-    count is a multiple of it, else the largest common divisor of the two."""
+    count is a multiple of it, else the largest common divisor of the two. A plan across
+    node groups is one unit."""
+    if len(plan.instances) > 1:
+        return 1, plan.instances[0].count
     inst = plan.instances[0]
     per = math.gcd(
         inst.count, node_replicas(inst.parallelism.num_gpus, gpus_per_node, cluster_gpus, objective)
@@ -249,6 +285,8 @@ def colocated_unit(
 
 def unit_gpus(plan: ServingPlan, gpus_per_node: int = 8, cluster_gpus: int = 8) -> int:
     """GPUs of the plan's smallest repeating unit (module docstring)."""
+    if len(plan.instances) > 1 and plan.mode == "colocated":
+        return plan.gpus_used
     if plan.mode == "colocated":
         _, per = colocated_unit(plan, gpus_per_node, cluster_gpus)
         return per * plan.instances[0].parallelism.num_gpus
@@ -269,6 +307,8 @@ def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list
     """Rules every plan must meet before it is priced: GPUs available, tensor parallelism
     inside a node (the all-reduce of every layer runs on the scale-up fabric)."""
     out = []
+    if not problem.cluster.is_homogeneous or any(i.group for i in plan.instances):
+        return _group_violations(problem, plan)
     if plan.gpus_used > problem.num_gpus:
         out.append(
             Violation(
@@ -301,6 +341,64 @@ def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list
     return out
 
 
+def _group_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violation]:
+    """The rules of a plan on a mixed cluster: colocated, every instance on a named group,
+    each group with the GPUs its instances take, tensor parallelism inside its nodes."""
+    out = []
+    if plan.mode != "colocated":
+        out.append(
+            Violation(
+                kind="topology",
+                detail="across node groups only colocated plans are priced for now",
+                field="plan.mode",
+            )
+        )
+        return out
+    used: dict[int, tuple[ResolvedCluster, int]] = {}
+    for i, inst in enumerate(plan.instances):
+        if inst.group is None:
+            out.append(
+                Violation(
+                    kind="topology",
+                    detail="the cluster mixes kinds of node: every instance names its group",
+                    field=f"plan.instances.{i}.group",
+                )
+            )
+            continue
+        try:
+            pool = problem.pool(inst.group)
+        except InfeasiblePlan as exc:
+            out.append(
+                Violation(kind="topology", detail=str(exc), field=f"plan.instances.{i}.group")
+            )
+            continue
+        prior = used.get(id(pool), (pool, 0))[1]
+        used[id(pool)] = (pool, prior + inst.num_gpus)
+        p = inst.parallelism
+        if p.tensor * p.expert > pool.gpus_per_node:
+            out.append(
+                Violation(
+                    kind="topology",
+                    detail=(
+                        f"instance on {inst.group}: tensor × expert = {p.tensor * p.expert} "
+                        f"exceeds the {pool.gpus_per_node} GPUs of its nodes"
+                    ),
+                    field=f"plan.instances.{i}.parallelism",
+                )
+            )
+    for pool, gpus in used.values():
+        if gpus > pool.num_gpus:
+            name = pool.groups[0].name
+            out.append(
+                Violation(
+                    kind="topology",
+                    detail=f"the instances on {name} take {gpus} GPUs; it has {pool.num_gpus}",
+                    field="plan.instances",
+                )
+            )
+    return out
+
+
 def _disaggregated_unit(plan: ServingPlan) -> tuple[int, int, int]:
     """(units g, prefill instances per unit, decode instances per unit)."""
     cp, cd = plan.instance("prefill").count, plan.instance("decode").count
@@ -314,6 +412,9 @@ def plan_goodput(
     """(the plan's goodput in requests/s, the unit's bisection result)."""
     slo = problem.slo
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    if len(plan.instances) > 1 and plan.mode == "colocated":
+        res = goodput_colocated_mix(stream, _parts(plan, costs, tier), slo, rel_tol=GOODPUT_REL_TOL)
+        return res.goodput_rps, res
     if plan.mode == "colocated":
         inst = plan.instances[0]
         units, per = colocated_unit(
@@ -345,6 +446,15 @@ def plan_goodput(
     return units * res.goodput_rps, res
 
 
+def _parts(plan: ServingPlan, costs: InstanceCosts, tier: str) -> list[ColocatedPart]:
+    """The colocated instances of a plan across node groups, fastest first."""
+    parts = [
+        ColocatedPart(costs.of(inst, tier), inst.count, inst.max_batch_size, inst.chunk_size)
+        for inst in plan.instances
+    ]
+    return sorted(parts, key=lambda part: -routing_weight(part.cost))
+
+
 def simulate_plan(
     plan: ServingPlan,
     costs: InstanceCosts,
@@ -355,6 +465,8 @@ def simulate_plan(
     """Simulate the whole plan on `requests` (arrival times already at the rate), at most
     `concurrency` of them in flight."""
     tier = kv_transfer_tier(plan, gpus_per_node)
+    if len(plan.instances) > 1 and plan.mode == "colocated":
+        return simulate_colocated_mix(requests, _parts(plan, costs, tier), concurrency=concurrency)
     if plan.mode == "colocated":
         inst = plan.instances[0]
         return simulate_colocated(
@@ -410,7 +522,8 @@ def _isolated(
 ) -> tuple[float, float]:
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
     if plan.mode == "colocated":
-        inst = plan.instances[0]
+        # alone in the system a request goes to the fastest instance (the router's choice)
+        inst = max(plan.instances, key=lambda i: routing_weight(costs.of(i, tier)))
         return isolated_latency_colocated(costs.of(inst, tier), prompt, output, inst.chunk_size)
     pre, dec = plan.instance("prefill"), plan.instance("decode")
     return isolated_latency_disaggregated(

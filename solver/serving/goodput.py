@@ -40,10 +40,12 @@ from solver.serving.queueing import (
     capacity_upper_bound_rps,
 )
 from solver.serving.simulate import (
+    ColocatedPart,
     Request,
     SimResult,
     StopRule,
     simulate_colocated,
+    simulate_colocated_mix,
     simulate_disaggregated,
 )
 
@@ -267,6 +269,31 @@ def goodput_colocated(
         )
 
     return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol, known_good=known_good)
+
+
+def goodput_colocated_mix(
+    unit_stream: Sequence[Request],
+    parts: Sequence[ColocatedPart],
+    slo: SLOTarget,
+    *,
+    rel_tol: float = 0.02,
+    max_events: int | None = None,
+    early_stop: bool = True,
+) -> GoodputResult:
+    """Goodput of colocated instances of several kinds behind one router
+    (`simulate_colocated_mix`), bracketed by the sum of their capacity bounds."""
+    ub = 0.0
+    for part in parts:
+        mp, mo = mean_lengths(unit_stream, scheduler_of(part.cost).prefix_caching)
+        ub += capacity_upper_bound_rps(
+            part.cost, part.count, part.max_batch_size, part.chunk_size, mp, mo
+        )
+    stop = slo.stop_rule(len(unit_stream)) if early_stop else None
+
+    def sim(reqs: list[Request]) -> SimResult:
+        return simulate_colocated_mix(reqs, parts, max_events=max_events, stop=stop)
+
+    return goodput_rps(sim, unit_stream, slo, ub, rel_tol=rel_tol)
 
 
 def goodput_disaggregated(

@@ -372,7 +372,7 @@ class _Engine:
         "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
         "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
         "separate", "block", "block_pos", "split", "prefix_cache", "prefix_warm", "paged",
-        "gen_base", "admits", "preemptions",
+        "gen_base", "admits", "preemptions", "weight",
     )  # fmt: skip
 
     def __init__(
@@ -387,6 +387,7 @@ class _Engine:
         handoff: list[tuple[float, _Seq]] | None,
     ) -> None:
         self.index = index
+        self.weight = 1.0  # routing weight: outstanding tokens are compared per unit of it
         self.cost = cost
         self.time_fn = cost.iteration_time_s
         self.role = role
@@ -710,15 +711,20 @@ class _Engine:
         heapq.heappush(sim.heap, (end, 1, sim.seqno, _EV_ENGINE, self.index, self.version))
 
 
-def _route(engines: list[_Engine], now: float) -> _Engine:
+def _route(engines: list[_Engine], now: float, need: int) -> _Engine:
+    """The engine with the fewest outstanding tokens per unit of weight among those whose
+    KV cache can hold `need` tokens (one exists: the caller rejects the others)."""
     if len(engines) == 1:
         return engines[0]
-    best = engines[0]
-    best_out = best.outstanding(now)
-    for e in engines[1:]:
-        o = e.outstanding(now)
+    best: _Engine | None = None
+    best_out = math.inf
+    for e in engines:
+        if e.kv_cap < need:
+            continue
+        o = e.outstanding(now) / e.weight
         if o < best_out:
             best, best_out = e, o
+    assert best is not None
     return best
 
 
@@ -752,8 +758,8 @@ def _run(
     rejected = [False] * n
     engines = front + back
     colocated = front[0].role == "both"
-    front_cap = front[0].kv_cap
-    back_cap = back[0].kv_cap if back else 0
+    front_cap = max(e.kv_cap for e in front)
+    back_cap = max((e.kv_cap for e in back), default=0)
     pending: dict[int, _Seq] = {}  # requests whose KV is in transfer, by index
     heap = sim.heap
     i_arr = 0
@@ -789,7 +795,7 @@ def _run(
                     sim.miss(idx)
                     continue
                 seq = _Seq(idx, p, o, p, 0, r.shared_prefix_tokens)
-            _route(front, now).enqueue(seq, now)
+            _route(front, now, seq.reserve).enqueue(seq, now)
             continue
         if not heap:
             break
@@ -813,7 +819,7 @@ def _run(
         else:
             s = pending.pop(ref)
             s.reserve = s.prompt + s.output
-            _route(back, now).enqueue(s, now)
+            _route(back, now, s.reserve).enqueue(s, now)
     return _result(requests, sim, rejected, engines, truncated)
 
 
@@ -861,6 +867,24 @@ def _result(
     )
 
 
+@dataclass(frozen=True)
+class ColocatedPart:
+    """Identical colocated instances in a set of mixed ones (`simulate_colocated_mix`)."""
+
+    cost: InstanceCost
+    count: int
+    max_batch_size: int
+    chunk_size: int | None
+
+
+def routing_weight(cost: InstanceCost) -> float:
+    """An instance's speed for routing across mixed instances: the inverse of its decode
+    step for one sequence of 1,024 tokens of context (an instance twice as fast takes twice
+    the outstanding tokens before the router prefers another)."""
+    step = cost.iteration_time_s(IterationBatch(decode_seqs=1, decode_context_tokens=1024))
+    return 1.0 / step if step > 0 else 1.0
+
+
 def simulate_colocated(
     requests: Sequence[Request],
     cost: InstanceCost,
@@ -877,16 +901,44 @@ def simulate_colocated(
     batching with a `chunk_size` token budget per iteration, `None` = unchunked), requests
     routed by least outstanding tokens, at most `concurrency` of them in flight (None: no
     cap). See the module docstring for the policy."""
-    _check_args(count, max_batch_size, chunk_size, "colocated")
+    return simulate_colocated_mix(
+        requests,
+        [ColocatedPart(cost, count, max_batch_size, chunk_size)],
+        fast_forward=fast_forward,
+        max_events=max_events,
+        stop=stop,
+        concurrency=concurrency,
+    )
+
+
+def simulate_colocated_mix(
+    requests: Sequence[Request],
+    parts: Sequence[ColocatedPart],
+    *,
+    fast_forward: bool = True,
+    max_events: int | None = None,
+    stop: StopRule | None = None,
+    concurrency: int | None = None,
+) -> SimResult:
+    """Colocated instances of several kinds (different GPUs, layouts or limits) behind one
+    router: a request goes to the instance with the fewest outstanding tokens per unit of
+    its `routing_weight` (capacity-weighted least work; one kind: plain least outstanding
+    tokens), ties to the lowest index, the parts in the order given."""
     _check_concurrency(concurrency)
-    cost, stages = pipeline_engines(cost)  # a p-stage instance runs p schedulers
-    count *= stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
     sim = _Sim(requests, cap, stop, concurrency)
-    front = [
-        _Engine(i, cost, "both", max_batch_size, chunk_size, sim, fast_forward, None)
-        for i in range(count)
-    ]
+    front: list[_Engine] = []
+    for part in parts:
+        _check_args(part.count, part.max_batch_size, part.chunk_size, "colocated")
+        cost, stages = pipeline_engines(part.cost)  # a p-stage instance runs p schedulers
+        weight = routing_weight(cost) if len(parts) > 1 else 1.0
+        for _ in range(part.count * stages):
+            engine = _Engine(
+                len(front), cost, "both", part.max_batch_size, part.chunk_size, sim,
+                fast_forward, None,
+            )  # fmt: skip
+            engine.weight = weight
+            front.append(engine)
     return _run(requests, front, [], [], None, sim)
 
 

@@ -62,3 +62,35 @@ def test_a_search_uses_both_kinds_when_that_is_faster(client: Any) -> None:
     assert best["metrics"]["step_time_s"] < alone_best["metrics"]["step_time_s"]
     assert set(best["stage_groups"]) == {"h100-sxm", "old"}
     assert "old" in best["explanation"] and "h100-sxm" in best["explanation"]
+
+
+def test_serving_instances_of_two_groups_behind_one_router(client: Any) -> None:
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
+                                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
+        "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}},
+    }  # fmt: skip
+    inst = {"role": "both", "count": 8, "max_batch_size": 128, "chunk_size": 2048}
+
+    def goodput(groups: list[str]) -> float:
+        plan = {"mode": "colocated", "instances": [{**inst, "group": g} for g in groups]}
+        answer = client.post("/v1/estimate", json={**body, "plan": plan})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["feasible"], answer.json()["violations"]
+        return float(answer.json()["metrics"]["goodput_rps"])
+
+    new, old, both = goodput(["new"]), goodput(["old"]), goodput(["new", "old"])
+    assert old < new
+    # capacity-weighted routing: the set serves about what its parts serve alone
+    assert 0.9 * (new + old) <= both <= 1.05 * (new + old)
+    # on a mixed cluster every instance names its group
+    plan = {"mode": "colocated", "instances": [inst]}
+    answer = client.post("/v1/estimate", json={**body, "plan": plan}).json()
+    assert answer["feasible"] is False
+    assert answer["violations"][0]["field"] == "plan.instances.0.group"
+    # a serving search across groups is not built yet: a 422 that says what to do instead
+    response = client.post("/v1/searches", json=body)
+    assert response.status_code == 422
+    assert "instances[].group" in response.json()["detail"]

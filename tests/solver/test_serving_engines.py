@@ -330,3 +330,22 @@ def test_a_concurrency_cap_sends_requests_as_slots_free(fast_forward: bool) -> N
     assert two.makespan_s == 4.0 and two.max_concurrent_sequences == 2
     with pytest.raises(ValueError):
         simulate_colocated(reqs, engine(SchedulerPolicy()), 1, 8, None, concurrency=0)
+
+
+# ---- instances of several kinds behind one router ------------------------------------------------
+def test_the_router_weighs_outstanding_work_by_instance_speed() -> None:
+    from solver.serving.simulate import ColocatedPart, simulate_colocated_mix
+
+    # a fast instance (1 s per iteration) and a slow one (2 s), one request per iteration,
+    # ten one-token requests at 0 (11 outstanding tokens each). Per unit of speed the router
+    # sends them fast, slow, fast, fast, slow, fast, fast, slow, fast, fast (ties go to the
+    # faster, listed first): the fast one finishes its 7 at 1..7 s, the slow one its 3 at
+    # 2, 4, 6 s. Plain least-outstanding routing would alternate and end at 10 s.
+    fast = ColocatedPart(AffineCost(base=1.0), 1, 1, None)
+    slow = ColocatedPart(AffineCost(base=2.0), 1, 1, None)
+    reqs = [Request(0.0, 10, 1) for _ in range(10)]
+    res = simulate_colocated_mix(reqs, [fast, slow])
+    assert res.e2e_s.tolist() == [1.0, 2.0, 2.0, 3.0, 4.0, 4.0, 5.0, 6.0, 6.0, 7.0]
+    assert res.makespan_s == 7.0
+    alone = simulate_colocated(reqs, AffineCost(base=1.0), 2, 1, None)
+    assert alone.makespan_s == 5.0  # two fast instances share them evenly
