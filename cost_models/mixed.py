@@ -27,7 +27,8 @@ evaluation on its pool:
   the optimizer step: the slowest rank's; FP8 weight casts: the slowest pool's;
 - stragglers, per-step overhead: the homogeneous factors (they depend on the GPU count);
 - memory: rank j's stage memory from its pool's evaluation, against that pool's usable
-  memory (a `memory` violation names the stage and the pool);
+  memory (a `memory` violation names the stage and the pool); the summary (`peak_gib`,
+  `capacity_gib`) is the stage with the least headroom on its own GPUs;
 - MFU: model FLOPs per second over the sum of the used GPUs' dense peaks.
 
 With every stage on one pool this reproduces the homogeneous estimate (tests check it). The
@@ -193,6 +194,21 @@ def boundary_extra_s(
     return extra
 
 
+def _pool_details(
+    pools: dict[str, ResolvedCluster], names: list[str], per_stage: int, pp: int
+) -> dict[str, Any]:
+    """Per pool: its accelerator, GPUs, GPUs the plan uses and the stages it runs."""
+    return {
+        name: {
+            "accelerator": pools[name].groups[0].accelerator.id,
+            "gpus": pools[name].num_gpus,
+            "gpus_used": names.count(name) * per_stage,
+            "stages": [j for j in range(pp) if names[j] == name],
+        }
+        for name in pools
+    }
+
+
 def evaluate_mixed(
     model: TrainingCostModel, problem: TrainingProblem, plan: TrainingPlan
 ) -> TrainingEstimate:
@@ -221,6 +237,12 @@ def evaluate_mixed(
                 need,
             )
     base = plan.model_copy(update={"stage_groups": None})
+    if len(set(names)) == 1:  # one pool: the homogeneous estimate (any schedule)
+        alone = model.evaluate(pool_problem(problem, pools[names[0]], world), base)
+        one_pool: dict[str, Any] = {**alone.details, "stage_pools": names}
+        one_pool["pool_boundaries"] = []
+        one_pool["pools"] = _pool_details(pools, names, per_stage, p.pipeline)
+        return dataclasses.replace(alone, plan=plan, details=one_pool)
     estimates = {
         name: model.evaluate(pool_problem(problem, pools[name], world), base)
         for name in dict.fromkeys(names)
@@ -269,12 +291,14 @@ def evaluate_mixed(
                 seen.add(v.detail)
                 violations.append(v)
     by_stage = []
-    peak = 0.0
+    tightest = 0  # the stage with the least headroom on its own GPUs
     for j in range(pp):
         stage = at[j].memory.by_stage[j]
         by_stage.append(stage)
         usable = at[j].memory.usable_gib
-        peak = max(peak, stage.total_gib)
+        room = usable - stage.total_gib
+        if room < at[tightest].memory.usable_gib - by_stage[tightest].total_gib:
+            tightest = j
         if stage.total_gib > usable:
             violations.append(
                 Violation(
@@ -286,10 +310,14 @@ def evaluate_mixed(
                     field="plan.stage_layers",
                 )
             )
-    capacity = min(e.memory.capacity_gib for e in estimates.values())
-    usable_min = min(e.memory.usable_gib for e in estimates.values())
+    # the summary is the tightest stage's: its peak against its own GPUs' memory, so that
+    # capacity − peak is the plan's least headroom (by_stage has every stage)
+    peak = by_stage[tightest].total_gib
     memory = MemoryReport(
-        peak_gib=peak, capacity_gib=capacity, usable_gib=usable_min, by_stage=by_stage
+        peak_gib=peak,
+        capacity_gib=at[tightest].memory.capacity_gib,
+        usable_gib=at[tightest].memory.usable_gib,
+        by_stage=by_stage,
     )
 
     flops = float(details[0]["model_flops_per_step"])
@@ -333,15 +361,7 @@ def evaluate_mixed(
         "critical_rank": crit,
         "stage_pools": names,
         "pool_boundaries": boundaries,
-        "pools": {
-            name: {
-                "accelerator": pools[name].groups[0].accelerator.id,
-                "gpus": pools[name].num_gpus,
-                "gpus_used": names.count(name) * per_stage,
-                "stages": [j for j in range(pp) if names[j] == name],
-            }
-            for name in pools
-        },
+        "pools": _pool_details(pools, names, per_stage, pp),
         "framework": details[0].get("framework"),
     }
     return TrainingEstimate(

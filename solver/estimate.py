@@ -101,6 +101,11 @@ def _estimate_mixed(
     if plan.stage_layers is not None:
         return evaluate_mixed(cost_model, problem, plan)
     names = pool_names(problem.cluster, plan.stage_groups)
+    if len(set(names)) == 1:  # one pool: its own estimate (any schedule), then named
+        sub = pool_problem(problem, pools[names[0]], plan.parallelism.world_size)
+        base = plan.model_copy(update={"stage_groups": None})
+        chunks = estimate_plan(sub, cost_model, base).plan.stage_layers
+        return evaluate_mixed(cost_model, problem, plan.model_copy(update={"stage_layers": chunks}))
     mixed = mixed_split(problem, cost_model, plan, names)
     if isinstance(mixed, MixedViolations):
         _raise_blocking(mixed.problem, plan, mixed.violations)

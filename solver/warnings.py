@@ -193,7 +193,11 @@ def _precision_label(precision: str) -> str:
 
 # ---- mfu_above_measured --------------------------------------------------------------------
 def mfu_above_measured(problem: TrainingProblem, estimate: TrainingEstimate) -> PlanWarning | None:
-    """`mfu_above_measured` (module doc)."""
+    """`mfu_above_measured` (module doc). Not on a cluster of mixed hardware: its plans run
+    each stage at its own GPUs' rate, and the per-GPU average of the step compares with no
+    single accelerator's record."""
+    if not problem.cluster.is_homogeneous:
+        return None
     metrics = estimate.metrics
     precision = problem.workload.precision
     for acc in _accelerators(problem.cluster):

@@ -192,10 +192,10 @@ class TrainingPlan(Spec):
                     f"stage_groups has {len(self.stage_groups)} entries; it must have one per "
                     f"pipeline stage ({p.pipeline})"
                 )
-            if p.virtual_pipeline > 1:
+            if p.virtual_pipeline > 1 and len(set(self.stage_groups)) > 1:
                 raise ValueError(
-                    "stage_groups with virtual_pipeline > 1 is not priced yet: give "
-                    "virtual_pipeline 1 on a mixed cluster"
+                    "stage_groups over several groups with virtual_pipeline > 1 is not priced "
+                    "yet: give virtual_pipeline 1, or one group for every stage"
                 )
         return self
 

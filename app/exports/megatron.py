@@ -819,6 +819,7 @@ def export(ctx: ExportContext) -> ExportResult:
     placement = "".join(f"#   {line}\n" for line in ranks)
     required = (
         ': "${NODE_RANK:?set NODE_RANK on every node: the node ranks of each group above}"\n'
+        ': "${MASTER_ADDR:?set MASTER_ADDR to the address of node rank 0}"\n'
         if layout.blocks
         else ""
     )

@@ -135,11 +135,19 @@ def _training_across_groups(ctx: ExportContext) -> ExportResult:
     )
     at = lines.index("set -euo pipefail")
     component = lines[1 : lines.index("#SBATCH --output=%x-%j.out") + 1]
-    het: list[str] = [f"# component 0: {block_notes(layout)[0]} (add its --partition)"]
+
+    def where(i: int) -> str:
+        block = layout.blocks[i]
+        return (
+            f"# component {i}: {block_notes(layout)[i]}; it must get {block.accelerator} "
+            "nodes: add the --partition or --constraint that selects them"
+        )
+
+    het: list[str] = [where(0)]
     for i, block in enumerate(layout.blocks[1:], start=1):
         het += [
             "#SBATCH hetjob",
-            f"# component {i}: {block_notes(layout)[i]} (add its --partition)",
+            where(i),
             *(
                 f"#SBATCH --nodes={block.nodes}" if line.startswith("#SBATCH --nodes=") else line
                 for line in component
@@ -165,8 +173,7 @@ def _training_across_groups(ctx: ExportContext) -> ExportResult:
         env={**env, "MASTER_PORT": "29500"},
         notes=[
             "framework: megatron",
-            "heterogeneous job: one component per node group",
-            *block_notes(layout),
+            "heterogeneous job: one component per node group, each on its group's nodes",
             *inner.notes,
         ],
     )

@@ -28,6 +28,7 @@ Tests compare it with brute force over every split.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -189,7 +190,8 @@ def _solve_uniform(
         room = st.usable - st.const_mem
         if room < mu:
             return None
-        mem_caps.append(num_layers if mu <= 0 else min(num_layers, int(room // mu)))
+        fits = num_layers if mu <= 0 or math.isinf(room) else int(room // mu)
+        mem_caps.append(min(num_layers, fits))
 
     def caps(limit: float) -> list[int] | None:
         out = []

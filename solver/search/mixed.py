@@ -242,7 +242,9 @@ def _groups_sentence(
     """What each pool does in the plan, and why the idle ones idle."""
     plan = est.plan
     stage_pools = plan.stage_groups or []
-    layers = plan.stage_layers or []
+    chunks = plan.stage_layers or []
+    pp = plan.parallelism.pipeline
+    layers = [sum(chunks[c] for c in range(j, len(chunks), pp)) for j in range(pp)]
     per_stage = plan.parallelism.tensor * plan.parallelism.context * plan.parallelism.data
     pools = problem.cluster.pools()
     parts = []
@@ -262,5 +264,9 @@ def _groups_sentence(
                 f"{slower:.1%} slower"
             )
         else:
-            parts.append(f"{name} ({pool.num_gpus} {acc}) idles: no plan of the top list uses it")
+            parts.append(
+                f"{name} ({pool.num_gpus} {acc}) idles: no plan in the top list uses it (its "
+                "GPUs hold no whole stage of these degrees, or the plans that use it are "
+                "slower)"
+            )
     return "Groups: " + "; ".join(parts) + "."

@@ -94,3 +94,23 @@ def test_serving_instances_of_two_groups_behind_one_router(client: Any) -> None:
     response = client.post("/v1/searches", json=body)
     assert response.status_code == 422
     assert "instances[].group" in response.json()["detail"]
+
+
+def test_a_mixed_plan_that_fits_nowhere_is_infeasible_not_an_error(client: Any) -> None:
+    body = {
+        "model": {"preset": "llama3-70b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8},
+                                    {"accelerator": "a100-80gb", "num_nodes": 8}]},
+        "workload": {"kind": "training", "global_batch_size": 512, "sequence_length": 4096},
+        "plan": {"parallelism": {"data": 16, "tensor": 1, "pipeline": 8},
+                 "stage_groups": ["a100-80gb"] * 4 + ["h100-sxm"] * 4},
+    }  # fmt: skip
+    response = client.post("/v1/estimate", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["feasible"] is False
+    assert {v["kind"] for v in answer["violations"]} == {"memory"}
+    assert sum(answer["plan"]["stage_layers"]) == 80
+    # the memory summary is the tightest stage against its own GPUs
+    stages = answer["memory"]["by_stage"]
+    assert answer["memory"]["peak_gib"] in [s["total_gib"] for s in stages]

@@ -147,3 +147,21 @@ def test_unavailable_gpus_take_whole_nodes_first_and_leave_a_partial_node() -> N
     with pytest.raises(Exception) as info:
         resolve_cluster(ClusterSpec.model_validate(none_left))
     assert getattr(info.value, "field", None) == "cluster.node_groups.0.unavailable_gpus"
+
+
+def test_one_group_with_an_interleaved_schedule_is_its_homogeneous_estimate() -> None:
+    problem = _problem()
+    model = build_cost_model("analytical")
+    body = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 2, "virtual_pipeline": 2},
+        "pipeline_schedule": "interleaved_1f1b",
+        "stage_layers": [8, 8, 8, 8],
+    }
+    named = TrainingPlan.model_validate({**body, "stage_groups": ["h100-sxm", "h100-sxm"]})
+    mixed = evaluate_mixed(model, problem, named)
+    pool = problem.cluster.pools()["h100-sxm"]
+    alone = model.evaluate(pool_problem(problem, pool, 16), TrainingPlan.model_validate(body))
+    assert mixed.metrics.step_time_s == alone.metrics.step_time_s
+    assert mixed.plan.stage_groups == ["h100-sxm", "h100-sxm"]
+    with pytest.raises(ValidationError, match="one group for every stage"):
+        TrainingPlan.model_validate({**body, "stage_groups": ["h100-sxm", "a100-80gb"]})
