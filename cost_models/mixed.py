@@ -327,10 +327,15 @@ def evaluate_mixed(
         per_stage * pools[names[j]].groups[0].accelerator.peak_flops(precision) for j in range(pp)
     )
     crit_breakdown = at[crit].metrics.time_breakdown_s
+    # the pool's breakdown is its own critical rank's: scale its intra-layer parts to the
+    # rank that is critical here (same hardware, other layers)
+    pool_work = details[crit]["rank_work_s"]
+    own_crit = float(pool_work[int(details[crit]["critical_rank"])])
+    scale = float(pool_work[crit]) / own_crit if own_crit > 0 else 1.0
     parts = {
-        "tensor_parallel_comm": crit_breakdown.tensor_parallel_comm,
-        "context_parallel_comm": crit_breakdown.context_parallel_comm,
-        "expert_parallel_comm": crit_breakdown.expert_parallel_comm,
+        "tensor_parallel_comm": crit_breakdown.tensor_parallel_comm * scale,
+        "context_parallel_comm": crit_breakdown.context_parallel_comm * scale,
+        "expert_parallel_comm": crit_breakdown.expert_parallel_comm * scale,
         "data_parallel_comm": dp,
         "pipeline_comm": crit_breakdown.pipeline_comm
         + fill_drain
@@ -339,9 +344,16 @@ def evaluate_mixed(
         "optimizer": optimizer,
         "overhead": overhead + stragglers + fp8,
     }
+    excess = sum(parts.values()) - step
+    intra = ("tensor_parallel_comm", "context_parallel_comm", "expert_parallel_comm")
+    intra_sum = sum(parts[k] for k in intra)
+    if excess > 0 and intra_sum > 0:  # never more than the step: trim the scaled parts
+        keep = max(0.0, 1.0 - excess / intra_sum)
+        for k in intra:
+            parts[k] *= keep
     breakdown = TimeBreakdown(
         compute=max(0.0, step - sum(parts.values())),
-        recompute=crit_breakdown.recompute,
+        recompute=min(crit_breakdown.recompute * scale, max(0.0, step - sum(parts.values()))),
         **parts,
     )
     tokens = problem.workload.global_batch_size * problem.workload.sequence_length

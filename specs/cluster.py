@@ -102,12 +102,17 @@ class ClusterSpec(Spec):
     GB/s (what a pipeline hand-off between them gets); null: the groups share one scale-out
     fabric and meet at the slower group's NIC rate."""
 
-    @model_validator(mode="after")
-    def _check(self) -> ClusterSpec:
-        names = [g.name for g in self.node_groups if g.name is not None]
+    @field_validator("node_groups")
+    @classmethod
+    def _unique_names(cls, value: list[NodeGroupSpec]) -> list[NodeGroupSpec]:
+        names = [g.name for g in value if g.name is not None]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"node group names must be unique (repeated: {', '.join(repeated)})")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
         total = sum(g.num_nodes * (g.gpus_per_node or 8) for g in self.node_groups)
         if total > MAX_TOTAL_GPUS:
             raise ValueError(f"the cluster has {total} GPUs; at most {MAX_TOTAL_GPUS} are allowed")

@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -186,18 +187,26 @@ class TrainingPlan(Spec):
                 )
             if any(n < 1 for n in self.stage_layers):
                 raise ValueError(f"every stage_layers entry must be >= 1 (got {self.stage_layers})")
-        if self.stage_groups is not None:
-            if len(self.stage_groups) != p.pipeline:
-                raise ValueError(
-                    f"stage_groups has {len(self.stage_groups)} entries; it must have one per "
-                    f"pipeline stage ({p.pipeline})"
-                )
-            if p.virtual_pipeline > 1 and len(set(self.stage_groups)) > 1:
-                raise ValueError(
-                    "stage_groups over several groups with virtual_pipeline > 1 is not priced "
-                    "yet: give virtual_pipeline 1, or one group for every stage"
-                )
         return self
+
+    @field_validator("stage_groups")
+    @classmethod
+    def _one_group_per_stage(cls, value: list[str] | None, info: ValidationInfo) -> Any:
+        """One name per pipeline stage; several groups only with one chunk per stage."""
+        p = info.data.get("parallelism")
+        if value is None or not isinstance(p, ParallelDims):
+            return value
+        if len(value) != p.pipeline:
+            raise ValueError(
+                f"stage_groups has {len(value)} entries; it must have one per pipeline stage "
+                f"({p.pipeline})"
+            )
+        if p.virtual_pipeline > 1 and len(set(value)) > 1:
+            raise ValueError(
+                "stage_groups over several groups with virtual_pipeline > 1 is not priced "
+                "yet: give virtual_pipeline 1, or one group for every stage"
+            )
+        return value
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:

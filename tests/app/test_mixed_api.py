@@ -37,6 +37,18 @@ def test_estimate_prices_a_plan_across_groups_and_splits_it(client: Any) -> None
     assert again["metrics"]["step_time_s"] == body["metrics"]["step_time_s"]
 
 
+def test_bad_group_inputs_name_their_field(client: Any) -> None:
+    plan = {"parallelism": {"data": 1, "tensor": 8, "pipeline": 3}, "stage_groups": ["old"]}
+    response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+    assert response.status_code == 422
+    assert "plan.stage_groups" in error_fields(response.json())
+    twice = {"node_groups": [{**H100, "name": "old"}, A100]}  # both named "old"
+    plan = {**plan, "stage_groups": ["old", "old", "old"]}
+    response = client.post("/v1/estimate", json={**BODY, "cluster": twice, "plan": plan})
+    assert response.status_code == 422
+    assert "cluster.node_groups" in error_fields(response.json())
+
+
 def test_a_plan_on_a_mixed_cluster_names_its_groups(client: Any) -> None:
     plan = {"parallelism": {"data": 1, "tensor": 8, "pipeline": 3}}
     response = client.post("/v1/estimate", json={**BODY, "plan": plan})

@@ -109,6 +109,11 @@ def test_a_stage_on_slower_gpus_wants_fewer_layers() -> None:
     bandwidth = problem.cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
     assert boundary["s"] == pytest.approx(size / bandwidth, rel=1e-9)
     assert even.details["pools"]["a100-80gb"]["gpus_used"] == 8
+    # the breakdown adds up to the step and no part is negative
+    parts = even.metrics.time_breakdown_s.model_dump()
+    recompute = parts.pop("recompute")
+    assert min(parts.values()) >= 0 and 0 <= recompute <= parts["compute"]
+    assert sum(parts.values()) == pytest.approx(even.metrics.step_time_s, rel=1e-9)
     # MFU counts every used GPU at its own peak
     flops = even.metrics.model_tflops_per_gpu * 16 * 1e12
     peaks = 8 * acc.peak_flops("bf16") + 8 * other.peak_flops("bf16")
