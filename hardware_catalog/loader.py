@@ -532,6 +532,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
             num_nodes=max(full_nodes, 1),
             gpus_per_node=gpus_per_node,
             name=name,
+            price_per_gpu_hour=group.price_per_gpu_hour,
             intra_node_bandwidth_gb_s=intra,
             inter_node_bandwidth_gb_s=(
                 group.inter_node_bandwidth_gb_s

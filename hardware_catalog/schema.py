@@ -513,6 +513,8 @@ class ResolvedNodeGroup(BaseModel):
     gpus_per_node: int
     name: str | None = None
     """The group's name (the request's, else the accelerator id, numbered for repeats)."""
+    price_per_gpu_hour: float | None = None
+    """The request's price of one GPU-hour of the group (null: not given)."""
     intra_node_bandwidth_gb_s: float
     """Scale-up bandwidth per GPU per direction (line rate), GB/s."""
     inter_node_bandwidth_gb_s: float

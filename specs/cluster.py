@@ -46,6 +46,9 @@ class NodeGroupSpec(Spec):
     inter_node_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     """Scale-out (NIC) bandwidth per GPU per direction, GB/s; null takes the system's NIC
     line rate."""
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=10_000)
+    """What one GPU of the group costs per hour (any currency, the same for every group);
+    the `min_cost` serving objective needs it on every group it may use."""
     unavailable_gpus: int = Field(default=0, ge=0, le=MAX_TOTAL_GPUS, strict=True)
     """GPUs of the group that cannot be used (failed, drained, reserved), counted as whole
     nodes first: the group keeps its full nodes, and the remainder leaves one node with

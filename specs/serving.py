@@ -56,7 +56,7 @@ WeightFormat = Literal["bf16", "fp16", "fp8", "int4"]
 0.5 B/param, GEMMs computed in bf16)."""
 KVPrecision = Literal["bf16", "fp16", "fp8"]
 """KV-cache element format (2 or 1 bytes)."""
-ServingObjective = Literal["max_goodput_per_gpu", "min_gpus", "min_latency"]
+ServingObjective = Literal["max_goodput_per_gpu", "min_gpus", "min_latency", "min_cost"]
 InstanceRole = Literal["both", "prefill", "decode"]
 
 
@@ -269,7 +269,10 @@ class ServingWorkload(Spec):
     precision_options: list[WeightFormat] | None = Field(default=None, min_length=1, max_length=4)
     """Extra weight formats the search may try."""
     objective: ServingObjective = "max_goodput_per_gpu"
-    """What the search optimises."""
+    """What the search optimises: `max_goodput_per_gpu`; `min_gpus` / `min_cost` (the
+    fewest GPUs / the lowest price per hour, `cluster.node_groups[].price_per_gpu_hour`,
+    that serve `arrival_rate_rps` under the SLO; on a cluster of mixed hardware, the mix of
+    groups that does); `min_latency`."""
     num_requests: int = Field(default=600, ge=50, le=5000)
     """Requests simulated per evaluation."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
@@ -380,14 +383,18 @@ class ServingWorkload(Spec):
             raise ValueError(
                 f"precision_options must not repeat a format (got {self.precision_options})"
             )
-        if self.objective in ("max_goodput_per_gpu", "min_gpus") and (
+        if self.objective in ("max_goodput_per_gpu", "min_gpus", "min_cost") and (
             self.slo.ttft_ms is None and self.slo.tpot_ms is None
         ):
             raise ValueError(
                 f"objective {self.objective} needs an SLO: slo.ttft_ms and/or slo.tpot_ms"
             )
-        if self.objective == "min_gpus" and self.arrival_rate_rps is None and self.trace is None:
-            raise ValueError("objective min_gpus needs arrival_rate_rps (or a trace)")
+        if (
+            self.objective in ("min_gpus", "min_cost")
+            and self.arrival_rate_rps is None
+            and self.trace is None
+        ):
+            raise ValueError(f"objective {self.objective} needs arrival_rate_rps (or a trace)")
         if self.shared_prefix_tokens:
             prompts = (
                 statistics.fmean(row[1] for row in self.trace)
@@ -493,7 +500,9 @@ class ServingPlan(Spec):
     """How the engine instances are laid out."""
 
     mode: Literal["colocated", "disaggregated"] = "colocated"
-    instances: list[ServingInstance] = Field(min_length=1, max_length=2)
+    instances: list[ServingInstance] = Field(min_length=1, max_length=64)
+    """One `both` instance (colocated), a `prefill` and a `decode` one (disaggregated), or on
+    a cluster of mixed hardware one `both` instance per node group (colocated)."""
     engine: str | None = Field(default=None, min_length=1, max_length=64)
     """The serving engine the plan is priced for and launches with (`GET /v1/engines`:
     `vllm`, `vllm_v0`, `sglang`, `tensorrt_llm`): its scheduler (how prompts share

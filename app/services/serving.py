@@ -24,6 +24,7 @@ from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.registry import build_serving_cost_model, list_serving_cost_models
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
+from solver.serving.mix import mixed_serving_search
 from solver.serving.search import (
     check_engine,
     check_engine_options,
@@ -39,20 +40,22 @@ from specs.serving import ServingPlan, ServingWorkload
 DEFAULT_SERVING_COST_MODEL = "analytical"
 
 
-def _check_cluster(cluster: ResolvedCluster) -> None:
-    if not cluster.is_homogeneous:
-        kinds = sorted({f"{g.accelerator.id} ({g.gpus_per_node}/node)" for g in cluster.groups})
+def _check_prices(cluster: ResolvedCluster, workload: ServingWorkload) -> None:
+    """`min_cost` needs a price on every node group (422 naming each one without)."""
+    if workload.objective != "min_cost":
+        return
+    missing = [i for i, g in enumerate(cluster.groups) if g.price_per_gpu_hour is None]
+    if missing:
         raise InputError(
-            "a serving search needs one kind of node; got " + ", ".join(kinds) + ". Across "
-            "node groups, estimate a colocated plan whose instances name their group "
-            "(POST /v1/estimate, instances[].group), or search each group's cluster",
+            "objective min_cost needs price_per_gpu_hour on every node group",
             [
                 _field_error(
-                    "cluster.node_groups",
-                    "must describe one kind of node",
-                    kinds,
-                    "serving searches across node groups are not supported yet",
+                    f"cluster.node_groups.{i}.price_per_gpu_hour",
+                    "required by objective min_cost",
+                    None,
+                    "no price for this group",
                 )
+                for i in missing
             ],
         )
 
@@ -91,12 +94,10 @@ def _cost_model(ref: CostModelRef | None) -> ServingCostModel:
 
 
 def _problem(
-    model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload, *, mixed: bool = False
+    model: ModelSpec, cluster: ResolvedCluster, workload: ServingWorkload
 ) -> ServingProblem:
-    """The serving problem; `mixed` accepts a cluster of several kinds of node (estimates
-    of plans whose instances name their groups)."""
-    if not mixed:
-        _check_cluster(cluster)
+    """The serving problem (a cluster of several kinds of node included: its plans' instances
+    name their groups)."""
     _check_workload(workload)
     problem = ServingProblem(model=model, cluster=cluster, workload=workload)
     if workload.objective == "min_gpus" and problem.target_rate_rps is None:
@@ -143,9 +144,7 @@ def estimate(body: EstimateRequest) -> dict[str, Any]:
                 )
             ],
         )
-    problem = _problem(
-        resolve_model(body.model), resolve_cluster(body.cluster), body.workload, mixed=True
-    )
+    problem = _problem(resolve_model(body.model), resolve_cluster(body.cluster), body.workload)
     plan = body.plan
     if plan.engine is not None:
         check_engine(plan.engine, "plan.engine")
@@ -164,6 +163,7 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
     _problem(model, cluster, body.workload)
+    _check_prices(cluster, body.workload)
     check_fixed(constraints.fixed)
     for i, name in enumerate(constraints.engines or []):
         check_engine(name, f"constraints.engines.{i}")
@@ -242,7 +242,8 @@ def run_problem(
         ref.get("name", DEFAULT_SERVING_COST_MODEL), ref.get("config")
     )
     started = time.perf_counter()
-    result = serving_search(
+    run = serving_search if serving.cluster.is_homogeneous else mixed_serving_search
+    result = run(
         serving,
         cost_model,
         fixed=constraints.fixed,

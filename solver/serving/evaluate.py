@@ -263,7 +263,7 @@ def node_replicas(
     of one TP1 instance would forgo the pooling that a node of them gets. For `min_gpus` a
     unit is one instance, so that the GPU count can be any multiple of the instance's (the
     figure is then conservative: pooled replicas carry at least as much)."""
-    if objective == "min_gpus":
+    if objective in ("min_gpus", "min_cost"):
         return 1
     return max(1, min(gpus_per_node, cluster_gpus) // instance_gpus)
 

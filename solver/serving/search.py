@@ -896,6 +896,11 @@ def serving_search(
     together; the time limit is shared)."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
+    if problem.workload.objective == "min_cost":
+        # one kind of node: the cheapest plan is the one on the fewest GPUs
+        problem = replace(
+            problem, workload=problem.workload.model_copy(update={"objective": "min_gpus"})
+        )
     fixed = dict(fixed or {})
     check_fixed(fixed)
     pinned = fixed.pop("engine", None)
@@ -971,6 +976,17 @@ def check_engine_options(
         build_engine(name, dict(values), field=field)
 
 
+def plan_price_per_hour(problem: ServingProblem, plan: ServingPlan) -> float:
+    """What the plan's GPUs cost per hour: each instance's GPUs at its group's
+    `price_per_gpu_hour` (0 where a group has none)."""
+    total = 0.0
+    for inst in plan.instances:
+        pool = problem.pool(inst.group)
+        price = pool.groups[0].price_per_gpu_hour or 0.0
+        total += inst.num_gpus * price
+    return total
+
+
 def _rank_key(problem: ServingProblem, est: ServingEstimate) -> float:
     """The objective's score of a priced plan (higher is better), to rank plans found for
     different engines together."""
@@ -980,6 +996,10 @@ def _rank_key(problem: ServingProblem, est: ServingEstimate) -> float:
     objective = problem.workload.objective
     if objective == "min_gpus":
         return -float(m.gpus_used) + min(m.goodput_rps_per_gpu, 1e5) * TIE_BREAK
+    if objective == "min_cost":
+        return -plan_price_per_hour(problem, est.plan) + min(m.goodput_rps_per_gpu, 1e5) * (
+            TIE_BREAK
+        )
     if objective == "min_latency":
         return -float(est.details.get("ranked_e2e_latency_s_p90", m.e2e_latency_s_p90))
     return m.goodput_rps_per_gpu

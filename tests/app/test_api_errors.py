@@ -130,25 +130,23 @@ def test_every_response_carries_a_request_id(client: Any) -> None:
     assert first and second and first != second
 
 
-def test_mixed_accelerators_are_a_422_for_serving_naming_the_node_groups(
+def test_min_cost_without_prices_is_a_422_naming_each_group(
     client: Any, tiny: dict[str, Any]
 ) -> None:
-    # training plans across node groups are searched (tests/app/test_mixed_api.py); serving
-    # across them is not built yet: a 422 naming the groups, nothing stored
     body = {
         "model": {"preset": "llama3-8b"},
         "cluster": {
             "node_groups": [
-                {"accelerator": "h100-sxm", "num_nodes": 1},
+                {"accelerator": "h100-sxm", "num_nodes": 1, "price_per_gpu_hour": 4.0},
                 {"accelerator": "a100-80gb", "num_nodes": 1},
             ]
         },
         "workload": {"kind": "serving", "prompt_tokens": 512, "output_tokens": 128,
-                     "slo": {"ttft_ms": 1000}},
+                     "slo": {"ttft_ms": 1000}, "objective": "min_cost",
+                     "arrival_rate_rps": 10},
     }  # fmt: skip
     problem = assert_problem(client.post("/v1/searches", json=body), 422, path="/v1/searches")
-    assert error_fields(problem) == ["cluster.node_groups"]
-    assert "a100-80gb" in problem["detail"] and "h100-sxm" in problem["detail"]
+    assert error_fields(problem) == ["cluster.node_groups.1.price_per_gpu_hour"]
     assert client.get("/v1/searches").json()["items"] == []  # nothing stored
 
 

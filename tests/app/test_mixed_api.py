@@ -102,10 +102,13 @@ def test_serving_instances_of_two_groups_behind_one_router(client: Any) -> None:
     answer = client.post("/v1/estimate", json={**body, "plan": plan}).json()
     assert answer["feasible"] is False
     assert answer["violations"][0]["field"] == "plan.instances.0.group"
-    # a serving search across groups is not built yet: a 422 that says what to do instead
-    response = client.post("/v1/searches", json=body)
-    assert response.status_code == 422
-    assert "instances[].group" in response.json()["detail"]
+    # a serving search across groups: each group alone and the groups together
+    response = client.post("/v1/searches?wait=60", json={**body, "top_k": 3})
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "succeeded", response.json()
+    plans = client.get(f"/v1/searches/{response.json()['id']}/plans").json()["items"]
+    assert all(i["group"] in ("new", "old") for p in plans for i in p["instances"])
+    assert "Groups: " in plans[0]["explanation"]
 
 
 def test_a_mixed_plan_that_fits_nowhere_is_infeasible_not_an_error(client: Any) -> None:

@@ -1,0 +1,236 @@
+"""Serving searches on a cluster of mixed hardware: each group alone, and mixes of groups
+behind one router (Mélange, Griggs et al. 2024: the cheapest mix of GPU types that serves
+a rate under an SLO).
+
+1. **Each group alone**: the serving search (`serving_search`) on each pool's own GPUs,
+   its plans carried over with their instances naming the pool.
+2. **Every group at once**: each pool's best colocated layout (from 1) replicated on all of
+   its GPUs, one instance set per pool behind one router (`simulate_colocated_mix`).
+3. **The cheapest mix for the rate** (objectives `min_gpus`, `min_cost`; the workload's
+   arrival rate): with r_g the goodput one instance of pool g's layout carries under the
+   SLO (its plan's goodput over its instance count), s_g its GPUs, p_g its price per
+   GPU-hour (`min_cost`; 1 for `min_gpus`) and M_g the instances the pool holds, the
+   integer program
+
+       min  Σ_g p_g · s_g · n_g
+       s.t. Σ_g r_g · n_g ≥ (1 + δ) · rate,   0 ≤ n_g ≤ M_g integer
+
+   (PuLP / HiGHS) gives the counts; the mix is then simulated at the rate, and when the SLO
+   does not hold there (routing and batching across kinds are not additive) the margin δ
+   grows (0, 10, 25, 50 %) until it does.
+
+Plans are ranked by the workload's objective (`_rank_key`); explanations say what each
+group runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import pulp
+
+from cost_models.serving.base import ServingCostModel
+from solver.base import SearchStats
+from solver.formulations.stage_partition import _make_solver
+from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
+from solver.serving.search import (
+    RankedServingPlan,
+    ServingSearchResult,
+    _rank_key,
+    explain_serving,
+    plan_price_per_hour,
+    serving_search,
+)
+from specs.serving import ServingInstance, ServingPlan
+
+MIX_TIME_LIMIT_S = 5.0
+"""Time limit of one mix program (a few integer variables: it solves in milliseconds)."""
+MARGINS = (0.0, 0.1, 0.25, 0.5)
+"""Capacity margins over the rate tried in turn until the simulated mix meets the SLO."""
+
+
+def _with_group(plan: ServingPlan, group: str) -> ServingPlan:
+    return plan.model_copy(
+        update={"instances": [i.model_copy(update={"group": group}) for i in plan.instances]}
+    )
+
+
+def _cheapest_counts(
+    rate: float, layouts: Sequence[tuple[float, float, int]], margin: float
+) -> list[int] | None:
+    """Instance counts of the program in the module docstring; `layouts` holds per pool
+    (goodput per instance, price per instance-hour, most instances). None: infeasible."""
+    prob = pulp.LpProblem("cheapest_mix", pulp.LpMinimize)
+    n = [
+        pulp.LpVariable(f"n{g}", lowBound=0, upBound=most, cat="Integer")
+        for g, (_, _, most) in enumerate(layouts)
+    ]
+    prob += pulp.lpSum(price * x for x, (_, price, _) in zip(n, layouts, strict=True))
+    prob += pulp.lpSum(r * x for x, (r, _, _) in zip(n, layouts, strict=True)) >= (
+        (1 + margin) * rate
+    )
+    prob.solve(_make_solver(MIX_TIME_LIMIT_S))
+    if pulp.LpStatus[prob.status] != "Optimal":
+        return None
+    return [round(x.value() or 0) for x in n]
+
+
+def mixed_serving_search(
+    problem: ServingProblem,
+    cost_model: ServingCostModel,
+    *,
+    fixed: dict[str, Any] | None = None,
+    engines: Sequence[str] | None = None,
+    engine_options: Mapping[str, Mapping[str, Any]] | None = None,
+    time_limit_s: float = 60.0,
+    top_k: int = 10,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ServingSearchResult:
+    """The `top_k` serving plans over the groups alone and their mixes (module docstring)."""
+    started = time.perf_counter()
+    pools = problem.cluster.pools()
+    stats = SearchStats()
+    candidates: list[ServingEstimate] = []
+    layouts: dict[str, tuple[ServingInstance, float]] = {}
+    costs = InstanceCosts(problem, cost_model)
+    per_rate = problem.workload.objective in ("min_gpus", "min_cost")
+    searches = 2 * len(pools) if per_rate else len(pools)
+
+    def search(sub: ServingProblem) -> ServingSearchResult:
+        res = serving_search(
+            sub,
+            cost_model,
+            fixed=fixed,
+            engines=engines,
+            engine_options=engine_options,
+            time_limit_s=time_limit_s / (searches + 1),
+            top_k=top_k,
+            progress=progress,
+            should_stop=should_stop,
+        )
+        stats.merge(res.stats)
+        return res
+
+    for name, pool in pools.items():
+        sub = replace(problem, cluster=pool)
+        # the group alone, for the workload's objective
+        for found in search(sub).plans:
+            est = found.estimate
+            candidates.append(replace(est, plan=_with_group(est.plan, name)))
+        # its most efficient colocated layout, whatever the rate (a mix's building block)
+        efficient = (
+            search(
+                replace(
+                    sub,
+                    workload=sub.workload.model_copy(update={"objective": "max_goodput_per_gpu"}),
+                )
+            )
+            if per_rate
+            else None
+        )
+        source = (
+            efficient.plans
+            if efficient is not None
+            else [
+                RankedServingPlan(0, c, "") for c in candidates if c.plan.instances[0].group == name
+            ]
+        )
+        for found in source:
+            est, metrics = found.estimate, found.estimate.metrics
+            if est.plan.mode == "colocated" and metrics is not None:
+                inst = est.plan.instances[0].model_copy(update={"group": name})
+                layouts[name] = (inst, metrics.goodput_rps / inst.count)
+                break
+    if len(layouts) > 1:
+        every = ServingPlan(
+            mode="colocated",
+            instances=[
+                inst.model_copy(update={"count": pools[g].num_gpus // inst.parallelism.num_gpus})
+                for g, (inst, _) in layouts.items()
+            ],
+        )
+        candidates.append(evaluate_plan(problem, every, costs))
+        stats.evaluated += 1
+    rate = problem.target_rate_rps
+    if (
+        rate is not None
+        and len(layouts) > 1
+        and problem.workload.objective
+        in (
+            "min_gpus",
+            "min_cost",
+        )
+    ):
+        names = list(layouts)
+        per = []
+        for g in names:
+            inst, goodput = layouts[g]
+            price = (
+                pools[g].groups[0].price_per_gpu_hour or 0.0
+                if problem.workload.objective == "min_cost"
+                else 1.0
+            )
+            most = pools[g].num_gpus // inst.parallelism.num_gpus
+            per.append((goodput, price * inst.parallelism.num_gpus, most))
+        for margin in MARGINS:
+            counts = _cheapest_counts(rate, per, margin)
+            if counts is None:
+                break
+            instances = [
+                layouts[g][0].model_copy(update={"count": n})
+                for g, n in zip(names, counts, strict=True)
+                if n > 0
+            ]
+            mix = ServingPlan(mode="colocated", instances=instances)
+            est = evaluate_plan(problem, mix, costs)
+            stats.evaluated += 1
+            candidates.append(est)
+            if est.feasible:
+                break
+    feasible = [c for c in candidates if c.feasible]
+    feasible.sort(key=lambda est: _rank_key(problem, est), reverse=True)
+    unique: list[ServingEstimate] = []
+    seen: set[str] = set()
+    for est in feasible:
+        key = est.plan.model_dump_json()
+        if key not in seen:
+            seen.add(key)
+            unique.append(est)
+    top = unique[:top_k]
+    ranked = [RankedServingPlan(i + 1, est, "") for i, est in enumerate(top)]
+    plans = [
+        replace(
+            r,
+            explanation=f"{explain_serving(problem, r.estimate, r.rank, ranked)} "
+            f"{_groups_sentence(problem, r.estimate)}",
+        )
+        for r in ranked
+    ]
+    stats.feasible = len(feasible)
+    stats.wall_time_s = time.perf_counter() - started
+    return ServingSearchResult(plans, stats)
+
+
+def _groups_sentence(problem: ServingProblem, est: ServingEstimate) -> str:
+    """What each group serves in the plan, and its price when known."""
+    parts = []
+    used = {i.group: i for i in est.plan.instances}
+    for name, pool in problem.cluster.pools().items():
+        inst = used.get(name)
+        acc = pool.groups[0].accelerator.id
+        if inst is None:
+            parts.append(f"{name} ({pool.num_gpus} {acc}) idles")
+            continue
+        par = inst.parallelism
+        parts.append(
+            f"{name} runs {inst.count} instance(s) of TP{par.tensor}"
+            + (f" PP{par.pipeline}" if par.pipeline > 1 else "")
+            + f" ({inst.num_gpus} of {pool.num_gpus} {acc})"
+        )
+    price = plan_price_per_hour(problem, est.plan)
+    tail = f"; {price:.4g} per hour" if price > 0 else ""
+    return "Groups: " + "; ".join(parts) + tail + "."

@@ -1,0 +1,82 @@
+"""The cheapest mix of GPU types for a rate (Mélange-style program) and the mixed serving
+search."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from cost_models.serving.registry import build_serving_cost_model
+from hardware_catalog import resolve_cluster
+from solver.serving.evaluate import ServingProblem
+from solver.serving.mix import _cheapest_counts, mixed_serving_search
+from specs.cluster import ClusterSpec
+from specs.presets import get_preset
+from specs.serving import ServingWorkload
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_cheapest_counts_equal_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    layouts = [
+        (rng.uniform(1.0, 50.0), rng.uniform(1.0, 40.0), rng.randint(0, 6))
+        for _ in range(rng.randint(1, 3))
+    ]
+    rate = rng.uniform(5.0, 150.0)
+    best = None
+    for counts in itertools.product(*(range(most + 1) for _, _, most in layouts)):
+        served = sum(n * r for n, (r, _, _) in zip(counts, layouts, strict=True))
+        if served + 1e-9 < rate:
+            continue
+        cost = sum(n * p for n, (_, p, _) in zip(counts, layouts, strict=True))
+        best = cost if best is None else min(best, cost)
+    got = _cheapest_counts(rate, layouts, 0.0)
+    if best is None:
+        assert got is None
+        return
+    assert got is not None
+    assert sum(n * r for n, (r, _, _) in zip(got, layouts, strict=True)) >= rate - 1e-6
+    cost = sum(n * p for n, (_, p, _) in zip(got, layouts, strict=True))
+    assert cost == pytest.approx(best, rel=1e-6)
+
+
+def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> None:
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "name": "h100",
+                     "price_per_gpu_hour": 4.0},
+                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "a100",
+                     "price_per_gpu_hour": 1.5},
+                    {"accelerator": "l40s", "num_nodes": 1, "name": "l40s",
+                     "price_per_gpu_hour": 1.0},
+                ]
+            }
+        )
+    )  # fmt: skip
+    model = build_serving_cost_model("analytical", None)
+
+    def best(objective: str, rate: float | None) -> tuple[ServingProblem, object]:
+        wl = ServingWorkload.model_validate(
+            {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+             "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": objective,
+             **({"arrival_rate_rps": rate} if rate else {})}
+        )  # fmt: skip
+        problem = ServingProblem(model=get_preset("llama3-8b"), cluster=cluster, workload=wl)
+        result = mixed_serving_search(problem, model, top_k=3)
+        assert result.plans
+        return problem, result.plans[0].estimate
+
+    # the H100 node alone carries ~363 requests/s: 400 needs more, and the cheapest way is
+    # a few cheap instances beside it, not every GPU
+    problem, mix = best("min_cost", 400.0)
+    groups = {i.group for i in mix.plan.instances}  # type: ignore[attr-defined]
+    assert "h100" in groups and len(groups) >= 2
+    assert mix.metrics.gpus_used < 24  # type: ignore[attr-defined]
+    assert mix.feasible  # type: ignore[attr-defined]
+    # per GPU, one group alone is best: a mix never wins max_goodput_per_gpu
+    _, per_gpu = best("max_goodput_per_gpu", None)
+    assert len({i.group for i in per_gpu.plan.instances}) == 1  # type: ignore[attr-defined]
