@@ -119,6 +119,16 @@ class ExportContext:
                 f"{fmt} serves a model; this is a training plan (use megatron, torchtitan, "
                 "deepspeed, slurm or kubernetes)",
             )
+        groups = [i.group for i in self.serving.instances if i.group is not None]
+        require(
+            len(set(groups)) <= 1,
+            fmt,
+            "serving-across-groups",
+            f"the plan serves from several node groups ({', '.join(groups)}); each group's "
+            "instances launch on their own nodes behind one router: exporting such a set is "
+            "not generated yet (estimate each group's share and export it from a search on "
+            "that group's cluster)",
+        )
         return self.serving, self.serving_workload
 
 

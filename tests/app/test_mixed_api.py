@@ -129,3 +129,25 @@ def test_a_mixed_plan_that_fits_nowhere_is_infeasible_not_an_error(client: Any) 
     # the memory summary is the tightest stage against its own GPUs
     stages = answer["memory"]["by_stage"]
     assert answer["memory"]["peak_gib"] in [s["total_gib"] for s in stages]
+
+
+def test_a_serving_set_across_groups_is_refused_by_the_exports(client: Any) -> None:
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
+                                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
+        # more than the H100 node carries alone (~363 requests/s): only a mix serves it
+        "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": "min_gpus",
+                     "arrival_rate_rps": 420},
+        "top_k": 5,
+    }  # fmt: skip
+    search = client.post("/v1/searches?wait=60", json=body).json()
+    assert search["status"] == "succeeded", search
+    plans = client.get(f"/v1/searches/{search['id']}/plans").json()["items"]
+    across = [p for p in plans if len({i["group"] for i in p["instances"]}) > 1]
+    assert across, "the all-groups plan is among the top plans"
+    for fmt in ("vllm", "slurm", "kubernetes"):
+        response = client.get(f"/v1/plans/{across[0]['id']}/export/{fmt}")
+        assert response.status_code == 422, (fmt, response.text)
+        assert response.json()["rule"] == "serving-across-groups"
