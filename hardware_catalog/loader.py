@@ -36,6 +36,7 @@ from hardware_catalog.schema import (
     SystemSpec,
     capped_peer_bandwidth,
     default_scale_up_domain,
+    same_hardware,
     usual_layout,
 )
 from specs.cluster import MAX_TOTAL_GPUS, ClusterSpec
@@ -433,6 +434,37 @@ def _unknown(field: str, noun: str, value: str, exc: CatalogLookupError) -> Spec
     )
 
 
+def _measured_within(cluster: ClusterSpec, nodes: list[str] | None) -> float | None:
+    """The slowest measured link between two nodes of one group (GB/s per node); None when
+    none is measured."""
+    if not nodes or not cluster.measured_links:
+        return None
+    members = set(nodes)
+    rates = [
+        link.gb_s for link in cluster.measured_links if link.src in members and link.dst in members
+    ]
+    return min(rates) if rates else None
+
+
+def _measured_between(
+    cluster: ClusterSpec, resolved_of: dict[int, ResolvedNodeGroup]
+) -> float | None:
+    """The per-GPU line rate between groups of different hardware that their slowest
+    measured link implies (the sending node's GPUs share it, at the lower scale-out
+    efficiency of the two); None when no such link is measured."""
+    if not cluster.measured_links:
+        return None
+    owner = {node: i for i, spec in enumerate(cluster.node_groups) for node in spec.node_ids or []}
+    rates = []
+    for link in cluster.measured_links:
+        a, b = resolved_of[owner[link.src]], resolved_of[owner[link.dst]]
+        if same_hardware(a, b):
+            continue
+        efficiency = min(a.accelerator.scale_out_efficiency, b.accelerator.scale_out_efficiency)
+        rates.append(link.gb_s / a.gpus_per_node / efficiency)
+    return min(rates) if rates else None
+
+
 def _default_name(accelerator_id: str, used: set[str]) -> str:
     """A name for a group without one: its accelerator id, numbered (`h100-sxm-2`, …) past
     the names already used; the name is added to `used`."""
@@ -466,6 +498,7 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
     catalog = _catalog()
     groups: list[ResolvedNodeGroup] = []
     used_names = {g.name for g in cluster.node_groups if g.name is not None}
+    resolved_of: dict[int, ResolvedNodeGroup] = {}
     for i, group in enumerate(cluster.node_groups):
         prefix = f"cluster.node_groups.{i}"
         accelerator: AcceleratorSpec | None = None
@@ -545,6 +578,11 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
             scale_out_fabric=catalog.fabrics[system.scale_out_fabric],
             scale_up_peer_bandwidth_gb_s=capped_peer_bandwidth(system, intra),
         )
+        measured = _measured_within(cluster, group.node_ids)
+        if measured is not None:
+            rate = measured / gpus_per_node / accelerator.scale_out_efficiency
+            node_group = node_group.model_copy(update={"inter_node_bandwidth_gb_s": rate})
+        resolved_of[i] = node_group
         if full_nodes > 0:
             groups.append(node_group)
         if lost_gpus:
@@ -582,9 +620,10 @@ def resolve_cluster(cluster: ClusterSpec) -> ResolvedCluster:
             ),
         )
     )
-    resolved = ResolvedCluster(
-        groups=groups, fabric=layout, inter_group_bandwidth_gb_s=cluster.inter_group_bandwidth_gb_s
-    )
+    between = cluster.inter_group_bandwidth_gb_s
+    if between is None:
+        between = _measured_between(cluster, resolved_of)
+    resolved = ResolvedCluster(groups=groups, fabric=layout, inter_group_bandwidth_gb_s=between)
     # ClusterSpec checks the total with 8 GPUs per node when gpus_per_node is null; the
     # catalog default can be larger (GB200: 72), so check again with the resolved sizes.
     if resolved.num_gpus > MAX_TOTAL_GPUS:

@@ -565,7 +565,7 @@ class ResolvedNodeGroup(BaseModel):
         return self.num_nodes * self.gpus_per_node
 
 
-def _same_hardware(a: ResolvedNodeGroup, b: ResolvedNodeGroup) -> bool:
+def same_hardware(a: ResolvedNodeGroup, b: ResolvedNodeGroup) -> bool:
     """Whether two node groups are interchangeable nodes of one pool."""
     return (
         a.accelerator.id == b.accelerator.id
@@ -624,7 +624,7 @@ class ResolvedCluster(BaseModel):
         merged: dict[str, list[ResolvedNodeGroup]] = {}
         for group in self.groups:
             for members in merged.values():
-                if _same_hardware(members[0], group):
+                if same_hardware(members[0], group):
                     members.append(group)
                     break
             else:

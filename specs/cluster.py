@@ -46,6 +46,8 @@ class NodeGroupSpec(Spec):
     inter_node_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     """Scale-out (NIC) bandwidth per GPU per direction, GB/s; null takes the system's NIC
     line rate."""
+    node_ids: list[str] | None = Field(default=None, max_length=MAX_TOTAL_GPUS)
+    """Host names of the group's nodes, one per node (as `measured_links` name them)."""
     price_per_gpu_hour: float | None = Field(default=None, ge=0, le=10_000)
     """What one GPU of the group costs per hour (any currency, the same for every group);
     the `min_cost` serving objective needs it on every group it may use."""
@@ -76,6 +78,18 @@ class NodeGroupSpec(Spec):
         return self
 
 
+class MeasuredLink(Spec):
+    """One directional node-to-node bandwidth a point-to-point benchmark measured (mpiGraph
+    with one process per node prints a matrix of these)."""
+
+    src: str = Field(min_length=1, max_length=256)
+    """Sending node (a `node_ids` entry)."""
+    dst: str = Field(min_length=1, max_length=256)
+    """Receiving node."""
+    gb_s: float = Field(gt=0, le=100_000)
+    """Achieved bandwidth from src to dst, GB/s for the whole node."""
+
+
 class FabricLayoutSpec(Spec):
     """The scale-out network's layout; every null field takes the first node group's
     system's usual layout (`GET /v1/systems/{id}` `fabric`)."""
@@ -100,6 +114,12 @@ class ClusterSpec(Spec):
     fabric: FabricLayoutSpec | None = None
     """Scale-out layout (topology, oversubscription, nodes per leaf); null or missing fields
     take the first node group's system's usual layout."""
+    measured_links: list[MeasuredLink] | None = Field(default=None, max_length=1_000_000)
+    """Measured node-to-node bandwidths (nodes named in `node_groups[].node_ids`); where
+    given they override the catalog: a group's scale-out rate becomes its slowest measured
+    link between two of its nodes, and the rate between groups the slowest measured link
+    between them (each per GPU, as the line rate that yields it at the accelerator's
+    scale-out efficiency)."""
     inter_group_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=100_000)
     """Bandwidth per GPU per direction between GPUs of node groups of different hardware,
     GB/s (what a pipeline hand-off between them gets); null: the groups share one scale-out
@@ -113,6 +133,30 @@ class ClusterSpec(Spec):
         if repeated:
             raise ValueError(f"node group names must be unique (repeated: {', '.join(repeated)})")
         return value
+
+    @model_validator(mode="after")
+    def _known_nodes(self) -> ClusterSpec:
+        seen: dict[str, int] = {}
+        for i, group in enumerate(self.node_groups):
+            ids = group.node_ids or []
+            if group.node_ids is not None and len(ids) != group.num_nodes:
+                raise ValueError(
+                    f"node_groups[{i}].node_ids has {len(ids)} entries for {group.num_nodes} nodes"
+                )
+            for node in ids:
+                if node in seen:
+                    raise ValueError(f"node id {node!r} appears twice in node_groups[].node_ids")
+                seen[node] = i
+        for j, link in enumerate(self.measured_links or []):
+            for end in (link.src, link.dst):
+                if end not in seen:
+                    raise ValueError(
+                        f"measured_links[{j}] names node {end!r}, which no node_groups[].node_ids "
+                        "lists"
+                    )
+            if link.src == link.dst:
+                raise ValueError(f"measured_links[{j}] links node {link.src!r} to itself")
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

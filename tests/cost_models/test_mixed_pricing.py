@@ -170,3 +170,41 @@ def test_one_group_with_an_interleaved_schedule_is_its_homogeneous_estimate() ->
     assert mixed.plan.stage_groups == ["h100-sxm", "h100-sxm"]
     with pytest.raises(ValidationError, match="one group for every stage"):
         TrainingPlan.model_validate({**body, "stage_groups": ["h100-sxm", "a100-80gb"]})
+
+
+def test_measured_links_override_the_catalog_where_given() -> None:
+    spec = {
+        "node_groups": [
+            {"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 8,
+             "node_ids": ["h0", "h1"]},
+            {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8,
+             "node_ids": ["a0"]},
+        ],
+        "measured_links": [
+            {"src": "h0", "dst": "h1", "gb_s": 300.0},
+            {"src": "h1", "dst": "h0", "gb_s": 280.0},
+            {"src": "h1", "dst": "a0", "gb_s": 20.0},
+            {"src": "a0", "dst": "h0", "gb_s": 24.0},
+        ],
+    }  # fmt: skip
+    cluster = resolve_cluster(ClusterSpec.model_validate(spec))
+    h100, a100 = cluster.groups
+    # within the H100 group: its slowest link, per GPU, as a line rate at its efficiency
+    eff = h100.accelerator.scale_out_efficiency
+    assert h100.inter_node_bandwidth_gb_s == pytest.approx(280.0 / 8 / eff)
+    # the A100 group has no link between two of its nodes: the catalog's rate stays
+    plain = resolve_cluster(
+        ClusterSpec.model_validate({"node_groups": [{"accelerator": "a100-80gb", "num_nodes": 1}]})
+    )
+    assert a100.inter_node_bandwidth_gb_s == plain.groups[0].inter_node_bandwidth_gb_s
+    # between the groups: the slowest measured link
+    both = min(eff, a100.accelerator.scale_out_efficiency)
+    assert cluster.inter_pool_bandwidth_gb_s == pytest.approx(20.0 / 8 / both)
+    with pytest.raises(ValidationError, match="which no node_groups"):
+        ClusterSpec.model_validate(
+            {**spec, "measured_links": [{"src": "h0", "dst": "x9", "gb_s": 1.0}]}
+        )
+    with pytest.raises(ValidationError, match="node_ids has 1 entries for 2 nodes"):
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "node_ids": ["h0"]}]}
+        )
