@@ -536,6 +536,9 @@ class PlanPublic(BaseModel):
     stage_groups: list[str] | None = None
     """Training plans on a mixed cluster: the node group (pool) of every pipeline stage;
     groups not named stay idle."""
+    data_shares: list[dict[str, Any]] | None = None
+    """Training plans on a mixed cluster: data-parallel replicas per node group and the
+    sequences each takes per step (`{"group", "replicas", "sequences"}`)."""
     flash_attention: bool | None = None
     framework: str | None = None
     """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its

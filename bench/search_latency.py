@@ -182,7 +182,10 @@ def mixed_section(repeat: int) -> None:
         if result.plans:
             est = result.plans[0].estimate
             par = est.plan.parallelism
-            used = sorted(set(est.plan.stage_groups or []))
+            shares = est.plan.data_shares or []
+            used = sorted(set(est.plan.stage_groups or [])) or [
+                f"{x.group}×{x.replicas}({x.sequences} seq)" for x in shares
+            ]
             print(
                 f"    best: dp{par.data} tp{par.tensor} pp{par.pipeline} mbs"
                 f"{est.plan.micro_batch_size} {est.plan.recompute} on {'+'.join(used)}: step "

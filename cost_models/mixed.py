@@ -75,11 +75,14 @@ def stage_gpus(plan: TrainingPlan) -> int:
     return p.tensor * p.context * p.data
 
 
-def pool_names(cluster: ResolvedCluster, names: list[str]) -> list[str]:
+def pool_names(
+    cluster: ResolvedCluster, names: list[str], field: str = "plan.stage_groups.{}"
+) -> list[str]:
     """The pool of every stage: a name is a pool's name or the name of any of its groups.
 
     Raises:
-        InfeasiblePlan: ("topology") a name that is no group of the cluster.
+        InfeasiblePlan: ("topology") a name that is no group of the cluster (`field` with
+            the entry's index).
     """
     pools = cluster.pools()
     by_group: dict[str, str] = {}
@@ -91,10 +94,11 @@ def pool_names(cluster: ResolvedCluster, names: list[str]) -> list[str]:
     out = []
     for j, name in enumerate(names):
         if name not in by_group:
+            where = field.format(j)
             raise _refuse(
-                f"stage_groups[{j}] = {name!r} names no node group of the cluster "
+                f"{where} = {name!r} names no node group of the cluster "
                 f"(groups: {', '.join(sorted(by_group))})",
-                f"plan.stage_groups.{j}",
+                where,
                 "must name a node group",
                 name,
             )
@@ -383,4 +387,141 @@ def evaluate_mixed(
         metrics=metrics,
         memory=memory,
         details=mixed_details,
+    )
+
+
+def evaluate_data_shares(
+    model: TrainingCostModel, problem: TrainingProblem, plan: TrainingPlan
+) -> TrainingEstimate:
+    """A plan whose data-parallel replicas sit on several pools with uneven shares of the
+    batch (`plan.data_shares`, `stage_layers` set).
+
+    Each pool's replicas are priced by the homogeneous cost model as a job of their own
+    (its replicas, its share of the batch: `replicas × sequences`), which includes their
+    compute, their pipeline and their data-parallel reduction inside the pool. The step is
+    the slowest pool's, plus the reduction across pools: after reducing inside each pool,
+    every GPU exchanges its 1/r share of its gradients (2 bytes per parameter) with the
+    other pools, twice (reduce-scatter and all-gather, a ring's 2·(n−1)/n ≈ 2), r the
+    fewest replicas of any pool, at the inter-pool rate (hierarchical all-reduce, as NCCL
+    runs it across node groups). Model FLOPs are the pools' sum; MFU is over the sum of the
+    used GPUs' peaks; memory per pool against its own GPUs.
+
+    Raises:
+        InfeasiblePlan: an unknown group, sequences that do not add to the global batch or
+            are not a multiple of the micro-batch, a pool without the GPUs its replicas need.
+    """
+    shares = plan.data_shares
+    assert shares is not None
+    cluster, wl = problem.cluster, problem.workload
+    pools = cluster.pools()
+    names = pool_names(cluster, [x.group for x in shares], "plan.data_shares.{}.group")
+    total = sum(x.replicas * x.sequences for x in shares)
+    if total != wl.global_batch_size:
+        raise _refuse(
+            f"data_shares carry {total} sequences per step; global_batch_size is "
+            f"{wl.global_batch_size}",
+            "plan.data_shares",
+            f"replicas × sequences must add to {wl.global_batch_size}",
+            total,
+        )
+    p = plan.parallelism
+    per_replica = p.tensor * p.pipeline * p.context
+    estimates: dict[str, TrainingEstimate] = {}
+    for j, (share, name) in enumerate(zip(shares, names, strict=True)):
+        if share.sequences % plan.micro_batch_size:
+            raise _refuse(
+                f"data_shares[{j}] gives each replica {share.sequences} sequences, not a "
+                f"multiple of micro_batch_size {plan.micro_batch_size}",
+                f"plan.data_shares.{j}.sequences",
+                f"a multiple of {plan.micro_batch_size}",
+                share.sequences,
+            )
+        gpus = share.replicas * per_replica
+        if gpus > pools[name].num_gpus:
+            raise _refuse(
+                f"{share.replicas} replicas of {per_replica} GPUs need {gpus} GPUs of {name}; "
+                f"it has {pools[name].num_gpus}",
+                f"plan.data_shares.{j}.replicas",
+                f"at most {pools[name].num_gpus // per_replica} replicas",
+                share.replicas,
+            )
+        sub = pool_problem(problem, pools[name], gpus)
+        sub = dataclasses.replace(
+            sub,
+            workload=wl.model_copy(update={"global_batch_size": share.replicas * share.sequences}),
+        )
+        part = plan.model_copy(
+            update={
+                "data_shares": None,
+                "parallelism": p.model_copy(update={"data": share.replicas}),
+            }
+        )
+        estimates[name] = model.evaluate(sub, part)
+    slowest = max(estimates, key=lambda n: estimates[n].metrics.step_time_s)
+    params = max(
+        max(float(x) for x in est.details.get("rank_params", [0.0])) for est in estimates.values()
+    )
+    fewest = min(x.replicas for x in shares)
+    bandwidth = (
+        min(
+            _inter_pool_bytes_per_s(cluster, pools[a], pools[b])
+            for a in estimates
+            for b in estimates
+            if a != b
+        )
+        if len(estimates) > 1
+        else math.inf
+    )
+    across = 2 * 2.0 * params / fewest / bandwidth if len(estimates) > 1 else 0.0
+    step = estimates[slowest].metrics.step_time_s + across
+    flops = sum(float(e.details["model_flops_per_step"]) for e in estimates.values())
+    rc = sum(float(e.details["recompute_flops_per_step"]) for e in estimates.values())
+    world = p.world_size
+    peak_flops = sum(
+        x.replicas * per_replica * pools[n].groups[0].accelerator.peak_flops(wl.precision)
+        for x, n in zip(shares, names, strict=True)
+    )
+    violations: list[Violation] = []
+    for name, est in estimates.items():
+        for v in est.violations:
+            detail = f"on {name}: {v.detail}"
+            violations.append(v.model_copy(update={"detail": detail}))
+    tightest = min(estimates.values(), key=lambda e: e.memory.usable_gib - e.memory.peak_gib)
+    base = estimates[slowest].metrics
+    breakdown = base.time_breakdown_s.model_copy(
+        update={
+            "data_parallel_comm": base.time_breakdown_s.data_parallel_comm + across,
+        }
+    )
+    metrics = TrainingMetrics(
+        step_time_s=step,
+        tokens_per_s=wl.global_batch_size * wl.sequence_length / step,
+        model_tflops_per_gpu=flops / step / world / 1e12,
+        mfu=flops / step / peak_flops,
+        peak_memory_gib=tightest.memory.peak_gib,
+        bubble_fraction=base.time_breakdown_s.bubble / step,
+        time_breakdown_s=breakdown,
+        hardware_tflops_per_gpu=(flops + rc) / step / world / 1e12,
+    )
+    details: dict[str, Any] = {
+        "data_shares": {
+            name: {
+                "replicas": x.replicas,
+                "sequences_per_replica": x.sequences,
+                "step_time_s": estimates[name].metrics.step_time_s,
+                "accelerator": pools[name].groups[0].accelerator.id,
+            }
+            for x, name in zip(shares, names, strict=True)
+        },
+        "slowest_group": slowest,
+        "cross_group_reduction_s": across,
+        "framework": estimates[slowest].details.get("framework"),
+    }
+    return TrainingEstimate(
+        plan=plan,
+        feasible=not violations,
+        violations=violations,
+        metrics=metrics,
+        memory=tightest.memory,
+        details=details,
     )

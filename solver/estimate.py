@@ -17,7 +17,13 @@ import math
 from typing import Any
 
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
-from cost_models.mixed import boundary_extra_s, evaluate_mixed, pool_names, pool_problem
+from cost_models.mixed import (
+    boundary_extra_s,
+    evaluate_data_shares,
+    evaluate_mixed,
+    pool_names,
+    pool_problem,
+)
 from solver.base import SolveStatus
 from solver.formulations.mixed_partition import MixedSplit, solve_mixed_partition
 from solver.formulations.stage_partition import DEFAULT_TIME_LIMIT_S, default_solver
@@ -50,6 +56,8 @@ def estimate_plan(
     """
     if plan.framework is not None:
         check_framework(plan.framework, "plan.framework")
+    if plan.data_shares is not None:
+        return _estimate_shares(problem, cost_model, plan)
     if plan.stage_groups is not None or not problem.cluster.is_homogeneous:
         return _estimate_mixed(problem, cost_model, plan)
     if plan.stage_layers is not None:
@@ -71,6 +79,41 @@ def estimate_plan(
         raise SolverTimeout(f"the pipeline partition found no split within {time_limit_s} s")
     split = plan.model_copy(update={"stage_layers": res.stage_layers})
     return cost_model.evaluate(problem, TrainingPlan.model_validate(split.model_dump()))
+
+
+def _estimate_shares(
+    problem: TrainingProblem, cost_model: TrainingCostModel, plan: TrainingPlan
+) -> TrainingEstimate:
+    """A plan with `data_shares`: every replica splits the layers alike, so a missing split
+    is the one the slowest group's replicas would take (the partition on its hardware), and
+    `evaluate_data_shares` prices it."""
+    shares = plan.data_shares
+    assert shares is not None
+    if plan.stage_layers is None:
+        pools = problem.cluster.pools()
+        names = pool_names(problem.cluster, [x.group for x in shares], "plan.data_shares.{}.group")
+        p = plan.parallelism
+        speeds = {n: pools[n].groups[0].accelerator.peak_flops(problem.workload.precision)
+                  for n in names}  # fmt: skip
+        slow = min(range(len(shares)), key=lambda j: speeds[names[j]])
+        share = shares[slow]
+        gpus = share.replicas * p.tensor * p.pipeline * p.context
+        sub = pool_problem(problem, pools[names[slow]], gpus)
+        sub = dataclasses.replace(
+            sub,
+            workload=problem.workload.model_copy(
+                update={"global_batch_size": share.replicas * share.sequences}
+            ),
+        )
+        part = plan.model_copy(
+            update={
+                "data_shares": None,
+                "parallelism": p.model_copy(update={"data": share.replicas}),
+            }
+        )
+        chunks = estimate_plan(sub, cost_model, part).plan.stage_layers
+        plan = plan.model_copy(update={"stage_layers": chunks})
+    return evaluate_data_shares(cost_model, problem, plan)
 
 
 def _estimate_mixed(

@@ -131,6 +131,17 @@ def canonical_framework_name(value: Any) -> Any:
     return FRAMEWORK_ALIASES.get(key, key if key else value)
 
 
+class DataShare(Spec):
+    """Data-parallel replicas on one node group and the sequences each takes per step."""
+
+    group: str = Field(min_length=1, max_length=64)
+    """The node group (or pool, by its first group's name) the replicas run on."""
+    replicas: int = Field(ge=1, le=1_048_576)
+    """Data-parallel replicas on the group (each tensor × pipeline × context GPUs)."""
+    sequences: int = Field(ge=1, le=16_777_216)
+    """Sequences per step of each of these replicas (a multiple of micro_batch_size)."""
+
+
 class TrainingPlan(Spec):
     """One parallel execution plan for a training step."""
 
@@ -154,6 +165,12 @@ class TrainingPlan(Spec):
     runs each pipeline stage, one name per stage (length `pipeline`). The tensor, context
     and data degrees are the same on every stage; each stage takes tensor × context × data
     GPUs of its group, and groups left out stay idle. Null on a homogeneous cluster."""
+    data_shares: list[DataShare] | None = Field(default=None, min_length=1, max_length=64)
+    """On a cluster of mixed hardware: data-parallel replicas on several node groups with
+    uneven shares of the batch (Cephalo, Poplar), so that slower GPUs take fewer sequences;
+    the replicas count to `parallelism.data` and their sequences to the global batch. Each
+    replica sits on one group, every replica splits the layers alike (`stage_layers`), and
+    the gradients are reduced across the groups. Not with `stage_groups`."""
     framework: str | None = Field(default=None, min_length=1, max_length=64)
     """The training framework that runs the plan (`megatron_core`, `torchtitan`,
     `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
@@ -189,6 +206,24 @@ class TrainingPlan(Spec):
                 raise ValueError(f"every stage_layers entry must be >= 1 (got {self.stage_layers})")
         return self
 
+    @field_validator("data_shares")
+    @classmethod
+    def _shares_count_replicas(cls, value: list[DataShare] | None, info: ValidationInfo) -> Any:
+        """The shares' replicas are the data degree; one share per group; not with
+        stage_groups."""
+        p = info.data.get("parallelism")
+        if value is None or not isinstance(p, ParallelDims):
+            return value
+        if info.data.get("stage_groups") is not None:
+            raise ValueError("give stage_groups or data_shares, not both")
+        replicas = sum(share.replicas for share in value)
+        if replicas != p.data:
+            raise ValueError(f"data_shares hold {replicas} replicas; parallelism.data is {p.data}")
+        groups = [share.group for share in value]
+        if len(set(groups)) != len(groups):
+            raise ValueError(f"data_shares name a group twice ({groups})")
+        return value
+
     @field_validator("stage_groups")
     @classmethod
     def _one_group_per_stage(cls, value: list[str] | None, info: ValidationInfo) -> Any:
@@ -212,8 +247,10 @@ class TrainingPlan(Spec):
     def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
         """A plan without stage groups dumps (and hashes) as before the field existed."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("stage_groups", 0) is None:
-            data.pop("stage_groups")
+        if isinstance(data, dict):
+            for name in ("stage_groups", "data_shares"):
+                if data.get(name, 0) is None:
+                    data.pop(name)
         return data
 
     def content_hash(self) -> str:

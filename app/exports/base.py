@@ -249,6 +249,14 @@ def plan_node_layout(fmt: str, cluster: ResolvedCluster, plan: TrainingPlan) -> 
             runs the same process count on every node) or vendor; (`whole-nodes`) a group's
             block does not fill whole nodes.
     """
+    require(
+        plan.data_shares is None,
+        fmt,
+        f"{fmt}.data-shares",
+        "the plan gives data-parallel replicas on different node groups uneven shares of "
+        "the batch (data_shares); no launcher exported here feeds each replica its own batch "
+        "size",
+    )
     if plan.stage_groups is None:
         return node_layout(fmt, cluster, plan.parallelism.world_size)
     try:

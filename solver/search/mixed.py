@@ -16,6 +16,12 @@ The space (exact over it: every candidate is priced, none is pruned by a heurist
    minimised within every stage's memory, hand-offs between pools included), and
    `cost_models.mixed.evaluate_mixed` prices the result.
 
+3. **Data across groups** (`share_data`): the layouts of the plans kept from 1 as
+   data-parallel replicas on every pool that holds one, the batch shared by speed
+   (`TrainingPlan.data_shares`, priced by `cost_models.mixed.evaluate_data_shares`); the
+   shares start proportional to each pool's measured rate and move a micro-batch at a
+   time while the step shortens — a local optimum, outside the exact space above.
+
 `t` divides the attention heads, KV heads and FFN width and fits in every used pool's
 scale-up domain; `t·d` is a divisor or a multiple of every used pool's node size; the total
 stage count is at most the layer count; `d · micro-batch` divides the global batch. Fixed
@@ -26,13 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable
 
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import evaluate_mixed, pool_problem
 from hardware_catalog.schema import ResolvedCluster
 from solver.base import SearchResult, SearchStats
-from solver.estimate import MixedViolations, mixed_split
+from solver.estimate import MixedViolations, estimate_plan, mixed_split
 from solver.search.branch_and_bound import search as homogeneous_search
 from solver.search.steps import Monitor, Stopped, TopK, finish
 from solver.space import divisors, framework_options, micro_batch_options, validated_fixed
@@ -163,8 +170,11 @@ def mixed_search(
     top_k: int = 10,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    share_data: bool = True,
 ) -> SearchResult:
-    """The `top_k` fastest feasible plans over the mixed space (module docstring)."""
+    """The `top_k` fastest feasible plans over the mixed space (module docstring);
+    `share_data` adds data-parallel replicas on several groups with uneven shares of the
+    batch (`_data_across_groups`, a local optimum over the shares)."""
     pools = problem.cluster.pools()
     names = list(pools)
     candidates = _candidates(problem, constraints, names)
@@ -190,6 +200,11 @@ def mixed_search(
                 stats.evaluated += 1
                 top.push(carried.key(), evaluate_mixed(cost_model, problem, carried))
             monitor.done += 1
+        for template in _templates(top) if share_data else []:
+            monitor.poll(report=True)
+            shared = _data_across_groups(problem, cost_model, template, stats)
+            if shared is not None:
+                top.push(shared.plan.key(), shared)
         splits = []
         for stage_pools, plan in candidates:
             monitor.poll(report=True)
@@ -226,6 +241,114 @@ def mixed_search(
     return dataclasses.replace(result, plans=plans)
 
 
+def _templates(top: TopK) -> list[TrainingPlan]:
+    """Layouts worth sharing data over groups: the plans of one group kept so far (their
+    degrees, micro-batch, recompute, schedule), each once."""
+    out: dict[str, TrainingPlan] = {}
+    for est in top.estimates():
+        plan = est.plan
+        if plan.data_shares is None and len(set(plan.stage_groups or [])) == 1:
+            base = plan.model_copy(update={"stage_groups": None, "stage_layers": None})
+            out.setdefault(base.model_dump_json(), base)
+    return list(out.values())
+
+
+def _data_across_groups(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    template: TrainingPlan,
+    stats: SearchStats,
+) -> TrainingEstimate | None:
+    """The template's layout as data-parallel replicas on every pool that holds one, with
+    the batch shared by speed (`data_shares`): each pool takes all the replicas it holds,
+    the sequences per replica start proportional to each pool's measured rate at an even
+    share, then move a micro-batch at a time from the slowest pool while that shortens the
+    step (a local optimum, not an exhaustive search of the shares)."""
+    pools = problem.cluster.pools()
+    p = template.parallelism
+    per_replica = p.tensor * p.pipeline * p.context
+    mb = template.micro_batch_size
+    gbs = problem.workload.global_batch_size
+    replicas = {n: pool.num_gpus // per_replica for n, pool in pools.items()}
+    replicas = {n: r for n, r in replicas.items() if r > 0}
+    if len(replicas) < 2 or gbs % mb:
+        return None
+    units = gbs // mb  # micro-batches per step to share out
+    total = sum(replicas.values())
+    if units < total:
+        return None
+
+    def price(counts: dict[str, int]) -> TrainingEstimate | None:
+        shares = [
+            {"group": n, "replicas": r, "sequences": counts[n] * mb}
+            for n, r in replicas.items()
+            if counts[n] > 0
+        ]
+        data = sum(r for n, r in replicas.items() if counts[n] > 0)
+        plan = template.model_copy(
+            update={"parallelism": p.model_copy(update={"data": data})}
+        ).model_dump(mode="json")
+        plan["data_shares"] = shares
+        try:
+            est = estimate_plan(problem, cost_model, TrainingPlan.model_validate(plan))
+        except PlannerError:
+            return None
+        stats.evaluated += 1
+        return est if est.feasible else None
+
+    # an even share (micro-batches per replica), then shares by each pool's rate at it
+    even = _exact_counts(replicas, dict.fromkeys(replicas, 1.0), units)
+    if even is None:
+        return None
+    first = price(even)
+    if first is None:
+        return None
+    steps = first.details["data_shares"]
+    rate = {n: even[n] / steps[n]["step_time_s"] for n in replicas}
+    counts = _exact_counts(replicas, rate, units) or even
+    best = price(counts) or first
+    for _ in range(16):  # move micro-batches off the slowest group while it helps
+        steps = best.details["data_shares"]
+        slow = max(steps, key=lambda n: steps[n]["step_time_s"])
+        fast = min(steps, key=lambda n: steps[n]["step_time_s"])
+        current = {n: steps[n]["sequences_per_replica"] // mb for n in steps}
+        moved = dict(current)
+        # keep the total: take from every slow replica what fast replicas can absorb
+        if replicas[slow] % replicas[fast] or moved[slow] <= 1:
+            break
+        moved[slow] -= 1
+        moved[fast] += replicas[slow] // replicas[fast]
+        trial = price(moved)
+        if trial is None or trial.metrics.step_time_s >= best.metrics.step_time_s:
+            break
+        best = trial
+    return best
+
+
+def _exact_counts(
+    replicas: dict[str, int], rate: dict[str, float], units: int
+) -> dict[str, int] | None:
+    """Micro-batches per replica of each pool, proportional to `rate`, adding exactly to
+    `units` over all replicas (Σ replicas_g · count_g = units, every count ≥ 1): the
+    proportional counts rounded, then the adjustment of at most 3 per pool (every
+    combination) that hits the total with the smallest largest count / rate."""
+    weight = sum(rate[n] * replicas[n] for n in replicas)
+    ideal = {n: units * rate[n] / weight for n in replicas}
+    names = list(replicas)
+    best: dict[str, int] | None = None
+    best_load = math.inf
+    for deltas in itertools.product(range(-3, 4), repeat=len(names)):
+        counts = {n: int(ideal[n]) + d for n, d in zip(names, deltas, strict=True)}
+        if min(counts.values()) < 1:
+            continue
+        if sum(counts[n] * replicas[n] for n in names) != units:
+            continue
+        load = max(counts[n] / rate[n] for n in names)
+        if load < best_load:
+            best, best_load = counts, load
+    return best
+
+
 def _best_step_with_each_pool(top: TopK, names: list[str]) -> dict[str, float]:
     """The fastest kept plan that uses each pool (pools no kept plan uses are absent)."""
     best: dict[str, float] = {}
@@ -241,6 +364,8 @@ def _groups_sentence(
 ) -> str:
     """What each pool does in the plan, and why the idle ones idle."""
     plan = est.plan
+    if plan.data_shares is not None:
+        return _shares_sentence(problem, est)
     stage_pools = plan.stage_groups or []
     chunks = plan.stage_layers or []
     pp = plan.parallelism.pipeline
@@ -270,3 +395,26 @@ def _groups_sentence(
                 "slower)"
             )
     return "Groups: " + "; ".join(parts) + "."
+
+
+def _shares_sentence(problem: TrainingProblem, est: TrainingEstimate) -> str:
+    """What each group's replicas take of the batch (a plan with `data_shares`)."""
+    pools = problem.cluster.pools()
+    shares = est.details.get("data_shares", {})
+    parts = []
+    for name, pool in pools.items():
+        acc = pool.groups[0].accelerator.id
+        share = shares.get(name)
+        if share is None:
+            parts.append(f"{name} ({pool.num_gpus} {acc}) idles")
+            continue
+        parts.append(
+            f"{name} runs {share['replicas']} data-parallel replica(s) of "
+            f"{share['sequences_per_replica']} sequences each ({share['step_time_s']:.2f} s)"
+        )
+    across = float(est.details.get("cross_group_reduction_s", 0.0))
+    return (
+        "Groups: " + "; ".join(parts) + f"; reducing gradients across the groups adds "
+        f"{across * 1e3:.0f} ms. Uneven shares per replica need a data loader that gives "
+        "each replica its own batch size: no export here generates one."
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -208,3 +209,72 @@ def test_measured_links_override_the_catalog_where_given() -> None:
         ClusterSpec.model_validate(
             {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "node_ids": ["h0"]}]}
         )
+
+
+def _shares_plan(new: int, old: int, data: int | None = None) -> TrainingPlan:
+    return TrainingPlan.model_validate(
+        {
+            "parallelism": {"data": data or 4, "tensor": 4, "sequence_parallel": True},
+            "recompute": "selective",
+            "stage_layers": [32],
+            "data_shares": [
+                {"group": "h100-sxm", "replicas": 2, "sequences": new},
+                {"group": "a100-80gb", "replicas": 2, "sequences": old},
+            ],
+        }
+    )
+
+
+def test_data_shares_balance_replicas_on_different_gpus() -> None:
+    from cost_models.mixed import evaluate_data_shares
+
+    problem = _problem(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
+    )  # fmt: skip
+    problem = dataclasses.replace(
+        problem, workload=WORKLOAD.model_copy(update={"global_batch_size": 128})
+    )
+    model = build_cost_model("analytical")
+    even = evaluate_data_shares(model, problem, _shares_plan(32, 32))
+    skewed = evaluate_data_shares(model, problem, _shares_plan(44, 20))
+    shares = skewed.details["data_shares"]
+    # the even split leaves the H100 replicas idle half the step; 44 / 20 balances them
+    assert even.details["data_shares"]["h100-sxm"]["step_time_s"] < (
+        0.6 * even.details["data_shares"]["a100-80gb"]["step_time_s"]
+    )
+    assert skewed.metrics.step_time_s < 0.7 * even.metrics.step_time_s
+    assert shares["h100-sxm"]["step_time_s"] == pytest.approx(
+        shares["a100-80gb"]["step_time_s"], rel=0.1
+    )
+    # the step is the slowest group's plus the reduction across groups
+    slowest = max(x["step_time_s"] for x in shares.values())
+    across = skewed.details["cross_group_reduction_s"]
+    assert across > 0
+    assert skewed.metrics.step_time_s == pytest.approx(slowest + across, rel=1e-12)
+    # one group's share alone is that group's own estimate
+    one = TrainingPlan.model_validate(
+        {"parallelism": {"data": 2, "tensor": 4, "sequence_parallel": True},
+         "recompute": "selective", "stage_layers": [32],
+         "data_shares": [{"group": "h100-sxm", "replicas": 2, "sequences": 64}]}
+    )  # fmt: skip
+    alone = evaluate_data_shares(model, problem, one)
+    pool = problem.cluster.pools()["h100-sxm"]
+    sub = dataclasses.replace(pool_problem(problem, pool, 8), workload=problem.workload)
+    plain = model.evaluate(sub, one.model_copy(update={"data_shares": None}))
+    assert alone.metrics.step_time_s == pytest.approx(plain.metrics.step_time_s, rel=1e-12)
+
+
+def test_bad_data_shares_are_refused_at_their_fields() -> None:
+    from cost_models.mixed import evaluate_data_shares
+
+    problem = _problem(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
+    )  # fmt: skip
+    model = build_cost_model("analytical")
+    with pytest.raises(InfeasiblePlan) as info:  # 2·10 + 2·10 = 40, not 64
+        evaluate_data_shares(model, problem, _shares_plan(10, 10))
+    assert info.value.extensions["errors"][0]["field"] == "plan.data_shares"
+    with pytest.raises(ValidationError, match="hold 4 replicas; parallelism.data is 6"):
+        _shares_plan(16, 16, data=6)
