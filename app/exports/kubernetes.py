@@ -33,6 +33,7 @@ from app.exports.base import (
     gpu_resource_name,
     model_reference,
     node_layout,
+    plan_node_layout,
     require,
     static_torchrun_args,
 )
@@ -94,6 +95,14 @@ def _shm() -> tuple[dict[str, Any], dict[str, Any]]:
 def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
     plan, _ = ctx.training_plan(FORMAT)
     world = plan.parallelism.world_size
+    if plan.stage_groups is not None or plan.data_shares is not None:
+        require(
+            framework == "megatron",
+            FORMAT,
+            "kubernetes.framework",
+            f"a plan across node groups launches with Megatron-LM here (got {framework!r})",
+        )
+        return _training_across_groups(ctx)
     layout = node_layout(FORMAT, ctx.cluster, world)
     name = _name(ctx)
     config_map: dict[str, Any] | None = None
@@ -166,30 +175,24 @@ def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
             *container.get("env", []),
         ]
         pod_spec["restartPolicy"] = "Never"
-        job = {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
-            "kind": "JobSet",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": {"maxRestarts": 3},
-                "network": {"enableDNSHostnames": True},
-                "replicatedJobs": [
-                    {
-                        "name": "workers",
-                        "replicas": 1,
-                        "template": {
-                            "spec": {
-                                "parallelism": layout.num_nodes,
-                                "completions": layout.num_nodes,
-                                "completionMode": "Indexed",
-                                "backoffLimit": 0,
-                                "template": {"spec": pod_spec},
-                            }
-                        },
-                    }
-                ],
-            },
-        }
+        job = _jobset(
+            name,
+            [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": layout.num_nodes,
+                            "completions": layout.num_nodes,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "template": {"spec": pod_spec},
+                        }
+                    },
+                }
+            ],
+        )
     docs = [d for d in (config_map, job) if d is not None]
     return ExportResult(
         format=FORMAT,
@@ -198,6 +201,95 @@ def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
         args=command,
         env=env,
         notes=[f"framework: {framework}", f"kind: {kind}", *inner.notes],
+    )
+
+
+def _jobset(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A JobSet of `jobs` (replicated jobs) with stable pod host names."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 3},
+            "network": {"enableDNSHostnames": True},
+            "replicatedJobs": jobs,
+        },
+    }
+
+
+GROUP_LABEL = "meshplan.dev/node-group"
+"""The node label a plan across node groups selects each group's nodes by (label the nodes
+of every group with its name)."""
+
+
+def _training_across_groups(ctx: ExportContext) -> ExportResult:
+    """A Megatron-LM plan across node groups as one JobSet: one indexed Job per group, in
+    pipeline order, its pods on that group's nodes (`nodeSelector` on `GROUP_LABEL`), node
+    rank = the group's first node rank + the pod's completion index, a static torchrun
+    rendezvous at the first pod of the first group."""
+    plan, _ = ctx.training_plan(FORMAT)
+    layout = plan_node_layout(FORMAT, ctx.cluster, plan)
+    inner = megatron.export(ctx)
+    name = _name(ctx)
+    master = f"{name}-g0-0-0.{name}"
+    command = [
+        *static_torchrun_args(layout, "$NODE_RANK", master, str(MASTER_PORT)),
+        megatron.ENTRYPOINT,
+        *inner.args,
+    ]
+    shell = (
+        "NODE_RANK=$((GROUP_FIRST_NODE + JOB_COMPLETION_INDEX)); export NODE_RANK; exec "
+        + " ".join(shlex.quote(w) if not w.startswith("$") else w for w in command)
+    )
+    gpu = gpu_resource_name(layout.vendor)
+    shm_volume, shm_mount = _shm()
+    jobs = []
+    for i, block in enumerate(layout.blocks):
+        container: dict[str, Any] = {
+            "name": "pytorch",
+            "image": ctx.options.get("image", DEFAULT_IMAGES["megatron"]),
+            "command": ["sh", "-c", shell],
+            "env": _env_list({**inner.env, "GROUP_FIRST_NODE": str(block.first_node)}),
+            "resources": {"limits": {gpu: layout.gpus_per_node}},
+            "volumeMounts": [shm_mount],
+        }
+        jobs.append(
+            {
+                "name": f"g{i}",
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "parallelism": block.nodes,
+                        "completions": block.nodes,
+                        "completionMode": "Indexed",
+                        "backoffLimit": 0,
+                        "template": {
+                            "metadata": {"labels": {GROUP_LABEL: block.group}},
+                            "spec": {
+                                "containers": [container],
+                                "volumes": [shm_volume],
+                                "nodeSelector": {GROUP_LABEL: block.group},
+                                "restartPolicy": "Never",
+                            },
+                        },
+                    }
+                },
+            }
+        )
+    job = _jobset(name, jobs)
+    return ExportResult(
+        format=FORMAT,
+        filename=f"{name}.yaml",
+        content=dump_yaml([job]),
+        args=command,
+        env=dict(inner.env),
+        notes=[
+            "framework: megatron",
+            "kind: jobset (one indexed Job per node group, in pipeline order)",
+            f"label each group's nodes {GROUP_LABEL}=<group name>",
+            *inner.notes,
+        ],
     )
 
 

@@ -695,7 +695,7 @@ def test_a_plan_across_node_groups_launches_with_megatron_and_slurm() -> None:
 
 def test_launchers_without_node_group_placement_refuse_a_plan_across_groups() -> None:
     problem, row = _across_groups()
-    for fmt in ("torchtitan", "deepspeed", "kubernetes"):
+    for fmt in ("torchtitan", "deepspeed"):
         info = refused(problem, row, fmt)
         assert info.rule == "homogeneous-nodes", fmt
         assert "new, old" in str(info) and "megatron or slurm" in str(info)
@@ -705,3 +705,25 @@ def test_launchers_without_node_group_placement_refuse_a_plan_across_groups() ->
     problem3 = {**problem, "cluster": {**problem["cluster"]}}
     info = refused(problem3, twice, "megatron")
     assert info.rule == "megatron.stage-blocks"
+
+
+def test_a_plan_across_node_groups_is_one_jobset_with_a_job_per_group() -> None:
+    import yaml
+
+    problem, row = _across_groups()
+    k8 = export_plan(row, problem, "kubernetes")
+    (jobset,) = yaml.safe_load_all(k8.content)
+    assert jobset["kind"] == "JobSet"
+    jobs = jobset["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == ["g0", "g1"]
+    for job, group, first in zip(jobs, ("old", "new"), (0, 1), strict=True):
+        pod = job["template"]["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"meshplan.dev/node-group": group}
+        env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
+        assert env["GROUP_FIRST_NODE"] == str(first)
+        script = pod["containers"][0]["command"][2]
+        assert "NODE_RANK=$((GROUP_FIRST_NODE + JOB_COMPLETION_INDEX))" in script
+        assert "--master-addr" in script and "-g0-0-0." in script
+    with pytest.raises(UnexpressiblePlan) as info:
+        export_plan(row, problem, "kubernetes", {"framework": "torchtitan"})
+    assert info.value.rule in ("kubernetes.framework", "torchtitan.framework")
