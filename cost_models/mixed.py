@@ -255,6 +255,7 @@ def evaluate_mixed(
     details = [e.details for e in at]
     m = int(details[0]["num_microbatches"])
     work = [float(details[j]["rank_work_s"][j]) for j in range(pp)]
+    own_work = list(work)
     extra_fill = 0.0
     boundaries = []
     for j in range(pp - 1):
@@ -343,7 +344,8 @@ def evaluate_mixed(
         "data_parallel_comm": dp,
         "pipeline_comm": crit_breakdown.pipeline_comm
         + fill_drain
-        - float(details[crit]["fill_drain_s"]),
+        - float(details[crit]["fill_drain_s"])
+        + m * (work[crit] - own_work[crit]),  # hand-offs to other pools on this rank
         "bubble": sched.bubble_s,
         "optimizer": optimizer,
         "overhead": overhead + stragglers + fp8,
@@ -390,6 +392,51 @@ def evaluate_mixed(
     )
 
 
+def check_data_shares(problem: TrainingProblem, plan: TrainingPlan) -> list[str]:
+    """The pool of every share, after the rules a `data_shares` plan must meet: known
+    groups, sequences adding to the global batch and each a multiple of the micro-batch,
+    every group with the GPUs its replicas take.
+
+    Raises:
+        InfeasiblePlan: ("topology") naming the share's field.
+    """
+    shares = plan.data_shares
+    assert shares is not None
+    cluster, wl = problem.cluster, problem.workload
+    pools = cluster.pools()
+    names = pool_names(cluster, [x.group for x in shares], "plan.data_shares.{}.group")
+    total = sum(x.replicas * x.sequences for x in shares)
+    if total != wl.global_batch_size:
+        raise _refuse(
+            f"data_shares carry {total} sequences per step; global_batch_size is "
+            f"{wl.global_batch_size}",
+            "plan.data_shares",
+            f"replicas × sequences must add to {wl.global_batch_size}",
+            total,
+        )
+    p = plan.parallelism
+    per_replica = p.tensor * p.pipeline * p.context
+    for j, (share, name) in enumerate(zip(shares, names, strict=True)):
+        if share.sequences % plan.micro_batch_size:
+            raise _refuse(
+                f"data_shares[{j}] gives each replica {share.sequences} sequences, not a "
+                f"multiple of micro_batch_size {plan.micro_batch_size}",
+                f"plan.data_shares.{j}.sequences",
+                f"a multiple of {plan.micro_batch_size}",
+                share.sequences,
+            )
+        gpus = share.replicas * per_replica
+        if gpus > pools[name].num_gpus:
+            raise _refuse(
+                f"{share.replicas} replicas of {per_replica} GPUs need {gpus} GPUs of {name}; "
+                f"it has {pools[name].num_gpus}",
+                f"plan.data_shares.{j}.replicas",
+                f"at most {pools[name].num_gpus // per_replica} replicas",
+                share.replicas,
+            )
+    return names
+
+
 def evaluate_data_shares(
     model: TrainingCostModel, problem: TrainingProblem, plan: TrainingPlan
 ) -> TrainingEstimate:
@@ -410,41 +457,16 @@ def evaluate_data_shares(
         InfeasiblePlan: an unknown group, sequences that do not add to the global batch or
             are not a multiple of the micro-batch, a pool without the GPUs its replicas need.
     """
+    names = check_data_shares(problem, plan)
     shares = plan.data_shares
     assert shares is not None
     cluster, wl = problem.cluster, problem.workload
     pools = cluster.pools()
-    names = pool_names(cluster, [x.group for x in shares], "plan.data_shares.{}.group")
-    total = sum(x.replicas * x.sequences for x in shares)
-    if total != wl.global_batch_size:
-        raise _refuse(
-            f"data_shares carry {total} sequences per step; global_batch_size is "
-            f"{wl.global_batch_size}",
-            "plan.data_shares",
-            f"replicas × sequences must add to {wl.global_batch_size}",
-            total,
-        )
     p = plan.parallelism
     per_replica = p.tensor * p.pipeline * p.context
     estimates: dict[str, TrainingEstimate] = {}
-    for j, (share, name) in enumerate(zip(shares, names, strict=True)):
-        if share.sequences % plan.micro_batch_size:
-            raise _refuse(
-                f"data_shares[{j}] gives each replica {share.sequences} sequences, not a "
-                f"multiple of micro_batch_size {plan.micro_batch_size}",
-                f"plan.data_shares.{j}.sequences",
-                f"a multiple of {plan.micro_batch_size}",
-                share.sequences,
-            )
+    for share, name in zip(shares, names, strict=True):
         gpus = share.replicas * per_replica
-        if gpus > pools[name].num_gpus:
-            raise _refuse(
-                f"{share.replicas} replicas of {per_replica} GPUs need {gpus} GPUs of {name}; "
-                f"it has {pools[name].num_gpus}",
-                f"plan.data_shares.{j}.replicas",
-                f"at most {pools[name].num_gpus // per_replica} replicas",
-                share.replicas,
-            )
         sub = pool_problem(problem, pools[name], gpus)
         sub = dataclasses.replace(
             sub,

@@ -19,6 +19,7 @@ from typing import Any
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import (
     boundary_extra_s,
+    check_data_shares,
     evaluate_data_shares,
     evaluate_mixed,
     pool_names,
@@ -89,9 +90,9 @@ def _estimate_shares(
     `evaluate_data_shares` prices it."""
     shares = plan.data_shares
     assert shares is not None
+    names = check_data_shares(problem, plan)  # the rules first: 422s at their fields
     if plan.stage_layers is None:
         pools = problem.cluster.pools()
-        names = pool_names(problem.cluster, [x.group for x in shares], "plan.data_shares.{}.group")
         p = plan.parallelism
         speeds = {n: pools[n].groups[0].accelerator.peak_flops(problem.workload.precision)
                   for n in names}  # fmt: skip

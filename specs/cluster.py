@@ -134,10 +134,11 @@ class ClusterSpec(Spec):
             raise ValueError(f"node group names must be unique (repeated: {', '.join(repeated)})")
         return value
 
-    @model_validator(mode="after")
-    def _known_nodes(self) -> ClusterSpec:
-        seen: dict[str, int] = {}
-        for i, group in enumerate(self.node_groups):
+    @field_validator("node_groups")
+    @classmethod
+    def _known_node_ids(cls, value: list[NodeGroupSpec]) -> list[NodeGroupSpec]:
+        seen: set[str] = set()
+        for i, group in enumerate(value):
             ids = group.node_ids or []
             if group.node_ids is not None and len(ids) != group.num_nodes:
                 raise ValueError(
@@ -146,17 +147,26 @@ class ClusterSpec(Spec):
             for node in ids:
                 if node in seen:
                     raise ValueError(f"node id {node!r} appears twice in node_groups[].node_ids")
-                seen[node] = i
-        for j, link in enumerate(self.measured_links or []):
+                seen.add(node)
+        return value
+
+    @field_validator("measured_links")
+    @classmethod
+    def _links_name_known_nodes(
+        cls, value: list[MeasuredLink] | None, info: ValidationInfo
+    ) -> list[MeasuredLink] | None:
+        groups = info.data.get("node_groups") or []
+        known = {node for g in groups for node in g.node_ids or []}
+        for j, link in enumerate(value or []):
             for end in (link.src, link.dst):
-                if end not in seen:
+                if end not in known:
                     raise ValueError(
                         f"measured_links[{j}] names node {end!r}, which no node_groups[].node_ids "
                         "lists"
                     )
             if link.src == link.dst:
                 raise ValueError(f"measured_links[{j}] links node {link.src!r} to itself")
-        return self
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

@@ -835,7 +835,11 @@ def export(ctx: ExportContext) -> ExportResult:
         )
         + "set -euo pipefail\n"
         f"{exports}\n"
-        ': "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${JOB_ID:=meshplan}"\n'
+        + (
+            ': "${MASTER_PORT:=29500}"\n'
+            if layout.blocks
+            else ': "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}" "${JOB_ID:=meshplan}"\n'
+        )
         + required
         + "\n"
         + shell_command([*launcher, *args])

@@ -125,6 +125,15 @@ class StoredPlanUnreadable(PlannerError):
     status = 500
 
 
+def _one_pool(cluster: ResolvedCluster, name: str) -> ResolvedCluster:
+    """The pool `name` (a pool's or one of its groups' name) as a cluster of its own; the
+    whole cluster when the name is unknown (the exporters then refuse by rule)."""
+    for pool_name, pool in cluster.pools().items():
+        if name == pool_name or any(g.name == name for g in pool.groups):
+            return pool
+    return cluster
+
+
 def build_context(
     plan_record: Mapping[str, Any],
     problem: Mapping[str, Any],
@@ -139,6 +148,9 @@ def build_context(
         workload = problem["workload"]
         if isinstance(plan, Mapping) and "instances" in plan:
             serving = ServingPlan.model_validate(plan)
+            groups = {i.group for i in serving.instances}
+            if len(groups) == 1 and None not in groups:
+                cluster = _one_pool(cluster, str(next(iter(groups))))
             return ExportContext(
                 model=model,
                 cluster=cluster,
@@ -150,6 +162,10 @@ def build_context(
                 plan_id=plan_record.get("id"),
             )
         training = TrainingPlan.model_validate(plan)
+        if training.stage_groups is not None and len(set(training.stage_groups)) == 1:
+            # a plan on one group of a mixed cluster launches like one on that group alone
+            cluster = _one_pool(cluster, training.stage_groups[0])
+            training = training.model_copy(update={"stage_groups": None})
         return ExportContext(
             model=model,
             cluster=cluster,

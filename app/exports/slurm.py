@@ -80,7 +80,9 @@ def _heredoc(path: str, text: str) -> list[str]:
 def _training(ctx: ExportContext, framework: str) -> ExportResult:
     plan, _ = ctx.training_plan(FORMAT)
     world = plan.parallelism.world_size
-    if plan.stage_groups is not None and framework == "megatron":
+    if (plan.stage_groups is not None or plan.data_shares is not None) and (
+        framework == "megatron"
+    ):
         return _training_across_groups(ctx)
     layout = node_layout(FORMAT, ctx.cluster, world)
     torchrun = torchrun_args(layout, "${SLURM_JOB_ID}")

@@ -345,11 +345,13 @@ def _group_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violat
     """The rules of a plan on a mixed cluster: colocated, every instance on a named group,
     each group with the GPUs its instances take, tensor parallelism inside its nodes."""
     out = []
-    if plan.mode != "colocated":
+    groups = {i.group for i in plan.instances}
+    if plan.mode != "colocated" and len(groups) > 1:
         out.append(
             Violation(
                 kind="topology",
-                detail="across node groups only colocated plans are priced for now",
+                detail="across node groups only colocated plans are priced for now (a "
+                "disaggregated plan runs on one group)",
                 field="plan.mode",
             )
         )

@@ -15,9 +15,9 @@ a rate under an SLO).
        min  Σ_g p_g · s_g · n_g
        s.t. Σ_g r_g · n_g ≥ (1 + δ) · rate,   0 ≤ n_g ≤ M_g integer
 
-   (PuLP / HiGHS) gives the counts; the mix is then simulated at the rate, and when the SLO
-   does not hold there (routing and batching across kinds are not additive) the margin δ
-   grows (0, 10, 25, 50 %) until it does.
+   (PuLP / HiGHS) gives the counts; the mix is then priced, and unless it meets the SLO at
+   the rate and its own goodput carries the rate (routing and batching across kinds are
+   not additive) the margin δ grows (0, 10, 25, 50, 100 %) until it does.
 
 Plans are ranked by the workload's objective (`_rank_key`); explanations say what each
 group runs.
@@ -35,7 +35,13 @@ import pulp
 from cost_models.serving.base import ServingCostModel
 from solver.base import SearchStats
 from solver.formulations.stage_partition import _make_solver
-from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
+from solver.serving.evaluate import (
+    GOODPUT_REL_TOL,
+    InstanceCosts,
+    ServingEstimate,
+    ServingProblem,
+    evaluate_plan,
+)
 from solver.serving.search import (
     RankedServingPlan,
     ServingSearchResult,
@@ -48,7 +54,7 @@ from specs.serving import ServingInstance, ServingPlan
 
 MIX_TIME_LIMIT_S = 5.0
 """Time limit of one mix program (a few integer variables: it solves in milliseconds)."""
-MARGINS = (0.0, 0.1, 0.25, 0.5)
+MARGINS = (0.0, 0.1, 0.25, 0.5, 1.0)
 """Capacity margins over the rate tried in turn until the simulated mix meets the SLO."""
 
 
@@ -188,8 +194,13 @@ def mixed_serving_search(
             mix = ServingPlan(mode="colocated", instances=instances)
             est = evaluate_plan(problem, mix, costs)
             stats.evaluated += 1
-            candidates.append(est)
-            if est.feasible:
+            # it must carry the rate in its goodput (steady state), not only meet the SLO
+            # over the simulated window at the rate
+            carries = est.metrics is not None and est.metrics.goodput_rps >= rate * (
+                1 - GOODPUT_REL_TOL
+            )
+            if est.feasible and carries:
+                candidates.append(est)
                 break
     feasible = [c for c in candidates if c.feasible]
     feasible.sort(key=lambda est: _rank_key(problem, est), reverse=True)
@@ -218,19 +229,20 @@ def mixed_serving_search(
 def _groups_sentence(problem: ServingProblem, est: ServingEstimate) -> str:
     """What each group serves in the plan, and its price when known."""
     parts = []
-    used = {i.group: i for i in est.plan.instances}
     for name, pool in problem.cluster.pools().items():
-        inst = used.get(name)
         acc = pool.groups[0].accelerator.id
-        if inst is None:
+        mine = [i for i in est.plan.instances if i.group == name]
+        if not mine:
             parts.append(f"{name} ({pool.num_gpus} {acc}) idles")
             continue
-        par = inst.parallelism
-        parts.append(
-            f"{name} runs {inst.count} instance(s) of TP{par.tensor}"
-            + (f" PP{par.pipeline}" if par.pipeline > 1 else "")
-            + f" ({inst.num_gpus} of {pool.num_gpus} {acc})"
+        runs = ", ".join(
+            f"{i.count} {'' if i.role == 'both' else i.role + ' '}instance(s) of "
+            f"TP{i.parallelism.tensor}"
+            + (f" PP{i.parallelism.pipeline}" if i.parallelism.pipeline > 1 else "")
+            for i in mine
         )
+        used = sum(i.num_gpus for i in mine)
+        parts.append(f"{name} runs {runs} ({used} of {pool.num_gpus} {acc})")
     price = plan_price_per_hour(problem, est.plan)
     tail = f"; {price:.4g} per hour" if price > 0 else ""
     return "Groups: " + "; ".join(parts) + tail + "."
