@@ -727,3 +727,12 @@ def test_a_plan_across_node_groups_is_one_jobset_with_a_job_per_group() -> None:
     with pytest.raises(UnexpressiblePlan) as info:
         export_plan(row, problem, "kubernetes", {"framework": "torchtitan"})
     assert info.value.rule in ("kubernetes.framework", "torchtitan.framework")
+
+
+def test_a_plan_on_one_group_of_a_mixed_cluster_exports_as_on_that_group() -> None:
+    problem, row = _across_groups()
+    plan = {**row["plan"], "stage_layers": [40, 40], "stage_groups": ["new", "new"],
+            "parallelism": {**row["plan"]["parallelism"], "tensor": 4}}  # fmt: skip
+    sl = export_plan({**row, "plan": plan}, problem, "slurm")
+    assert "hetjob" not in sl.content and "HET_GROUP" not in sl.content
+    assert "#SBATCH --nodes=1" in sl.content

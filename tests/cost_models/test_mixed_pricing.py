@@ -278,3 +278,38 @@ def test_bad_data_shares_are_refused_at_their_fields() -> None:
     assert info.value.extensions["errors"][0]["field"] == "plan.data_shares"
     with pytest.raises(ValidationError, match="hold 4 replicas; parallelism.data is 6"):
         _shares_plan(16, 16, data=6)
+
+
+def test_a_slow_link_between_groups_shows_as_pipeline_communication() -> None:
+    model = build_cost_model("analytical")
+    plan = _plan(["a100-80gb", "h100-sxm"], [12, 20])
+    fast = evaluate_mixed(model, _problem(), plan)
+    slow_cluster = {**MIXED, "inter_group_bandwidth_gb_s": 0.5}
+    slow = evaluate_mixed(model, _problem(slow_cluster), plan)
+    grew = slow.metrics.step_time_s - fast.metrics.step_time_s
+    assert grew > 1.0
+    comm = slow.metrics.time_breakdown_s.pipeline_comm - fast.metrics.time_breakdown_s.pipeline_comm
+    assert comm > 0.5 * grew  # the link's cost is pipeline communication, not compute
+    assert slow.metrics.time_breakdown_s.compute == pytest.approx(
+        fast.metrics.time_breakdown_s.compute, rel=0.35
+    )
+
+
+def test_a_share_that_is_not_a_whole_number_of_micro_batches_names_its_field() -> None:
+    from solver import estimate_plan
+
+    problem = _problem(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
+    )  # fmt: skip
+    problem = dataclasses.replace(
+        problem, workload=WORKLOAD.model_copy(update={"global_batch_size": 128})
+    )
+    plan = TrainingPlan.model_validate(
+        {"parallelism": {"data": 4, "tensor": 4}, "micro_batch_size": 2,
+         "data_shares": [{"group": "h100-sxm", "replicas": 2, "sequences": 43},
+                         {"group": "a100-80gb", "replicas": 2, "sequences": 21}]}
+    )  # fmt: skip
+    with pytest.raises(InfeasiblePlan) as info:
+        estimate_plan(problem, build_cost_model("analytical"), plan)
+    assert info.value.extensions["errors"][0]["field"] == "plan.data_shares.0.sequences"
