@@ -211,6 +211,17 @@ def test_measured_links_override_the_catalog_where_given() -> None:
         )
 
 
+def _two_nodes_batch_128() -> TrainingProblem:
+    """One H100 node and one A100 node, a global batch of 128."""
+    problem = _problem(
+        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
+    )  # fmt: skip
+    return dataclasses.replace(
+        problem, workload=WORKLOAD.model_copy(update={"global_batch_size": 128})
+    )
+
+
 def _shares_plan(new: int, old: int, data: int | None = None) -> TrainingPlan:
     return TrainingPlan.model_validate(
         {
@@ -228,13 +239,7 @@ def _shares_plan(new: int, old: int, data: int | None = None) -> TrainingPlan:
 def test_data_shares_balance_replicas_on_different_gpus() -> None:
     from cost_models.mixed import evaluate_data_shares
 
-    problem = _problem(
-        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
-                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
-    )  # fmt: skip
-    problem = dataclasses.replace(
-        problem, workload=WORKLOAD.model_copy(update={"global_batch_size": 128})
-    )
+    problem = _two_nodes_batch_128()
     model = build_cost_model("analytical")
     even = evaluate_data_shares(model, problem, _shares_plan(32, 32))
     skewed = evaluate_data_shares(model, problem, _shares_plan(44, 20))
@@ -298,13 +303,7 @@ def test_a_slow_link_between_groups_shows_as_pipeline_communication() -> None:
 def test_a_share_that_is_not_a_whole_number_of_micro_batches_names_its_field() -> None:
     from solver import estimate_plan
 
-    problem = _problem(
-        {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
-                         {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8}]}
-    )  # fmt: skip
-    problem = dataclasses.replace(
-        problem, workload=WORKLOAD.model_copy(update={"global_batch_size": 128})
-    )
+    problem = _two_nodes_batch_128()
     plan = TrainingPlan.model_validate(
         {"parallelism": {"data": 4, "tensor": 4}, "micro_batch_size": 2,
          "data_shares": [{"group": "h100-sxm", "replicas": 2, "sequences": 43},
