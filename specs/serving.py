@@ -593,6 +593,9 @@ class ServingMetrics(Spec):
     preemptions: int = Field(default=0, ge=0)
     """Requests preempted for KV-cache space and prefilled again at that rate (engines that
     page their cache: vLLM, SGLang; `GET /v1/engines`)."""
+    price_per_hour: float | None = Field(default=None, ge=0)
+    """What the plan's GPUs cost per hour at the node groups' `price_per_gpu_hour` (null
+    when no group the plan uses has a price)."""
 
 
 __all__ = [

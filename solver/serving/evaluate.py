@@ -492,6 +492,17 @@ def simulate_plan(
     )
 
 
+def plan_price_or_none(problem: ServingProblem, plan: ServingPlan) -> float | None:
+    """The plan's GPUs at their groups' prices per GPU-hour; None when none has a price."""
+    total, priced = 0.0, False
+    for inst in plan.instances:
+        price = problem.pool(inst.group).groups[0].price_per_gpu_hour
+        if price is not None:
+            total += inst.num_gpus * price
+            priced = True
+    return total if priced else None
+
+
 def _ms(x: float) -> float:
     return x * 1e3 if math.isfinite(x) else 1e12
 
@@ -693,6 +704,7 @@ def _evaluate(
         slo_attainment=sim.attainment(slo.ttft_s, slo.tpot_s),
         requests_simulated=sim.num_requests,
         preemptions=sim.preemptions * scale,
+        price_per_hour=plan_price_or_none(problem, plan),
     )
     details = {
         "goodput_limited_by": unit.limited_by,

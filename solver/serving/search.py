@@ -77,6 +77,7 @@ from solver.serving.evaluate import (
     ServingProblem,
     evaluate_plan,
     node_replicas,
+    plan_price_or_none,
     request_stream,
     unit_kv_transfer_tier,
 )
@@ -977,14 +978,8 @@ def check_engine_options(
 
 
 def plan_price_per_hour(problem: ServingProblem, plan: ServingPlan) -> float:
-    """What the plan's GPUs cost per hour: each instance's GPUs at its group's
-    `price_per_gpu_hour` (0 where a group has none)."""
-    total = 0.0
-    for inst in plan.instances:
-        pool = problem.pool(inst.group)
-        price = pool.groups[0].price_per_gpu_hour or 0.0
-        total += inst.num_gpus * price
-    return total
+    """What the plan's GPUs cost per hour (`ServingMetrics.price_per_hour`; 0 unpriced)."""
+    return plan_price_or_none(problem, plan) or 0.0
 
 
 def _rank_key(problem: ServingProblem, est: ServingEstimate) -> float:

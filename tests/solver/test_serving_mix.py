@@ -77,6 +77,9 @@ def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> No
     assert "h100" in groups and len(groups) >= 2
     assert mix.metrics.gpus_used < 24  # type: ignore[attr-defined]
     assert mix.feasible  # type: ignore[attr-defined]
+    prices = {"h100": 4.0, "a100": 1.5, "l40s": 1.0}
+    expected = sum(i.num_gpus * prices[i.group] for i in mix.plan.instances)  # type: ignore[attr-defined]
+    assert mix.metrics.price_per_hour == pytest.approx(expected)  # type: ignore[attr-defined]
     # per GPU, one group alone is best: a mix never wins max_goodput_per_gpu
     _, per_gpu = best("max_goodput_per_gpu", None)
     assert len({i.group for i in per_gpu.plan.instances}) == 1  # type: ignore[attr-defined]
