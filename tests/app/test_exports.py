@@ -91,7 +91,8 @@ def searches() -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
                 "num_requests": 50,
             },
             "top_k": 3,
-            "constraints": {"time_limit_s": 30},
+            # colocated plans (the exports of disaggregated ones are tested on a given plan)
+            "constraints": {"time_limit_s": 30, "fixed": {"mode": "colocated"}},
         }
     )
     return out
