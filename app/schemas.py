@@ -536,6 +536,9 @@ class PlanPublic(BaseModel):
     stage_groups: list[str] | None = None
     """Training plans on a mixed cluster: the node group (pool) of every pipeline stage;
     groups not named stay idle."""
+    stage_tensor: list[int] | None = None
+    """Training plans on a mixed cluster searched with `constraints.per_stage_tensor`: the
+    tensor degree of every pipeline stage (null: `parallelism.tensor` on every stage)."""
     data_shares: list[dict[str, Any]] | None = None
     """Training plans on a mixed cluster: data-parallel replicas per node group and the
     sequences each takes per step (`{"group", "replicas", "sequences"}`)."""

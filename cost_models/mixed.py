@@ -3,16 +3,18 @@ homogeneous cost model's per-rank figures, pool by pool.
 
 A mixed cluster is a set of device pools (`ResolvedCluster.pools`: node groups of identical
 hardware). A mixed plan names the pool of every pipeline stage (`TrainingPlan.stage_groups`);
-the tensor, context and data degrees are the same on every stage, so every stage is
-`tensor × context × data` GPUs of its pool and talks to its neighbours by pipeline send /
-receives only.
+the context and data degrees are the same on every stage, and so is the tensor degree
+unless the plan gives one per stage (`stage_tensor`, HexiScale's per-stage layouts), so
+stage j is `tensor_j × context × data` GPUs of its pool and talks to its neighbours by
+pipeline send / receives only.
 
-How it is priced. For each pool the plan uses, the homogeneous cost model evaluates the
-same plan (same degrees, micro-batch, recompute, split) on a *virtual* cluster of that pool's
-nodes holding the plan's GPUs (`pool_problem`): every layer, every stage's data-parallel
-reduction, optimizer step and memory priced on that hardware, its own fabric carrying the
-stage's collectives. Rank j of the mixed plan then takes rank j's figures from the
-evaluation on its pool:
+How it is priced. For each (pool, tensor degree) the plan's stages use, the homogeneous
+cost model evaluates the same plan (same degrees but that tensor degree on every stage,
+same micro-batch, recompute, split) on a *virtual* cluster of that pool's nodes holding
+that job's GPUs (`pool_problem`): every layer, every stage's data-parallel reduction,
+optimizer step and memory priced on that hardware, its own fabric carrying the stage's
+collectives. Rank j of the mixed plan then takes rank j's figures from the evaluation of
+its pool at its degree:
 
 - work per micro-batch `W_j` (layers, embedding / LM head, exposed send / receives): the
   pool's `rank_work_s[j]`; a stage boundary between two pools sends the boundary
@@ -70,9 +72,41 @@ def _refuse(detail: str, field: str, rule: str, value: Any) -> InfeasiblePlan:
 
 
 def stage_gpus(plan: TrainingPlan) -> int:
-    """GPUs of one pipeline stage: tensor × context × data."""
+    """GPUs of one pipeline stage: tensor × context × data (the widest stage's with
+    `stage_tensor`)."""
     p = plan.parallelism
     return p.tensor * p.context * p.data
+
+
+def gpus_of_stages(plan: TrainingPlan) -> list[int]:
+    """GPUs of every pipeline stage: its tensor degree (`stage_tensor_degrees`) × context ×
+    data."""
+    p = plan.parallelism
+    return [t * p.context * p.data for t in plan.stage_tensor_degrees()]
+
+
+def at_tensor(plan: TrainingPlan, tensor: int) -> TrainingPlan:
+    """`plan` with every stage at tensor degree `tensor`, without stage groups or per-stage
+    degrees: what the homogeneous cost model prices a stage of that degree with (sequence
+    parallelism kept where the plan has it and the degree allows it)."""
+    p = plan.parallelism
+    dims = p.model_copy(
+        update={"tensor": tensor, "sequence_parallel": p.sequence_parallel and tensor > 1}
+    )
+    return plan.model_copy(update={"parallelism": dims, "stage_groups": None, "stage_tensor": None})
+
+
+def stage_setups(plan: TrainingPlan, names: list[str]) -> list[tuple[str, int]]:
+    """(pool, tensor degree) of every stage: the homogeneous evaluations a mixed plan is
+    composed from, one per distinct pair."""
+    return list(zip(names, plan.stage_tensor_degrees(), strict=True))
+
+
+def setup_gpus(plan: TrainingPlan, tensor: int) -> int:
+    """GPUs of the virtual homogeneous job that prices the stages of degree `tensor`: every
+    stage at that degree."""
+    p = plan.parallelism
+    return tensor * p.context * p.data * p.pipeline
 
 
 def pool_names(
@@ -159,18 +193,30 @@ def _inter_pool_bytes_per_s(
     return cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
 
 
-def hand_off_s(problem: TrainingProblem, plan: TrainingPlan, a: str, b: str) -> float:
-    """One boundary send / receive between stages on pools `a` and `b` (0 on one pool)."""
+def hand_off_s(
+    problem: TrainingProblem,
+    plan: TrainingPlan,
+    a: str,
+    b: str,
+    tensor: int | None = None,
+) -> float:
+    """One boundary send / receive between stages on pools `a` and `b` (0 on one pool).
+
+    `tensor`: the narrower of the two stages' tensor degrees (default the plan's). Between
+    stages of different degrees each GPU of the narrower stage holds the larger shard of
+    the boundary activation, 1/t of it with sequence parallelism, and its link carries it:
+    the hand-off is priced at that shard."""
     if a == b:
         return 0.0
     p = plan.parallelism
+    t = p.tensor if tensor is None else tensor
     size = boundary_activation_bytes(
         problem.model.hidden_size,
         problem.workload.sequence_length,
         plan.micro_batch_size,
-        p.tensor,
+        t,
         p.context,
-        p.sequence_parallel,
+        p.sequence_parallel and t > 1,
     )
     pools = problem.cluster.pools()
     return size / _inter_pool_bytes_per_s(problem.cluster, pools[a], pools[b])
@@ -187,8 +233,10 @@ def boundary_extra_s(
     overlaps them): the constant the mixed split adds to the stage, as `evaluate_mixed` adds
     it to the rank's work."""
     extra = [0.0] * len(stage_pools)
+    degrees = plan.stage_tensor_degrees()
     for j in range(len(stage_pools) - 1):
-        cross = hand_off_s(problem, plan, stage_pools[j], stage_pools[j + 1])
+        narrower = min(degrees[j], degrees[j + 1])
+        cross = hand_off_s(problem, plan, stage_pools[j], stage_pools[j + 1], narrower)
         if cross == 0.0:
             continue
         for r in (j, j + 1):
@@ -199,15 +247,16 @@ def boundary_extra_s(
 
 
 def _pool_details(
-    pools: dict[str, ResolvedCluster], names: list[str], per_stage: int, pp: int
+    pools: dict[str, ResolvedCluster], names: list[str], per_stage: list[int]
 ) -> dict[str, Any]:
-    """Per pool: its accelerator, GPUs, GPUs the plan uses and the stages it runs."""
+    """Per pool: its accelerator, GPUs, GPUs the plan uses and the stages it runs
+    (`per_stage`: every stage's GPUs)."""
     return {
         name: {
             "accelerator": pools[name].groups[0].accelerator.id,
             "gpus": pools[name].num_gpus,
-            "gpus_used": names.count(name) * per_stage,
-            "stages": [j for j in range(pp) if names[j] == name],
+            "gpus_used": sum(g for n, g in zip(names, per_stage, strict=True) if n == name),
+            "stages": [j for j in range(len(names)) if names[j] == name],
         }
         for name in pools
     }
@@ -227,31 +276,36 @@ def evaluate_mixed(
     cluster = problem.cluster
     pools = cluster.pools()
     names = pool_names(cluster, plan.stage_groups)
-    per_stage = stage_gpus(plan)
+    per_stage = gpus_of_stages(plan)
+    degrees = plan.stage_tensor_degrees()
     p = plan.parallelism
-    pp, world = p.pipeline, p.world_size
+    pp, world = p.pipeline, plan.num_gpus
     for pool_name, stages in Counter(names).items():
-        need, have = stages * per_stage, pools[pool_name].num_gpus
+        need = sum(g for n, g in zip(names, per_stage, strict=True) if n == pool_name)
+        have = pools[pool_name].num_gpus
         if need > have:
             raise _refuse(
-                f"{stages} stages of {per_stage} GPUs need {need} GPUs of {pool_name}; it has "
-                f"{have}",
+                f"{stages} stages of {per_stage[names.index(pool_name)]} GPUs need {need} GPUs "
+                f"of {pool_name}; it has {have}",
                 "plan.stage_groups",
                 f"at most {have} GPUs of {pool_name}",
                 need,
             )
-    base = plan.model_copy(update={"stage_groups": None})
-    if len(set(names)) == 1:  # one pool: the homogeneous estimate (any schedule)
+    setups = stage_setups(plan, names)
+    if len(set(setups)) == 1:  # one pool, one degree: the homogeneous estimate (any schedule)
+        base = plan.model_copy(update={"stage_groups": None, "stage_tensor": None})
         alone = model.evaluate(pool_problem(problem, pools[names[0]], world), base)
         one_pool: dict[str, Any] = {**alone.details, "stage_pools": names}
         one_pool["pool_boundaries"] = []
-        one_pool["pools"] = _pool_details(pools, names, per_stage, p.pipeline)
+        one_pool["pools"] = _pool_details(pools, names, per_stage)
         return dataclasses.replace(alone, plan=plan, details=one_pool)
     estimates = {
-        name: model.evaluate(pool_problem(problem, pools[name], world), base)
-        for name in dict.fromkeys(names)
+        (name, t): model.evaluate(
+            pool_problem(problem, pools[name], setup_gpus(plan, t)), at_tensor(plan, t)
+        )
+        for name, t in dict.fromkeys(setups)
     }
-    at = [estimates[names[j]] for j in range(pp)]
+    at = [estimates[setups[j]] for j in range(pp)]
     details = [e.details for e in at]
     m = int(details[0]["num_microbatches"])
     work = [float(details[j]["rank_work_s"][j]) for j in range(pp)]
@@ -261,7 +315,7 @@ def evaluate_mixed(
     for j in range(pp - 1):
         if names[j] == names[j + 1]:
             continue
-        cross = hand_off_s(problem, plan, names[j], names[j + 1])
+        cross = hand_off_s(problem, plan, names[j], names[j + 1], min(degrees[j], degrees[j + 1]))
         boundaries.append({"after_stage": j, "from": names[j], "to": names[j + 1], "s": cross})
         for r in (j, j + 1):
             own = float(details[r].get("p2p_time_s", 0.0))
@@ -329,7 +383,8 @@ def evaluate_mixed(
     rc_flops = float(details[0]["recompute_flops_per_step"])
     precision = problem.workload.precision
     peak_flops = sum(
-        per_stage * pools[names[j]].groups[0].accelerator.peak_flops(precision) for j in range(pp)
+        per_stage[j] * pools[names[j]].groups[0].accelerator.peak_flops(precision)
+        for j in range(pp)
     )
     crit_breakdown = at[crit].metrics.time_breakdown_s
     # the pool's breakdown is its own critical rank's: scale its intra-layer parts to the
@@ -379,7 +434,8 @@ def evaluate_mixed(
         "critical_rank": crit,
         "stage_pools": names,
         "pool_boundaries": boundaries,
-        "pools": _pool_details(pools, names, per_stage, pp),
+        "pools": _pool_details(pools, names, per_stage),
+        "stage_tensor": degrees,
         "framework": details[0].get("framework"),
     }
     return TrainingEstimate(

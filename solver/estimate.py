@@ -18,12 +18,15 @@ from typing import Any
 
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import (
+    at_tensor,
     boundary_extra_s,
     check_data_shares,
     evaluate_data_shares,
     evaluate_mixed,
     pool_names,
     pool_problem,
+    setup_gpus,
+    stage_setups,
 )
 from solver.base import SolveStatus
 from solver.formulations.mixed_partition import MixedSplit, solve_mixed_partition
@@ -145,9 +148,9 @@ def _estimate_mixed(
     if plan.stage_layers is not None:
         return evaluate_mixed(cost_model, problem, plan)
     names = pool_names(problem.cluster, plan.stage_groups)
-    if len(set(names)) == 1:  # one pool: its own estimate (any schedule), then named
+    if len(set(stage_setups(plan, names))) == 1:  # one pool, one degree: its own estimate
         sub = pool_problem(problem, pools[names[0]], plan.parallelism.world_size)
-        base = plan.model_copy(update={"stage_groups": None})
+        base = plan.model_copy(update={"stage_groups": None, "stage_tensor": None})
         chunks = estimate_plan(sub, cost_model, base).plan.stage_layers
         return evaluate_mixed(cost_model, problem, plan.model_copy(update={"stage_layers": chunks}))
     mixed = mixed_split(problem, cost_model, plan, names)
@@ -195,16 +198,17 @@ def mixed_split(
     """Profile `plan` (split and stage groups ignored) on every pool its stages use
     (`names`, one pool per stage) and split the layers exactly over the stages."""
     pools = problem.cluster.pools()
-    world = plan.parallelism.world_size
-    base = plan.model_copy(update={"stage_groups": None, "stage_layers": None})
-    profiles: dict[str, LayerProfile] = {}
-    for name in dict.fromkeys(names):
-        sub = pool_problem(problem, pools[name], world)
+    unsplit = plan.model_copy(update={"stage_layers": None})
+    setups = stage_setups(unsplit, names)
+    profiles: dict[tuple[str, int], LayerProfile] = {}
+    for name, t in dict.fromkeys(setups):
+        sub = pool_problem(problem, pools[name], setup_gpus(unsplit, t))
+        base = at_tensor(unsplit, t)
         violations = cost_model.check(sub, base)
         if any(v.kind not in PRICEABLE_VIOLATIONS for v in violations):
             return MixedViolations(sub, violations)
-        profiles[name] = cost_model.profile(sub, base)
-    stage_profiles = [profiles[n] for n in names]
+        profiles[name, t] = cost_model.profile(sub, base)
+    stage_profiles = [profiles[s] for s in setups]
     extra = boundary_extra_s(problem, plan, names, stage_profiles)
     return MixedSplitResult(stage_profiles, extra, solve_mixed_partition(stage_profiles, extra))
 

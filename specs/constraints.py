@@ -61,6 +61,11 @@ class SearchConstraints(Spec):
     launches); `fixed.framework` pins one. List `torchtitan` to add FSDP2 with pipelining
     (ZeRO-2/3 with pipeline parallelism)."""
 
+    per_stage_tensor: bool = False
+    """Searches on a cluster of mixed hardware: let each node group's pipeline stages take
+    their own tensor degree (`plan.stage_tensor`, HexiScale), e.g. tensor 8 inside NVLink
+    nodes beside tensor 1 on PCIe GPUs. Off by default: no launcher exported here runs such
+    plans (they answer "what would this hardware allow?")."""
     engines: list[str] | None = Field(default=None, min_length=1, max_length=8)
     """Serving engines to compare (`GET /v1/engines`): the search runs for each and ranks
     their plans together. Default: vLLM (V1); `fixed.engine` pins one."""
@@ -77,6 +82,8 @@ class SearchConstraints(Spec):
             for name in ("frameworks", "engines", "engine_options"):
                 if data.get(name, 0) is None:
                     del data[name]
+            if data.get("per_stage_tensor") is False:
+                del data["per_stage_tensor"]
         return data
 
     @field_validator("fixed")

@@ -142,6 +142,22 @@ class DataShare(Spec):
     """Sequences per step of each of these replicas (a multiple of micro_batch_size)."""
 
 
+def _check_per_stage(field: str, what: str, value: list[Any], p: ParallelDims) -> None:
+    """A per-stage list (`stage_groups`, `stage_tensor`): one entry per pipeline stage, and
+    several distinct entries only with one chunk per stage (the composed pipeline is priced
+    for 1F1B)."""
+    if len(value) != p.pipeline:
+        raise ValueError(
+            f"{field} has {len(value)} entries; it must have one per pipeline stage "
+            f"({p.pipeline})"
+        )
+    if p.virtual_pipeline > 1 and len(set(value)) > 1:
+        raise ValueError(
+            f"{field} with several values and virtual_pipeline > 1 is not priced yet: give "
+            f"virtual_pipeline 1, or one {what} for every stage"
+        )
+
+
 class TrainingPlan(Spec):
     """One parallel execution plan for a training step."""
 
@@ -165,6 +181,14 @@ class TrainingPlan(Spec):
     runs each pipeline stage, one name per stage (length `pipeline`). The tensor, context
     and data degrees are the same on every stage; each stage takes tensor × context × data
     GPUs of its group, and groups left out stay idle. Null on a homogeneous cluster."""
+    stage_tensor: list[int] | None = Field(default=None, min_length=1, max_length=65_536)
+    """With `stage_groups`: the tensor-parallel degree of each pipeline stage, one per stage
+    (HexiScale / FlashFlex: wide tensor groups on the slower or smaller GPUs, narrow ones
+    where the GPUs are fast or the scale-up link is PCIe); each stage then takes its tensor
+    × context × data GPUs. `parallelism.tensor` is the widest stage's degree. Null: every
+    stage runs `parallelism.tensor`. No launcher exported here runs it (Megatron-LM,
+    torchtitan and DeepSpeed give every stage one tensor degree): such plans are estimates
+    of what the hardware allows, and exports refuse them by rule."""
     data_shares: list[DataShare] | None = Field(default=None, min_length=1, max_length=64)
     """On a cluster of mixed hardware: data-parallel replicas on several node groups with
     uneven shares of the batch (Cephalo, Poplar), so that slower GPUs take fewer sequences;
@@ -231,15 +255,25 @@ class TrainingPlan(Spec):
         p = info.data.get("parallelism")
         if value is None or not isinstance(p, ParallelDims):
             return value
-        if len(value) != p.pipeline:
+        _check_per_stage("stage_groups", "group", value, p)
+        return value
+
+    @field_validator("stage_tensor")
+    @classmethod
+    def _one_degree_per_stage(cls, value: list[int] | None, info: ValidationInfo) -> Any:
+        """One degree per stage, with stage_groups, the widest equal to parallelism.tensor."""
+        p = info.data.get("parallelism")
+        if value is None or not isinstance(p, ParallelDims):
+            return value
+        if info.data.get("stage_groups") is None:
+            raise ValueError("stage_tensor needs stage_groups (the node group of every stage)")
+        _check_per_stage("stage_tensor", "degree", value, p)
+        if any(t < 1 for t in value):
+            raise ValueError(f"every stage_tensor entry must be >= 1 (got {value})")
+        if max(value) != p.tensor:
             raise ValueError(
-                f"stage_groups has {len(value)} entries; it must have one per pipeline stage "
-                f"({p.pipeline})"
-            )
-        if p.virtual_pipeline > 1 and len(set(value)) > 1:
-            raise ValueError(
-                "stage_groups over several groups with virtual_pipeline > 1 is not priced "
-                "yet: give virtual_pipeline 1, or one group for every stage"
+                f"parallelism.tensor ({p.tensor}) must be the widest stage's degree "
+                f"(max of stage_tensor {value} = {max(value)})"
             )
         return value
 
@@ -248,10 +282,26 @@ class TrainingPlan(Spec):
         """A plan without stage groups dumps (and hashes) as before the field existed."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("stage_groups", "data_shares"):
+            for name in ("stage_groups", "stage_tensor", "data_shares"):
                 if data.get(name, 0) is None:
                     data.pop(name)
         return data
+
+    def stage_tensor_degrees(self) -> list[int]:
+        """The tensor degree of every pipeline stage (`stage_tensor`, or
+        `parallelism.tensor` on each)."""
+        if self.stage_tensor is not None:
+            return list(self.stage_tensor)
+        return [self.parallelism.tensor] * self.parallelism.pipeline
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the plan runs on: `parallelism.world_size`, or with `stage_tensor` the sum of
+        every stage's tensor × context × data."""
+        if self.stage_tensor is None:
+            return self.parallelism.world_size
+        p = self.parallelism
+        return sum(self.stage_tensor) * p.context * p.data
 
     def content_hash(self) -> str:
         """Hash of the canonical JSON of every field (update me when you add a field)."""

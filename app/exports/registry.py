@@ -162,7 +162,13 @@ def build_context(
                 plan_id=plan_record.get("id"),
             )
         training = TrainingPlan.model_validate(plan)
-        if training.stage_groups is not None and len(set(training.stage_groups)) == 1:
+        if training.stage_tensor is not None and len(set(training.stage_tensor)) == 1:
+            training = training.model_copy(update={"stage_tensor": None})  # one degree after all
+        if (
+            training.stage_groups is not None
+            and training.stage_tensor is None
+            and len(set(training.stage_groups)) == 1
+        ):
             # a plan on one group of a mixed cluster launches like one on that group alone
             cluster = _one_pool(cluster, training.stage_groups[0])
             training = training.model_copy(update={"stage_groups": None})
@@ -196,4 +202,13 @@ def export_plan(
             f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}", formats=list(FORMATS)
         )
     ctx = _check_framework(build_context(plan_record, problem, options), fmt.lower())
+    if ctx.training is not None and ctx.training.stage_tensor is not None:
+        raise UnexpressiblePlan(
+            fmt.lower(),
+            "per-stage-tensor",
+            f"the plan gives its pipeline stages different tensor degrees (stage_tensor "
+            f"{ctx.training.stage_tensor}); Megatron-LM, torchtitan and DeepSpeed run one "
+            "tensor degree on every stage: search without constraints.per_stage_tensor for a "
+            "launchable plan",
+        )
     return exporter(ctx)

@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable
 
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
-from cost_models.mixed import evaluate_mixed, pool_problem
+from cost_models.mixed import evaluate_mixed, gpus_of_stages, pool_problem
 from hardware_catalog.schema import ResolvedCluster
 from solver.base import SearchResult, SearchStats
 from solver.estimate import MixedViolations, estimate_plan, mixed_split
@@ -77,23 +77,26 @@ def _candidates(
     wl, layers = problem.workload, problem.model.num_layers
     frameworks, _ = framework_options(constraints)
     out: list[tuple[list[str], TrainingPlan]] = []
+    per_stage_tensor = constraints.per_stage_tensor and "tensor" not in fixed
     for count in range(2, len(names) + 1):
         for order in itertools.permutations(names, count):
             used = [pools[n] for n in order]
-            for t in _tensor_options(problem, used):
-                if "tensor" in fixed and fixed["tensor"] != t:
-                    continue
+            for degrees in _degree_options(problem, used, fixed, per_stage_tensor):
+                widest = max(degrees)
                 for d in divisors(wl.global_batch_size):
                     if "data" in fixed and fixed["data"] != d:
                         continue
-                    stage = t * d
-                    counts = [p.num_gpus // stage for p in used]
-                    if min(counts) < 1 or not _fits_nodes(stage, used):
+                    counts = [p.num_gpus // (t * d) for p, t in zip(used, degrees, strict=True)]
+                    fits = all(_fits_nodes(t * d, [p]) for p, t in zip(used, degrees, strict=True))
+                    if min(counts) < 1 or not fits:
                         continue
                     pp = sum(counts)
                     if pp > layers or ("pipeline" in fixed and fixed["pipeline"] != pp):
                         continue
                     stage_pools = [n for n, k in zip(order, counts, strict=True) for _ in range(k)]
+                    stage_tensor = [
+                        t for t, k in zip(degrees, counts, strict=True) for _ in range(k)
+                    ]
                     sizes = micro_batch_options(
                         wl.global_batch_size, d, constraints.micro_batch_sizes
                     )
@@ -109,18 +112,36 @@ def _candidates(
                             {
                                 "parallelism": {
                                     "data": d,
-                                    "tensor": t,
+                                    "tensor": widest,
                                     "pipeline": pp,
-                                    "sequence_parallel": t > 1,
+                                    "sequence_parallel": widest > 1,
                                 },
                                 "micro_batch_size": mb,
                                 "zero_stage": zero,
                                 "recompute": rc,
                                 "framework": fw.name,
+                                "stage_groups": stage_pools,
+                                "stage_tensor": (stage_tensor if len(set(degrees)) > 1 else None),
                             }
                         )
                         out.append((stage_pools, plan))
     return out
+
+
+def _degree_options(
+    problem: TrainingProblem,
+    used: list[ResolvedCluster],
+    fixed: dict[str, object],
+    per_stage: bool,
+) -> list[tuple[int, ...]]:
+    """The tensor degree of each pool's stages along one ordering: one degree for all
+    (`_tensor_options` of every pool), or with `per_stage` any degree each pool allows on
+    its own (its scale-up domain and node), as HexiScale searches them."""
+    if not per_stage:
+        return [
+            (t,) * len(used) for t in _tensor_options(problem, used) if fixed.get("tensor", t) == t
+        ]
+    return list(itertools.product(*(_tensor_options(problem, [p]) for p in used)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +391,8 @@ def _groups_sentence(
     chunks = plan.stage_layers or []
     pp = plan.parallelism.pipeline
     layers = [sum(chunks[c] for c in range(j, len(chunks), pp)) for j in range(pp)]
-    per_stage = plan.parallelism.tensor * plan.parallelism.context * plan.parallelism.data
+    per_stage = gpus_of_stages(plan) if stage_pools else []
+    degrees = plan.stage_tensor_degrees()
     pools = problem.cluster.pools()
     parts = []
     for name, pool in pools.items():
@@ -378,9 +400,13 @@ def _groups_sentence(
         acc = pool.groups[0].accelerator.id
         if stages:
             span = f"{stages[0]}" if len(stages) == 1 else f"{stages[0]}-{stages[-1]}"
+            own = sorted({degrees[j] for j in stages})
+            tensor = (
+                f" at tensor {'/'.join(map(str, own))}" if plan.stage_tensor is not None else ""
+            )
             parts.append(
-                f"{name} ({len(stages) * per_stage} of {pool.num_gpus} {acc}) runs stage "
-                f"{span} with {sum(layers[j] for j in stages)} layers"
+                f"{name} ({sum(per_stage[j] for j in stages)} of {pool.num_gpus} {acc}) runs "
+                f"stage {span}{tensor} with {sum(layers[j] for j in stages)} layers"
             )
         elif name in best_with:
             slower = best_with[name] / est.metrics.step_time_s - 1.0

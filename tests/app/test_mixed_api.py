@@ -152,3 +152,45 @@ def test_a_serving_set_across_groups_is_refused_by_the_exports(client: Any) -> N
         response = client.get(f"/v1/plans/{across[0]['id']}/export/{fmt}")
         assert response.status_code == 422, (fmt, response.text)
         assert response.json()["rule"] == "serving-across-groups"
+
+
+def test_per_stage_tensor_degrees_over_http(client: Any) -> None:
+    """An H100 node beside two PCIe L40S nodes, Llama-3-8B: `constraints.per_stage_tensor`
+    lets each group's stages take their own tensor degree; the estimate prices such a plan
+    as given; every export refuses it by rule (no launcher runs two degrees)."""
+    l40s = {"accelerator": "l40s", "num_nodes": 2, "gpus_per_node": 8, "name": "l40s"}
+    body = {
+        **BODY,
+        "cluster": {"node_groups": [{**H100, "num_nodes": 1, "name": "h100"}, l40s]},
+        "workload": {"kind": "training", "global_batch_size": 128, "sequence_length": 4096},
+        "constraints": {"per_stage_tensor": True},
+        "top_k": 10,
+    }
+    search = client.post("/v1/searches?wait=60", json=body)
+    assert search.status_code == 201, search.text
+    assert search.json()["status"] == "succeeded", search.json()
+    plans = client.get(f"/v1/searches/{search.json()['id']}/plans").json()["items"]
+    own = [p for p in plans if p.get("stage_tensor")]
+    assert own, "a plan with per-stage degrees is among the top ten"
+    plan = own[0]
+    degrees, groups = plan["stage_tensor"], plan["stage_groups"]
+    assert len(degrees) == len(groups) == plan["parallelism"]["pipeline"]
+    assert max(degrees) == plan["parallelism"]["tensor"] and len(set(degrees)) > 1
+    assert "at tensor" in plan["explanation"]
+    # the estimate of the same plan, split left open, gives the stored split and price back
+    given = {k: plan[k] for k in ("parallelism", "micro_batch_size", "recompute", "zero_stage",
+                                  "stage_groups", "stage_tensor")}  # fmt: skip
+    problem = {k: body[k] for k in ("model", "cluster", "workload")}
+    answer = client.post("/v1/estimate", json={**problem, "plan": given})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["plan"]["stage_layers"] == plan["stage_layers"]
+    assert answer.json()["metrics"]["step_time_s"] == plan["metrics"]["step_time_s"]
+    for fmt in ("megatron", "slurm", "kubernetes"):
+        response = client.get(f"/v1/plans/{plan['id']}/export/{fmt}")
+        assert response.status_code == 422, (fmt, response.text)
+        assert response.json()["rule"] == "per-stage-tensor"
+    # a bad stage_tensor names its field
+    bad = {**given, "stage_tensor": [1] * len(groups)}
+    response = client.post("/v1/estimate", json={**problem, "plan": bad})
+    assert response.status_code == 422
+    assert any(f.startswith("plan") for f in error_fields(response.json()))

@@ -312,3 +312,83 @@ def test_a_share_that_is_not_a_whole_number_of_micro_batches_names_its_field() -
     with pytest.raises(InfeasiblePlan) as info:
         estimate_plan(problem, build_cost_model("analytical"), plan)
     assert info.value.extensions["errors"][0]["field"] == "plan.data_shares.0.sequences"
+
+
+def test_stages_with_their_own_tensor_degree_compose_their_own_evaluations() -> None:
+    """Stage 0 on the A100 node at tensor 8, stage 1 on four H100s at tensor 4 (data 1):
+    each rank's work is the rank's work in the homogeneous job of its pool at its degree,
+    plus, on both sides of the boundary, the inter-pool hand-off of the tensor-4 shard
+    (the narrower stage's GPUs hold 1/4 of the activation with sequence parallelism) less
+    the send / receive their own job already counts; GPUs and MFU count 8 + 4."""
+    problem = _problem()
+    model = build_cost_model("analytical")
+    plan = TrainingPlan.model_validate(
+        {
+            "parallelism": {"data": 1, "tensor": 8, "pipeline": 2, "sequence_parallel": True},
+            "stage_layers": [12, 20],
+            "stage_groups": ["a100-80gb", "h100-sxm"],
+            "stage_tensor": [8, 4],
+            "recompute": "selective",
+        }
+    )
+    est = evaluate_mixed(model, problem, plan)
+    pools = problem.cluster.pools()
+    at8 = plan.model_copy(update={"stage_groups": None, "stage_tensor": None})
+    dims4 = plan.parallelism.model_copy(update={"tensor": 4})
+    at4 = at8.model_copy(update={"parallelism": dims4})
+    a100 = model.evaluate(pool_problem(problem, pools["a100-80gb"], 16), at8)
+    h100 = model.evaluate(pool_problem(problem, pools["h100-sxm"], 8), at4)
+    acc = pools["a100-80gb"].groups[0].accelerator
+    other = pools["h100-sxm"].groups[0].accelerator
+    bandwidth = (
+        problem.cluster.inter_pool_bandwidth_gb_s
+        * 1e9
+        * min(acc.scale_out_efficiency, other.scale_out_efficiency)
+    )
+    cross = 1 * 4096 * 4096 * 2 / 4 / bandwidth  # mb × seq × hidden × bf16 / tensor 4
+    (boundary,) = est.details["pool_boundaries"]
+    assert boundary["s"] == pytest.approx(cross, rel=1e-9)
+    own = [float(a100.details["p2p_time_s"]), float(h100.details["p2p_time_s"])]
+    work = [float(a100.details["rank_work_s"][0]), float(h100.details["rank_work_s"][1])]
+    assert not a100.details["p2p_overlapped"]  # Megatron-Core exposes its send / receives
+    assert cross > max(own)  # the inter-node link is slower than NVLink inside a pool
+    work = [w + cross - o for w, o in zip(work, own, strict=True)]
+    assert est.details["rank_work_s"] == pytest.approx(work, rel=1e-9)
+    assert est.details["stage_tensor"] == [8, 4]
+    assert est.details["pools"]["h100-sxm"]["gpus_used"] == 4
+    assert est.details["pools"]["a100-80gb"]["gpus_used"] == 8
+    assert est.memory.by_stage[0].total_gib == pytest.approx(
+        a100.memory.by_stage[0].total_gib, rel=1e-12
+    )
+    assert est.memory.by_stage[1].total_gib == pytest.approx(
+        h100.memory.by_stage[1].total_gib, rel=1e-12
+    )
+    flops = est.metrics.model_tflops_per_gpu * 12 * 1e12
+    peaks = 8 * acc.peak_flops("bf16") + 4 * other.peak_flops("bf16")
+    assert est.metrics.mfu == pytest.approx(flops / peaks, rel=1e-9)
+    # one degree on every stage is the plan without stage_tensor
+    same = plan.model_copy(update={"stage_tensor": [8, 8]})
+    plain = plan.model_copy(update={"stage_tensor": None})
+    assert evaluate_mixed(model, problem, same).metrics.step_time_s == pytest.approx(
+        evaluate_mixed(model, problem, plain).metrics.step_time_s, rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"stage_groups": None}, "stage_tensor needs stage_groups"),
+        ({"stage_tensor": [8]}, "one per pipeline stage"),
+        ({"stage_tensor": [4, 2]}, "must be the widest stage's degree"),
+        ({"stage_tensor": [8, 0]}, ">= 1"),
+    ],
+)
+def test_bad_stage_tensor_is_refused(update: dict[str, Any], message: str) -> None:
+    body: dict[str, Any] = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 2},
+        "stage_groups": ["a100-80gb", "h100-sxm"],
+        "stage_tensor": [8, 4],
+        **update,
+    }
+    with pytest.raises(ValidationError, match=message):
+        TrainingPlan.model_validate(body)

@@ -16,6 +16,7 @@ from solver.search.mixed import _candidates, mixed_search
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.model import ModelSpec
+from specs.plan import TrainingPlan
 from specs.workload import TrainingWorkload
 from tests.support import TINY_MODEL
 
@@ -108,3 +109,107 @@ def test_mixed_search_is_never_worse_than_any_single_pool() -> None:
         if plan.data_shares is None:
             assert len(plan.stage_groups or []) == plan.parallelism.pipeline
         assert "Groups: " in ranked.explanation
+
+
+def _every_per_stage_plan(problem: TrainingProblem, sizes: list[int]) -> float:
+    """The best plan with its own tensor degree per pool, by brute force written apart from
+    the search: every ordering of two or more pools, every degree per pool that divides its
+    node and the model's heads, KV heads and FFN width, every data degree dividing the
+    batch, whole stages of degree × data GPUs per pool, every micro-batch size, recompute
+    mode and split of the layers."""
+    model = build_cost_model("analytical")
+    pools = problem.cluster.pools()
+    m = problem.model
+    layers, batch = m.num_layers, problem.workload.global_batch_size
+    best = float("inf")
+
+    def degrees(pool: Any) -> list[int]:
+        node = pool.gpus_per_node
+        return [
+            t
+            for t in range(1, node + 1)
+            if node % t == 0
+            and m.num_attention_heads % t == 0
+            and m.kv_heads % t == 0
+            and m.ffn_hidden_size % t == 0
+        ]
+
+    for count in range(2, len(pools) + 1):
+        for order in itertools.permutations(pools, count):
+            for ts in itertools.product(*(degrees(pools[n]) for n in order)):
+                for d in [x for x in range(1, batch + 1) if batch % x == 0]:
+                    counts = [pools[n].num_gpus // (t * d) for n, t in zip(order, ts, strict=True)]
+                    node_ok = all(
+                        (t * d) % pools[n].gpus_per_node == 0
+                        or pools[n].gpus_per_node % (t * d) == 0
+                        for n, t in zip(order, ts, strict=True)
+                    )
+                    pp = sum(counts)
+                    if min(counts) < 1 or not node_ok or pp > layers:
+                        continue
+                    names = [n for n, k in zip(order, counts, strict=True) for _ in range(k)]
+                    stage_tensor = [t for t, k in zip(ts, counts, strict=True) for _ in range(k)]
+                    for mb, rc in itertools.product(sizes, ("none", "selective", "full")):
+                        if (batch // d) % mb:
+                            continue
+                        for cuts in itertools.combinations(range(1, layers), pp - 1):
+                            bounds = (0, *cuts, layers)
+                            plan = TrainingPlan.model_validate(
+                                {
+                                    "parallelism": {
+                                        "data": d,
+                                        "tensor": max(ts),
+                                        "pipeline": pp,
+                                        "sequence_parallel": max(ts) > 1,
+                                    },
+                                    "micro_batch_size": mb,
+                                    "recompute": rc,
+                                    "stage_groups": names,
+                                    "stage_tensor": stage_tensor if len(set(ts)) > 1 else None,
+                                    "stage_layers": [bounds[i + 1] - bounds[i] for i in range(pp)],
+                                }
+                            )
+                            est = evaluate_mixed(model, problem, plan)
+                            if est.feasible:
+                                best = min(best, est.metrics.step_time_s)
+    return best
+
+
+def test_per_stage_tensor_degrees_equal_brute_force_and_beat_one_degree() -> None:
+    """An H100 node of 4 beside a PCIe L40S node of 2: with one degree for all, the degree
+    must fit both pools (at most 2); with one per pool the H100 stages may run tensor 4.
+    The search over per-pool degrees equals the brute force above over the same space, and
+    never loses to the search with one degree (its space is a subset)."""
+    problem = _problem(
+        [
+            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4, "name": "h100"},
+            {"accelerator": "l40s", "num_nodes": 1, "gpus_per_node": 2, "name": "l40s"},
+        ]
+    )
+    model = build_cost_model("analytical")
+    uniform = SearchConstraints(micro_batch_sizes=[1, 2], time_limit_s=120)
+    per_stage = uniform.model_copy(update={"per_stage_tensor": True})
+    one = mixed_search(problem, model, uniform, top_k=40, share_data=False)
+    own = mixed_search(problem, model, per_stage, top_k=40, share_data=False)
+    assert own.stats.complete and one.stats.complete
+    # exact over the cross-pool space: the best cross-pool plan equals the brute force
+    cross = [
+        r.estimate
+        for r in own.plans
+        if r.estimate.plan.stage_groups and len(set(r.estimate.plan.stage_groups)) > 1
+    ]
+    assert cross, "no plan across both pools"
+    assert cross[0].metrics.step_time_s == pytest.approx(
+        _every_per_stage_plan(problem, [1, 2]), rel=1e-9
+    )
+    assert own.plans[0].estimate.metrics.step_time_s <= one.plans[0].estimate.metrics.step_time_s
+    # some plan of the list uses tensor 4 on the H100s beside a narrower L40S stage (which
+    # the one-degree space cannot express), and its explanation says so
+    mixed_degrees = [r for r in own.plans if r.estimate.plan.stage_tensor is not None]
+    assert mixed_degrees
+    assert all(
+        max(r.estimate.plan.stage_tensor or []) == r.estimate.plan.parallelism.tensor
+        for r in mixed_degrees
+    )
+    assert any("at tensor" in r.explanation for r in mixed_degrees)
+    assert all(r.estimate.plan.stage_tensor is None for r in one.plans)
