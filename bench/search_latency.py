@@ -17,7 +17,7 @@ Mixed clusters (issue 12; targets on 2 cores: two GPU types × 512 GPUs ≤ 3 s,
 and 1,536 GPUs ≤ 10 s) run in their own section (`MIXED_CASES`, `--no-mixed` skips them):
 each pool alone plus every ordering of pools along the pipeline (`solver.search.mixed`).
 
-Usage: `python bench/search_latency.py [--repeat 3] [--http http://127.0.0.1:8000]`.
+Usage: `python bench/search_latency.py [--repeat 3] [--only-mixed] [--http http://127.0.0.1:8000]`.
 """
 
 from __future__ import annotations
@@ -54,14 +54,22 @@ MOE_CASES = [
 ]
 
 
+PER_STAGE = {"per_stage_tensor": True}
 MIXED_CASES = [
-    # (label, preset, [(accelerator, nodes of 8)], global batch, seq, target s)
+    # (label, preset, [(accelerator, nodes of 8)], global batch, seq, target s, constraints)
     ("Llama-3-70B, 512 H100 + 512 A100", "llama3-70b",
-     [("h100-sxm", 64), ("a100-80gb", 64)], 1024, 4096, 3.0),
+     [("h100-sxm", 64), ("a100-80gb", 64)], 1024, 4096, 3.0, {}),
     ("Llama-3-405B, 512 H100 + 512 A100", "llama3-405b",
-     [("h100-sxm", 64), ("a100-80gb", 64)], 2048, 8192, 3.0),
+     [("h100-sxm", 64), ("a100-80gb", 64)], 2048, 8192, 3.0, {}),
     ("Llama-3-70B, 512 each H100/A100/H200", "llama3-70b",
-     [("h100-sxm", 64), ("a100-80gb", 64), ("h200", 64)], 1024, 4096, 10.0),
+     [("h100-sxm", 64), ("a100-80gb", 64), ("h200", 64)], 1024, 4096, 10.0, {}),
+    # a tensor degree per group (HexiScale): wider search, same targets
+    ("70B, 512 H100 + 512 L40S, tp/group", "llama3-70b",
+     [("h100-sxm", 64), ("l40s", 64)], 1024, 4096, 3.0, PER_STAGE),
+    ("70B, 512 H100 + 512 A100, tp/group", "llama3-70b",
+     [("h100-sxm", 64), ("a100-80gb", 64)], 1024, 4096, 3.0, PER_STAGE),
+    ("70B, 512 H100/A100/H200, tp/group", "llama3-70b",
+     [("h100-sxm", 64), ("a100-80gb", 64), ("h200", 64)], 1024, 4096, 10.0, PER_STAGE),
 ]  # fmt: skip
 
 
@@ -86,7 +94,13 @@ def main() -> None:
     parser.add_argument("--http", metavar="URL", help="also time the HTTP round trip")
     parser.add_argument("--no-moe", action="store_true", help="skip the MoE section")
     parser.add_argument("--no-mixed", action="store_true", help="skip the mixed-cluster section")
+    parser.add_argument(
+        "--only-mixed", action="store_true", help="run the mixed-cluster section alone"
+    )
     args = parser.parse_args()
+    if args.only_mixed:
+        mixed_section(args.repeat)
+        return
     print(
         f"{'case':32} {'median s':>9} {'target':>7} {'ok':>3} {'enumerated':>10} {'evaluated':>9} "
         f"{'splits':>6} {'best step s':>11} {'MFU':>5}  pruned"
@@ -148,7 +162,7 @@ def mixed_section(repeat: int) -> None:
     from solver import mixed_search
 
     print("\nMixed clusters (each pool alone + pipelines across pools; cold caches):")
-    for label, preset, groups, gbs, seq, target in MIXED_CASES:
+    for label, preset, groups, gbs, seq, target, constraints in MIXED_CASES:
         problem = TrainingProblem(
             model=get_preset(preset),
             cluster=resolve_cluster(
@@ -169,7 +183,10 @@ def mixed_section(repeat: int) -> None:
             clear_caches()
             t0 = time.perf_counter()
             result = mixed_search(
-                problem, build_cost_model("analytical"), SearchConstraints(), top_k=10
+                problem,
+                build_cost_model("analytical"),
+                SearchConstraints.model_validate(constraints),
+                top_k=10,
             )
             times.append(time.perf_counter() - t0)
         assert result is not None
@@ -186,8 +203,9 @@ def mixed_section(repeat: int) -> None:
             used = sorted(set(est.plan.stage_groups or [])) or [
                 f"{x.group}×{x.replicas}({x.sequences} seq)" for x in shares
             ]
+            degrees = f" (stage tensor {est.plan.stage_tensor})" if est.plan.stage_tensor else ""
             print(
-                f"    best: dp{par.data} tp{par.tensor} pp{par.pipeline} mbs"
+                f"    best: dp{par.data} tp{par.tensor}{degrees} pp{par.pipeline} mbs"
                 f"{est.plan.micro_batch_size} {est.plan.recompute} on {'+'.join(used)}: step "
                 f"{est.metrics.step_time_s:.2f} s, MFU {est.metrics.mfu:.3f}, layers "
                 f"{est.plan.stage_layers}"

@@ -235,6 +235,8 @@ def boundary_extra_s(
     extra = [0.0] * len(stage_pools)
     degrees = plan.stage_tensor_degrees()
     for j in range(len(stage_pools) - 1):
+        if stage_pools[j] == stage_pools[j + 1]:
+            continue
         narrower = min(degrees[j], degrees[j + 1])
         cross = hand_off_s(problem, plan, stage_pools[j], stage_pools[j + 1], narrower)
         if cross == 0.0:

@@ -577,6 +577,12 @@ def same_hardware(a: ResolvedNodeGroup, b: ResolvedNodeGroup) -> bool:
     )
 
 
+_POOLS: dict[int, tuple[ResolvedCluster, dict[str, ResolvedCluster]]] = {}
+_MAX_POOLS = 1024
+"""`ResolvedCluster.pools()` by cluster object (a search asks the same cluster thousands of
+times); the entry keeps its cluster, so an id is never reused while it is cached."""
+
+
 class ResolvedCluster(BaseModel):
     """The cluster as the cost models see it: node groups with their accelerators, systems
     and fabrics, and the scale-out layout."""
@@ -621,6 +627,9 @@ class ResolvedCluster(BaseModel):
         after their first group, in the order the groups first appear. A mixed cluster is
         planned as pools that hand work to one another; each pool is priced by the
         homogeneous cost models."""
+        hit = _POOLS.get(id(self))
+        if hit is not None and hit[0] is self:  # frozen: the same object has the same pools
+            return dict(hit[1])
         merged: dict[str, list[ResolvedNodeGroup]] = {}
         for group in self.groups:
             for members in merged.values():
@@ -634,10 +643,14 @@ class ResolvedCluster(BaseModel):
                     n += 1
                     name = f"{base}-{n}"
                 merged[name] = [group]
-        return {
+        pools = {
             name: ResolvedCluster(groups=members, fabric=self.fabric)
             for name, members in merged.items()
         }
+        if len(_POOLS) >= _MAX_POOLS:
+            _POOLS.clear()
+        _POOLS[id(self)] = (self, pools)
+        return dict(pools)
 
     @property
     def inter_pool_bandwidth_gb_s(self) -> float:

@@ -18,7 +18,6 @@ from typing import Any
 
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import (
-    at_tensor,
     boundary_extra_s,
     check_data_shares,
     evaluate_data_shares,
@@ -172,12 +171,18 @@ def _estimate_mixed(
 
 
 @dataclasses.dataclass(frozen=True)
-class MixedSplitResult:
-    """The stage profiles of a mixed plan (each on its pool), the hand-off time each stage
-    adds, and the best split (None when no split fits in memory)."""
+class MixedProfiles:
+    """The stage profiles of a mixed plan (each on its pool at its tensor degree) and the
+    hand-off time each stage adds: what the mixed split takes."""
 
     profiles: list[LayerProfile]
     extra_s: list[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedSplitResult(MixedProfiles):
+    """`MixedProfiles` and the best split (None when no split fits in memory)."""
+
     split: MixedSplit | None
 
 
@@ -197,20 +202,35 @@ def mixed_split(
 ) -> MixedSplitResult | MixedViolations:
     """Profile `plan` (split and stage groups ignored) on every pool its stages use
     (`names`, one pool per stage) and split the layers exactly over the stages."""
+    found = mixed_profiles(problem, cost_model, plan, names)
+    if isinstance(found, MixedViolations):
+        return found
+    split = solve_mixed_partition(found.profiles, found.extra_s)
+    return MixedSplitResult(found.profiles, found.extra_s, split)
+
+
+def mixed_profiles(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    plan: TrainingPlan,
+    names: list[str],
+) -> MixedProfiles | MixedViolations:
+    """The layer profile of every stage of `plan` (split and stage groups ignored) on its
+    pool (`names`) at its tensor degree, and each stage's hand-off time; or the rules a
+    pool's job breaks."""
     pools = problem.cluster.pools()
-    unsplit = plan.model_copy(update={"stage_layers": None})
-    setups = stage_setups(unsplit, names)
+    setups = stage_setups(plan, names)
+    key = plan.key().without_split()
     profiles: dict[tuple[str, int], LayerProfile] = {}
     for name, t in dict.fromkeys(setups):
-        sub = pool_problem(problem, pools[name], setup_gpus(unsplit, t))
-        base = at_tensor(unsplit, t)
-        violations = cost_model.check(sub, base)
+        sub = pool_problem(problem, pools[name], setup_gpus(plan, t))
+        at = key._replace(tensor=t, sequence_parallel=key.sequence_parallel and t > 1)
+        violations = cost_model.check_key(sub, at)
         if any(v.kind not in PRICEABLE_VIOLATIONS for v in violations):
             return MixedViolations(sub, violations)
-        profiles[name, t] = cost_model.profile(sub, base)
+        profiles[name, t] = cost_model.profile_key(sub, at)
     stage_profiles = [profiles[s] for s in setups]
-    extra = boundary_extra_s(problem, plan, names, stage_profiles)
-    return MixedSplitResult(stage_profiles, extra, solve_mixed_partition(stage_profiles, extra))
+    return MixedProfiles(stage_profiles, boundary_extra_s(problem, plan, names, stage_profiles))
 
 
 def _raise_blocking(

@@ -229,6 +229,133 @@ def _solve_uniform(
     return counts
 
 
+@dataclass(frozen=True)
+class WorkBounds:
+    """Lower bounds on the stage times of any split that fits (inf when none fits)."""
+
+    bottleneck_s: float
+    """On the slowest stage's time per micro-batch."""
+    total_s: float
+    """On the sum of the stages' times per micro-batch: Σ c_j + L·min_j τ_j."""
+
+    def one_f_one_b_s(self, microbatches: int) -> float:
+        """On the 1F1B schedule of the stages, (m − 1)·max W + Σ W
+        (`cost_models.analytical.schedule.one_f_one_b`): Σ W is at least the total and at
+        least max W."""
+        if math.isinf(self.bottleneck_s):
+            return math.inf  # no split fits (and 0 · inf would be nan at one micro-batch)
+        return (microbatches - 1) * self.bottleneck_s + max(self.bottleneck_s, self.total_s)
+
+
+def time_lower_bounds(
+    profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None
+) -> WorkBounds:
+    """`work_lower_bounds` without the memory caps (so never inf), in one lean pass over
+    the stages: T ≥ max_j (c_j + τ_j) and T ≥ (L + Σ c_j/τ_j) / Σ 1/τ_j. The search
+    orders every cross-pool candidate by it and bounds the survivors again with memory."""
+    p = len(profiles)
+    num_layers = len(profiles[0].layer_time_s)
+    extra = extra_s if extra_s is not None else [0.0] * p
+    prev: LayerProfile | None = None
+    tau = p2p = 0.0
+    each = rates = weighted = consts = 0.0
+    fastest = math.inf
+    for j, prof in enumerate(profiles):
+        if prof is not prev:
+            prev, tau = prof, min(prof.layer_time_s)
+            p2p = 2 * prof.p2p_time_s if p > 1 else 0.0
+            fastest = min(fastest, tau)
+        c = p2p + extra[j]
+        if j == 0:
+            c += prof.first_extra_time_s
+        if j == p - 1:
+            c += prof.last_extra_time_s
+        each = max(each, c + tau)
+        consts += c
+        if tau > 0.0:
+            rates += 1.0 / tau
+            weighted += c / tau
+        else:
+            rates = math.inf
+    spread = (num_layers + weighted) / rates if not math.isinf(rates) else 0.0
+    return WorkBounds(max(each, spread), consts + num_layers * fastest)
+
+
+def work_lower_bounds(
+    profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None
+) -> WorkBounds:
+    """Lower bounds on `solve_mixed_partition(profiles, extra_s)`'s stage times (inf when
+    no split can fit), in O(p log p) after one pass over each distinct profile.
+
+    Stage j (constant time c_j and memory m_j as `_stages` counts them, fastest layer τ_j,
+    smallest state σ_j and activation α_j per layer, ι_j micro-batches in flight) holds
+    n_j ≥ 1 layers with n_j·τ_j ≤ T − c_j and n_j·(σ_j + ι_j·α_j) ≤ U_j − m_j. So T is at
+    least c_j + τ_j on every stage, and at least the smallest T at which
+    Σ_j min(cap_j, (T − c_j)⁺/τ_j) reaches L (cap_j the memory bound on n_j): a
+    piecewise-linear sum, found by sweeping its breakpoints. The search sorts its
+    cross-pool candidates by this bound and splits only those that can still enter the top
+    list."""
+    p = len(profiles)
+    num_layers = len(profiles[0].layer_time_s)
+    extra = list(extra_s) if extra_s is not None else [0.0] * p
+    mins: dict[int, tuple[float, float, float]] = {}
+    events: list[tuple[float, float]] = []
+    each = 0.0
+    none = WorkBounds(math.inf, math.inf)
+    consts = 0.0
+    for j, prof in enumerate(profiles):
+        least = mins.get(id(prof))
+        if least is None:
+            least = mins[id(prof)] = (
+                min(prof.layer_time_s),
+                min(prof.layer_state_bytes),
+                min(prof.layer_activation_bytes),
+            )
+        tau, sigma, alpha = least
+        inflight = prof.inflight_microbatches[j][0]
+        c = (2 * prof.p2p_time_s if p > 1 else 0.0) + extra[j]
+        room = prof.usable_bytes - prof.fixed_bytes
+        if j == 0:
+            c += prof.first_extra_time_s
+            room -= prof.first_extra_state_bytes + inflight * prof.first_extra_activation_bytes
+        if j == p - 1:
+            c += prof.last_extra_time_s
+            room -= prof.last_extra_state_bytes + prof.last_extra_activation_bytes
+        per_layer = sigma + inflight * alpha
+        cap = (
+            math.inf
+            if per_layer <= 0 or math.isinf(room)
+            else math.floor(room / per_layer * (1 + 1e-12))
+        )
+        if cap < 1:
+            return none  # not one layer fits on this stage
+        each = max(each, c + tau)
+        consts += c
+        if tau <= 0.0:
+            events.clear()  # a stage of free layers takes any count: no bound from the sum
+            break
+        events.append((c, 1.0 / tau))
+        if not math.isinf(cap):
+            events.append((c + cap * tau, -1.0 / tau))
+    if not events:
+        return WorkBounds(each, 0.0)
+    total = consts + num_layers * min(least[0] for least in mins.values())
+    events.sort()
+    held, slope, at = 0.0, 0.0, events[0][0]
+    short = num_layers * (1 - 1e-12)  # layers are whole: a sum within rounding reaches L
+    for t, change in events:
+        reach = held + slope * (t - at)
+        if reach >= short and slope > 0:
+            return WorkBounds(max(each, at + max(0.0, num_layers - held) / slope), total)
+        held, at = reach, t
+        slope += change
+    if held >= short:  # the caps reach L exactly where the last stage fills up
+        return WorkBounds(max(each, at), total)
+    if slope > 1e-300:
+        return WorkBounds(max(each, at + (num_layers - held) / slope), total)
+    return none  # the memory caps add up to fewer than L layers
+
+
 def solve_mixed_partition(
     profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None
 ) -> MixedSplit | None:

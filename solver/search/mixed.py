@@ -10,11 +10,16 @@ The space (exact over it: every candidate is priced, none is pruned by a heurist
    expert 1, one chunk per stage, 1F1B: what Megatron-Core runs with
    `--pipeline-model-parallel-layout`), each pool contributing every whole stage of `t·d`
    GPUs it holds (`⌊GPUs / (t·d)⌋`, at least one; the rest of the pool idles), and the
-   micro-batch sizes, recompute modes, ZeRO stages and frameworks of the constraints. For
-   each, the per-pool layer profiles (the cost model's `profile` on that pool's hardware)
-   feed the exact mixed split (`solve_mixed_partition`: the slowest stage per micro-batch
-   minimised within every stage's memory, hand-offs between pools included), and
-   `cost_models.mixed.evaluate_mixed` prices the result.
+   micro-batch sizes, recompute modes, ZeRO stages and frameworks of the constraints. With
+   `constraints.per_stage_tensor` each pool's stages take their own degree (every degree
+   the pool's nodes allow; `plan.stage_tensor`). For each, the per-pool layer profiles
+   (the cost model's `profile` on that pool's hardware at its degree) give a lower bound
+   on the step (`time_lower_bounds`); candidates are taken best bound first, bounded
+   again with every stage's memory (`work_lower_bounds`), then split exactly
+   (`solve_mixed_partition`: the slowest stage per micro-batch minimised within every
+   stage's memory, hand-offs between pools included), and `evaluate_mixed` prices the
+   result; the walk stops at the first bound above the k-th best step, so the answer is
+   the exhaustive one.
 
 3. **Data across groups** (`share_data`): the layouts of the plans kept from 1 as
    data-parallel replicas on every pool that holds one, the batch shared by speed
@@ -35,11 +40,17 @@ import itertools
 import math
 from collections.abc import Callable
 
+from cost_models.analytical.schedule import one_f_one_b
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import evaluate_mixed, gpus_of_stages, pool_problem
 from hardware_catalog.schema import ResolvedCluster
 from solver.base import SearchResult, SearchStats
-from solver.estimate import MixedViolations, estimate_plan, mixed_split
+from solver.estimate import MixedProfiles, MixedViolations, estimate_plan, mixed_profiles
+from solver.formulations.mixed_partition import (
+    solve_mixed_partition,
+    time_lower_bounds,
+    work_lower_bounds,
+)
 from solver.search.branch_and_bound import search as homogeneous_search
 from solver.search.steps import Monitor, Stopped, TopK, finish
 from solver.space import divisors, framework_options, micro_batch_options, validated_fixed
@@ -100,6 +111,20 @@ def _candidates(
                     sizes = micro_batch_options(
                         wl.global_batch_size, d, constraints.micro_batch_sizes
                     )
+                    # the layout validated once; its variants differ in fields that are
+                    # valid on their own (micro-batch, recompute, ZeRO, framework)
+                    layout = TrainingPlan.model_validate(
+                        {
+                            "parallelism": {
+                                "data": d,
+                                "tensor": widest,
+                                "pipeline": pp,
+                                "sequence_parallel": widest > 1,
+                            },
+                            "stage_groups": stage_pools,
+                            "stage_tensor": (stage_tensor if len(set(degrees)) > 1 else None),
+                        }
+                    )
                     for mb, rc, zero, fw in itertools.product(
                         sizes, RECOMPUTE_MODES, ZERO_STAGES, frameworks
                     ):
@@ -108,20 +133,12 @@ def _candidates(
                         if fixed.get("recompute", rc) != rc:
                             continue
                         zero = int(fixed.get("zero_stage", zero))
-                        plan = TrainingPlan.model_validate(
-                            {
-                                "parallelism": {
-                                    "data": d,
-                                    "tensor": widest,
-                                    "pipeline": pp,
-                                    "sequence_parallel": widest > 1,
-                                },
+                        plan = layout.model_copy(
+                            update={
                                 "micro_batch_size": mb,
                                 "zero_stage": zero,
                                 "recompute": rc,
                                 "framework": fw.name,
-                                "stage_groups": stage_pools,
-                                "stage_tensor": (stage_tensor if len(set(degrees)) > 1 else None),
                             }
                         )
                         out.append((stage_pools, plan))
@@ -145,42 +162,39 @@ def _degree_options(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Split:
-    """A cross-pool candidate with its best split and a lower bound on its step time."""
+class _Profiled:
+    """A cross-pool candidate with its stage profiles and a lower bound on its step time."""
 
     lower_bound_s: float
-    """m × the slowest stage's work per micro-batch (the pipeline runs every micro-batch
-    through it)."""
+    """The 1F1B schedule of `time_lower_bounds` of its stages: no split makes the step
+    shorter (the step adds data-parallel, optimizer and overhead time to the schedule)."""
+    stage_pools: list[str]
     plan: TrainingPlan
-    """With stage_layers and stage_groups."""
+    """Without stage_layers."""
+    profiled: MixedProfiles
 
 
-def _split(
+def _profiled(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     stage_pools: list[str],
     plan: TrainingPlan,
     stats: SearchStats,
-) -> _Split | None:
-    """The best split of one cross-pool candidate; None when it breaks a rule or does not
-    fit (counted in `stats.pruned`)."""
+) -> _Profiled | None:
+    """One cross-pool candidate profiled and bounded; None when it breaks a rule (counted
+    in `stats.pruned`)."""
     try:
-        mixed = mixed_split(problem, cost_model, plan, stage_pools)
+        found = mixed_profiles(problem, cost_model, plan, stage_pools)
     except PlannerError:
         stats.add_pruned("rule:topology")
         return None
-    if isinstance(mixed, MixedViolations):
+    if isinstance(found, MixedViolations):
         stats.rule_rejected += 1
-        stats.add_pruned(f"rule:{mixed.violations[0].kind}")
+        stats.add_pruned(f"rule:{found.violations[0].kind}")
         return None
-    if mixed.split is None:
-        stats.add_pruned("memory")
-        return None
-    m = mixed.profiles[0].num_microbatches
-    full = plan.model_copy(
-        update={"stage_layers": mixed.split.stage_layers, "stage_groups": stage_pools}
-    )
-    return _Split(m * mixed.split.bottleneck_s, full)
+    m = found.profiles[0].num_microbatches
+    bound = time_lower_bounds(found.profiles, found.extra_s).one_f_one_b_s(m)
+    return _Profiled(bound, stage_pools, plan, found)
 
 
 def mixed_search(
@@ -226,20 +240,42 @@ def mixed_search(
             shared = _data_across_groups(problem, cost_model, template, stats)
             if shared is not None:
                 top.push(shared.plan.key(), shared)
-        splits = []
+        bounded = []
         for stage_pools, plan in candidates:
             monitor.poll(report=True)
             stats.enumerated += 1
-            found = _split(problem, cost_model, stage_pools, plan, stats)
+            found = _profiled(problem, cost_model, stage_pools, plan, stats)
             if found is not None:
-                splits.append(found)
-        splits.sort(key=lambda x: x.lower_bound_s)
-        for i, item in enumerate(splits):
+                bounded.append(found)
+        # best first: split (exactly) only the candidates whose bound can still enter the
+        # top list; the split's own bottleneck bounds the step again before it is priced
+        bounded.sort(key=lambda x: x.lower_bound_s)
+        for i, item in enumerate(bounded):
             monitor.poll(report=True)
             if top.full and item.lower_bound_s > top.worst()[0]:
-                stats.add_pruned("throughput_bound", len(splits) - i)
+                stats.add_pruned("throughput_bound", len(bounded) - i)
                 break
-            est = evaluate_mixed(cost_model, problem, item.plan)
+            profiles, extra = item.profiled.profiles, item.profiled.extra_s
+            m = profiles[0].num_microbatches
+            bound = work_lower_bounds(profiles, extra).one_f_one_b_s(m)  # memory too
+            if math.isinf(bound):
+                stats.add_pruned("memory")
+                continue
+            if top.full and bound > top.worst()[0]:
+                stats.add_pruned("throughput_bound")
+                continue
+            split = solve_mixed_partition(profiles, extra)
+            if split is None:
+                stats.add_pruned("memory")
+                continue
+            schedule = one_f_one_b(split.stage_time_s, m).step_s
+            if top.full and schedule > top.worst()[0]:
+                stats.add_pruned("throughput_bound")
+                continue
+            full = item.plan.model_copy(
+                update={"stage_layers": split.stage_layers, "stage_groups": item.stage_pools}
+            )
+            est = evaluate_mixed(cost_model, problem, full)
             stats.evaluated += 1
             if not est.feasible:
                 stats.add_pruned(est.violations[0].kind)

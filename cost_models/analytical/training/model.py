@@ -24,7 +24,7 @@ from cost_models.base import LayerProfile, TrainingEstimate, TrainingProblem
 from cost_models.registry import register_cost_model
 from specs.plan import PlanKey, TrainingPlan, Violation
 
-_MAX_CONTEXTS = 32
+_MAX_CONTEXTS = 512
 
 
 @register_cost_model("analytical")
