@@ -19,8 +19,8 @@ from app.exports import (
     trtllm,
     vllm,
 )
-from app.exports.serving_groups import engine_exporter
 from app.exports.base import ExportContext, ExportResult, UnexpressiblePlan, UnknownFormat
+from app.exports.serving_groups import engine_exporter
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
 from specs.model import ModelSpec

@@ -458,7 +458,9 @@ def _parts(plan: ServingPlan, costs: InstanceCosts, tier: str) -> list[Colocated
     return sorted(parts, key=lambda part: -routing_weight(part.cost))
 
 
-def instance_speeds(problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts) -> list[float]:
+def instance_speeds(
+    problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts
+) -> list[float]:
     """The `instance_speed` of one replica of each of the plan's instances (in plan order),
     each on its group's hardware with the KV tier the plan is priced with: the figures the
     mix simulator routes by, for exports that weight a router the same way."""
