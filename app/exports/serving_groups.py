@@ -105,21 +105,8 @@ def group_launches(ctx: ExportContext, fmt: str) -> list[GroupLaunch]:
         pools = [problem.pool(inst.group) for inst in plan.instances]
     except PlannerError as exc:
         raise UnexpressiblePlan(fmt, "serving-across-groups.group", exc.detail) from exc
-    ref = ctx.cost_model or {}
-    try:
-        model = build_serving_cost_model(ref.get("name", "analytical"), ref.get("config"))
-        speeds = instance_speeds(problem, plan, InstanceCosts(problem, model))
-    except PlannerError as exc:
-        raise UnexpressiblePlan(
-            fmt,
-            "serving-across-groups.speed",
-            f"the router weights are the instances' priced speeds, and pricing them "
-            f"failed: {exc.detail}",
-        ) from exc
-    out = []
-    for i, (inst, pool, speed, weight) in enumerate(
-        zip(plan.instances, pools, speeds, router.weights(speeds), strict=True)
-    ):
+    shapes = []
+    for inst, pool in zip(plan.instances, pools, strict=True):
         shape = instance_shape(fmt, pool, inst)
         require(
             shape.nodes == 1,
@@ -138,8 +125,24 @@ def group_launches(ctx: ExportContext, fmt: str) -> list[GroupLaunch]:
             f"group {inst.group}'s {inst.count} replica(s) of {shape.gpus} GPU(s) need "
             f"{nodes} nodes; the group has {pool.num_nodes}",
         )
-        out.append(GroupLaunch(i, str(inst.group), inst, pool, shape, nodes, speed, weight))
-    return out
+        shapes.append((shape, nodes))
+    ref = ctx.cost_model or {}
+    try:
+        model = build_serving_cost_model(ref.get("name", "analytical"), ref.get("config"))
+        speeds = instance_speeds(problem, plan, InstanceCosts(problem, model))
+    except PlannerError as exc:
+        raise UnexpressiblePlan(
+            fmt,
+            "serving-across-groups.speed",
+            f"the router weights are the instances' priced speeds, and pricing them "
+            f"failed: {exc.detail}",
+        ) from exc
+    return [
+        GroupLaunch(i, str(inst.group), inst, pool, shape, nodes, speed, weight)
+        for i, (inst, pool, (shape, nodes), speed, weight) in enumerate(
+            zip(plan.instances, pools, shapes, speeds, router.weights(speeds), strict=True)
+        )
+    ]
 
 
 def weight_notes(launches: Sequence[GroupLaunch]) -> list[str]:
@@ -232,7 +235,7 @@ def script_export(ctx: ExportContext, fmt: str) -> ExportResult:
     for launch in launches:
         lines += [
             f"  {shlex.quote(launch.group)})",
-            *(f"    {line}" for line in setup_lines(fmt, plan, launch.instance, workload)),
+            *setup_lines(fmt, plan, launch.instance, workload),  # here-documents: unindented
             "    exec " + shell_command(commands[launch.group], indent="      "),
             "    ;;",
         ]
