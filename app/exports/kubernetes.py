@@ -14,7 +14,10 @@ runs its workers in a Ray cluster the leader heads, SGLang passes `LWS_WORKER_IN
 rank and `LWS_LEADER_ADDRESS` as the init address); a single-node instance becomes a
 Deployment with a Service. Disaggregated plans have one workload per role. The launcher is
 the plan's engine's (vLLM by default), or `?framework=`; TensorRT-LLM's options file comes
-in a ConfigMap mounted at /config (single-node colocated instances, as `trtllm` exports). `?image=` overrides the container image. Every document is plain YAML
+in a ConfigMap mounted at /config (single-node colocated instances, as `trtllm` exports). A
+plan across node groups has a Deployment per group on that group's labelled nodes and the
+weighted nginx router (`app.exports.router`) in front. `?image=` overrides the container
+image, `?router_image=` the router's. Every document is plain YAML
 (`yaml.safe_load_all` reads it back).
 """
 

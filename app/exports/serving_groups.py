@@ -163,7 +163,11 @@ def set_port(args: Sequence[str], value: str) -> list[str]:
 
 
 def group_commands(
-    ctx: ExportContext, fmt: str, framework: str, launches: Sequence[GroupLaunch], env: dict
+    ctx: ExportContext,
+    fmt: str,
+    framework: str,
+    launches: Sequence[GroupLaunch],
+    env: dict[str, str],
 ) -> dict[str, list[str]]:
     """Each group's engine command under `framework`, checked by its rules, listening on
     `${PORT}`; `env` receives the variables they need documented."""

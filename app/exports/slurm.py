@@ -10,7 +10,9 @@ script). The framework's own export runs first, so its rule checks apply.
 Serving plans: every replica of every instance is its own job step (vLLM by default,
 `?framework=sglang`): single-node instances are packed onto nodes with `--gpus-per-task`
 and `--exact`, multi-node instances get whole nodes (vLLM through a Ray cluster started in
-the step, SGLang with `--nnodes/--node-rank/--dist-init-addr`).
+the step, SGLang with `--nnodes/--node-rank/--dist-init-addr`). A plan across node groups
+is a heterogeneous job: one component per group, its replicas packed onto that component's
+nodes, and the weighted nginx router (`app.exports.router`) in the batch step.
 """
 
 from __future__ import annotations
