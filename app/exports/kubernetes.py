@@ -316,8 +316,9 @@ def _engine_docs(
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """(the instance's serve command, its documents: TensorRT-LLM's options ConfigMap, the
     Deployment or LeaderWorkerSet of its `count` replicas on `cluster`'s GPUs, and a
-    Service in front). `group`: its pods run on that node group's nodes (`nodeSelector`
-    on `GROUP_LABEL`, the label the pods carry too)."""
+    Service in front). `group`: the Deployment's pods run on that node group's nodes
+    (`nodeSelector` on `GROUP_LABEL`, the label the pods carry too); a plan across groups
+    has only single-node instances (`group_launches`), so no LeaderWorkerSet takes one."""
     plan, workload = ctx.serving_plan(FORMAT, across_groups=True)
     gpu = gpu_resource_name(cluster.accelerator.vendor)
     image = ctx.options.get("image", DEFAULT_IMAGES[framework])
