@@ -57,8 +57,9 @@ class ExportResult:
 
     `args` is the whole argument list of the launched command for command-line formats
     (megatron, vllm, sglang); for file formats it is the command that consumes `content`.
-    `roles` (disaggregated serving) gives each role's argument list; `notes` states the
-    mappings and assumptions the export made."""
+    `roles` (disaggregated serving) gives each role's argument list, `groups` (a serving
+    plan across node groups) each group's; `notes` states the mappings and assumptions the
+    export made."""
 
     format: str
     filename: str
@@ -67,6 +68,7 @@ class ExportResult:
     env: dict[str, str]
     roles: dict[str, list[str]] | None = None
     notes: list[str] = field(default_factory=list)
+    groups: dict[str, list[str]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -79,6 +81,8 @@ class ExportResult:
         }
         if self.roles is not None:
             body["roles"] = {k: list(v) for k, v in self.roles.items()}
+        if self.groups is not None:
+            body["groups"] = {k: list(v) for k, v in self.groups.items()}
         return body
 
 
@@ -94,6 +98,9 @@ class ExportContext:
     serving_workload: ServingWorkload | None
     options: Mapping[str, str] = field(default_factory=dict)
     plan_id: str | None = None
+    cost_model: Mapping[str, Any] | None = None
+    """The search's serving cost model (`{"name", "config"}`; None: the default one): what
+    the router weights of a plan across node groups are priced with."""
 
     @property
     def is_training(self) -> bool:
@@ -110,8 +117,19 @@ class ExportContext:
             )
         return self.training, self.training_workload
 
-    def serving_plan(self, fmt: str) -> tuple[ServingPlan, ServingWorkload]:
-        """The serving plan and workload, or a 422 when this is a training plan."""
+    @property
+    def serving_groups(self) -> list[str]:
+        """The node groups a serving plan's instances name, in plan order (none: [])."""
+        if self.serving is None:
+            return []
+        return list(dict.fromkeys(i.group for i in self.serving.instances if i.group))
+
+    def serving_plan(
+        self, fmt: str, *, across_groups: bool = False
+    ) -> tuple[ServingPlan, ServingWorkload]:
+        """The serving plan and workload, or a 422 when this is a training plan, or one across
+        node groups unless `across_groups` (the caller launches each group's instances:
+        `app.exports.serving_groups`)."""
         if self.serving is None or self.serving_workload is None:
             raise UnexpressiblePlan(
                 fmt,
@@ -119,15 +137,13 @@ class ExportContext:
                 f"{fmt} serves a model; this is a training plan (use megatron, torchtitan, "
                 "deepspeed, slurm or kubernetes)",
             )
-        groups = [i.group for i in self.serving.instances if i.group is not None]
         require(
-            len(set(groups)) <= 1,
+            across_groups or len(self.serving_groups) <= 1,
             fmt,
             "serving-across-groups",
-            f"the plan serves from several node groups ({', '.join(groups)}); each group's "
-            "instances launch on their own nodes behind one router: exporting such a set is "
-            "not generated yet (estimate each group's share and export it from a search on "
-            "that group's cluster)",
+            f"the plan serves from several node groups ({', '.join(self.serving_groups)}); "
+            "this launcher runs one group's instances (the vllm, sglang, trtllm, slurm and "
+            "kubernetes exports launch every group's behind one router)",
         )
         return self.serving, self.serving_workload
 

@@ -14,7 +14,10 @@ runs its workers in a Ray cluster the leader heads, SGLang passes `LWS_WORKER_IN
 rank and `LWS_LEADER_ADDRESS` as the init address); a single-node instance becomes a
 Deployment with a Service. Disaggregated plans have one workload per role. The launcher is
 the plan's engine's (vLLM by default), or `?framework=`; TensorRT-LLM's options file comes
-in a ConfigMap mounted at /config (single-node colocated instances, as `trtllm` exports). `?image=` overrides the container image. Every document is plain YAML
+in a ConfigMap mounted at /config (single-node colocated instances, as `trtllm` exports). A
+plan across node groups has a Deployment per group on that group's labelled nodes and the
+weighted nginx router (`app.exports.router`) in front. `?image=` overrides the container
+image, `?router_image=` the router's. Every document is plain YAML
 (`yaml.safe_load_all` reads it back).
 """
 
@@ -25,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from app.exports import deepspeed, megatron, torchtitan, trtllm
+from app.exports import deepspeed, megatron, router, torchtitan, trtllm
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -39,6 +42,14 @@ from app.exports.base import (
 )
 from app.exports.serve_command import serve_args
 from app.exports.serving_common import ROLE_ORDER, instance_shape
+from app.exports.serving_groups import (
+    ENGINE_PORTS,
+    across_groups,
+    group_launches,
+    weight_notes,
+)
+from hardware_catalog.schema import ResolvedCluster
+from specs.serving import ServingInstance
 
 FORMAT = "kubernetes"
 TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -293,146 +304,167 @@ def _training_across_groups(ctx: ExportContext) -> ExportResult:
     )
 
 
+def _engine_docs(
+    ctx: ExportContext,
+    framework: str,
+    inst: ServingInstance,
+    cluster: ResolvedCluster,
+    name: str,
+    model_ref: str,
+    env: dict[str, str],
+    group: str | None = None,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """(the instance's serve command, its documents: TensorRT-LLM's options ConfigMap, the
+    Deployment or LeaderWorkerSet of its `count` replicas on `cluster`'s GPUs, and a
+    Service in front). `group`: the Deployment's pods run on that node group's nodes
+    (`nodeSelector` on `GROUP_LABEL`, the label the pods carry too); a plan across groups
+    has only single-node instances (`group_launches`), so no LeaderWorkerSet takes one."""
+    plan, workload = ctx.serving_plan(FORMAT, across_groups=True)
+    gpu = gpu_resource_name(cluster.accelerator.vendor)
+    image = ctx.options.get("image", DEFAULT_IMAGES[framework])
+    shm_volume, shm_mount = _shm()
+    docs: list[dict[str, Any]] = []
+    placement = {GROUP_LABEL: group} if group is not None else {}
+    shape = instance_shape(FORMAT, cluster, inst)
+    port = ENGINE_PORTS[framework]
+    args = serve_args(
+        framework,
+        ctx.model,
+        model_ref,
+        inst,
+        workload,
+        cluster,
+        port,
+        plan.engine,
+        plan.engine_options,
+        options_path=f"/config/{trtllm.OPTIONS_FILE}",
+    )
+    if framework != "vllm":
+        args = [
+            a.replace("${NODE_RANK}", "$(NODE_RANK)").replace(
+                "${LEADER_ADDR}", "$(LWS_LEADER_ADDRESS)"
+            )
+            for a in args
+        ]
+    volumes = [shm_volume]
+    container: dict[str, Any] = {
+        "name": framework,
+        "image": image,
+        "resources": {"limits": {gpu: shape.gpus_per_node}},
+        "ports": [{"containerPort": port}],
+        "volumeMounts": [shm_mount],
+    }
+    engine_env = {"VLLM_USE_V1": "0"} if framework == "vllm" and plan.engine == "vllm_v0" else {}
+    if env or engine_env:
+        container["env"] = _env_list({**env, **engine_env})
+    if framework == "trtllm":
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"{name}-config"},
+                "data": {
+                    trtllm.OPTIONS_FILE: trtllm.options_yaml(inst, workload, plan.engine_options)
+                },
+            }
+        )
+        volumes.append({"name": "config", "configMap": {"name": f"{name}-config"}})
+        container["volumeMounts"] = [shm_mount, {"name": "config", "mountPath": "/config"}]
+    labels = {"app": name}
+    if shape.nodes == 1:
+        container["command"] = args
+        pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+        if placement:
+            pod["nodeSelector"] = placement
+        docs.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": inst.count,
+                    "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": {**labels, **placement}}, "spec": pod},
+                },
+            }
+        )
+    else:
+        leader = dict(container)
+        worker = dict(container)
+        if framework == "vllm":
+            serve = " ".join(shlex.quote(a) for a in args)
+            leader["command"] = ["sh", "-c", f"ray start --head --port=6379 && {serve}"]
+            worker["command"] = [
+                "sh",
+                "-c",
+                "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block",
+            ]
+            worker.pop("ports")
+        else:
+            rank_env = [
+                {
+                    "name": "NODE_RANK",
+                    "valueFrom": {
+                        "fieldRef": {
+                            "fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+                        }
+                    },
+                }
+            ]
+            leader["env"] = rank_env + container.get("env", [])
+            worker["env"] = rank_env + container.get("env", [])
+            leader["command"] = args
+            worker["command"] = args
+            worker.pop("ports")
+        docs.append(
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": inst.count,
+                    "leaderWorkerTemplate": {
+                        "size": shape.nodes,
+                        "restartPolicy": "RecreateGroupOnPodRestart",
+                        "leaderTemplate": {
+                            "metadata": {"labels": {"role": "leader"}},
+                            "spec": {"containers": [leader], "volumes": [shm_volume]},
+                        },
+                        "workerTemplate": {
+                            "spec": {"containers": [worker], "volumes": [shm_volume]}
+                        },
+                    },
+                },
+            }
+        )
+        labels = {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"selector": labels, "ports": [{"port": port, "targetPort": port}]},
+        }
+    )
+    return args, docs
+
+
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
-    plan, workload = ctx.serving_plan(FORMAT)
+    if across_groups(ctx):
+        return _serving_across_groups(ctx, framework)
+    plan, _ = ctx.serving_plan(FORMAT)
     if framework == "trtllm":
         trtllm.check_plan(FORMAT, plan, ctx.cluster)
     env: dict[str, str] = {}
     model_ref = model_reference(ctx.model, env)
-    gpu = gpu_resource_name(ctx.cluster.accelerator.vendor)
-    image = ctx.options.get("image", DEFAULT_IMAGES[framework])
     docs: list[dict[str, Any]] = []
     role_args: dict[str, list[str]] = {}
-    shm_volume, shm_mount = _shm()
     instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
     for inst in instances:
-        shape = instance_shape(FORMAT, ctx.cluster, inst)
         name = _name(ctx, inst.role)
-        port = 30000 if framework == "sglang" else 8000
-        args = serve_args(
-            framework,
-            ctx.model,
-            model_ref,
-            inst,
-            workload,
-            ctx.cluster,
-            port,
-            plan.engine,
-            plan.engine_options,
-            options_path=f"/config/{trtllm.OPTIONS_FILE}",
-        )
-        if framework != "vllm":
-            args = [
-                a.replace("${NODE_RANK}", "$(NODE_RANK)").replace(
-                    "${LEADER_ADDR}", "$(LWS_LEADER_ADDRESS)"
-                )
-                for a in args
-            ]
+        args, more = _engine_docs(ctx, framework, inst, ctx.cluster, name, model_ref, env)
         role_args[inst.role] = args
-        volumes = [shm_volume]
-        container: dict[str, Any] = {
-            "name": framework,
-            "image": image,
-            "resources": {"limits": {gpu: shape.gpus_per_node}},
-            "ports": [{"containerPort": port}],
-            "volumeMounts": [shm_mount],
-        }
-        engine_env = (
-            {"VLLM_USE_V1": "0"} if framework == "vllm" and plan.engine == "vllm_v0" else {}
-        )
-        if env or engine_env:
-            container["env"] = _env_list({**env, **engine_env})
-        if framework == "trtllm":
-            docs.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {"name": f"{name}-config"},
-                    "data": {
-                        trtllm.OPTIONS_FILE: trtllm.options_yaml(
-                            inst, workload, plan.engine_options
-                        )
-                    },
-                }
-            )
-            volumes.append({"name": "config", "configMap": {"name": f"{name}-config"}})
-            container["volumeMounts"] = [shm_mount, {"name": "config", "mountPath": "/config"}]
-        labels = {"app": name}
-        if shape.nodes == 1:
-            container["command"] = args
-            docs.append(
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "Deployment",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "replicas": inst.count,
-                        "selector": {"matchLabels": labels},
-                        "template": {
-                            "metadata": {"labels": labels},
-                            "spec": {"containers": [container], "volumes": volumes},
-                        },
-                    },
-                }
-            )
-        else:
-            leader = dict(container)
-            worker = dict(container)
-            if framework == "vllm":
-                serve = " ".join(shlex.quote(a) for a in args)
-                leader["command"] = ["sh", "-c", f"ray start --head --port=6379 && {serve}"]
-                worker["command"] = [
-                    "sh",
-                    "-c",
-                    "ray start --address=$(LWS_LEADER_ADDRESS):6379 --block",
-                ]
-                worker.pop("ports")
-            else:
-                rank_env = [
-                    {
-                        "name": "NODE_RANK",
-                        "valueFrom": {
-                            "fieldRef": {
-                                "fieldPath": "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
-                            }
-                        },
-                    }
-                ]
-                leader["env"] = rank_env + container.get("env", [])
-                worker["env"] = rank_env + container.get("env", [])
-                leader["command"] = args
-                worker["command"] = args
-                worker.pop("ports")
-            docs.append(
-                {
-                    "apiVersion": "leaderworkerset.x-k8s.io/v1",
-                    "kind": "LeaderWorkerSet",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "replicas": inst.count,
-                        "leaderWorkerTemplate": {
-                            "size": shape.nodes,
-                            "restartPolicy": "RecreateGroupOnPodRestart",
-                            "leaderTemplate": {
-                                "metadata": {"labels": {"role": "leader"}},
-                                "spec": {"containers": [leader], "volumes": [shm_volume]},
-                            },
-                            "workerTemplate": {
-                                "spec": {"containers": [worker], "volumes": [shm_volume]}
-                            },
-                        },
-                    },
-                }
-            )
-            labels = {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}
-        docs.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name},
-                "spec": {"selector": labels, "ports": [{"port": port, "targetPort": port}]},
-            }
-        )
+        docs += more
     first = instances[0].role
     return ExportResult(
         format=FORMAT,
@@ -442,6 +474,94 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
         env=env,
         roles=role_args if plan.mode == "disaggregated" else None,
         notes=[f"framework: {framework}"],
+    )
+
+
+def _serving_across_groups(ctx: ExportContext, framework: str) -> ExportResult:
+    """A serving plan across node groups: per group a Deployment of its replicas on nodes
+    labelled `GROUP_LABEL`=<group> with that group's GPUs, and a Service; in front the
+    router (`app.exports.router`): its nginx.conf in a ConfigMap, an nginx Deployment and a
+    Service. The router sees each group through its Service, one upstream server weighing
+    the group's replicas together (count × a replica's weight): least connections per unit
+    of weight across groups, kube-proxy spreading a group's share over its identical pods."""
+    launches = group_launches(ctx, FORMAT)
+    env: dict[str, str] = {}
+    model_ref = model_reference(ctx.model, env)
+    docs: list[dict[str, Any]] = []
+    group_args: dict[str, list[str]] = {}
+    backends = []
+    for launch in launches:
+        name = _name(ctx, f"g{launch.index}")
+        args, more = _engine_docs(
+            ctx, framework, launch.instance, launch.cluster, name, model_ref, env, launch.group
+        )
+        group_args[launch.group] = args
+        docs += more
+        backends.append(
+            router.Backend(
+                f"{name}:{ENGINE_PORTS[framework]}",
+                launch.instance.count * launch.weight,
+                f"group {launch.group}: {launch.instance.count} replica(s) × weight "
+                f"{launch.weight}",
+            )
+        )
+    name = _name(ctx, "router")
+    labels = {"app": name}
+    container = {
+        "name": "nginx",
+        "image": ctx.options.get("router_image", router.ROUTER_IMAGE),
+        "ports": [{"containerPort": router.ROUTER_PORT}],
+        "volumeMounts": [
+            {"name": "config", "mountPath": "/etc/nginx/nginx.conf", "subPath": "nginx.conf"}
+        ],
+    }
+    docs += [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-config"},
+            "data": {"nginx.conf": router.nginx_conf(backends)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [container],
+                        "volumes": [{"name": "config", "configMap": {"name": f"{name}-config"}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": labels,
+                "ports": [{"port": router.ROUTER_PORT, "targetPort": router.ROUTER_PORT}],
+            },
+        },
+    ]
+    return ExportResult(
+        format=FORMAT,
+        filename=f"{_name(ctx)}.yaml",
+        content=dump_yaml(docs),
+        args=group_args[launches[0].group],
+        env=env,
+        groups=group_args,
+        notes=[
+            f"framework: {framework}",
+            f"label each group's nodes {GROUP_LABEL}=<group name>",
+            f"clients reach the router at Service {name}, port {router.ROUTER_PORT}",
+            *weight_notes(launches),
+            "the router weighs each group's Service by its replica count times a replica's weight",
+        ],
     )
 
 

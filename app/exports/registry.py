@@ -20,6 +20,7 @@ from app.exports import (
     vllm,
 )
 from app.exports.base import ExportContext, ExportResult, UnexpressiblePlan, UnknownFormat
+from app.exports.serving_groups import engine_exporter
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
 from specs.model import ModelSpec
@@ -33,11 +34,11 @@ EXPORTERS: dict[str, Exporter] = {
     "megatron": megatron.export,
     "torchtitan": torchtitan.export,
     "deepspeed": deepspeed.export,
-    "vllm": vllm.export,
-    "sglang": sglang.export,
+    "vllm": engine_exporter("vllm", vllm.export),
+    "sglang": engine_exporter("sglang", sglang.export),
     "slurm": slurm.export,
     "kubernetes": kubernetes.export,
-    "trtllm": trtllm.export,
+    "trtllm": engine_exporter("trtllm", trtllm.export),
 }
 FORMATS: tuple[str, ...] = tuple(EXPORTERS)
 """Every export format, in the order API.md lists them (then the ones added since)."""
@@ -160,6 +161,7 @@ def build_context(
                 serving_workload=ServingWorkload.model_validate(workload),
                 options=dict(options or {}),
                 plan_id=plan_record.get("id"),
+                cost_model=problem.get("cost_model"),
             )
         training = TrainingPlan.model_validate(plan)
         if training.stage_tensor is not None and len(set(training.stage_tensor)) == 1:

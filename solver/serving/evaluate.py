@@ -55,6 +55,7 @@ from solver.serving.simulate import (
     ColocatedPart,
     Request,
     SimResult,
+    instance_speed,
     routing_weight,
     simulate_colocated,
     simulate_colocated_mix,
@@ -455,6 +456,16 @@ def _parts(plan: ServingPlan, costs: InstanceCosts, tier: str) -> list[Colocated
         for inst in plan.instances
     ]
     return sorted(parts, key=lambda part: -routing_weight(part.cost))
+
+
+def instance_speeds(
+    problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts
+) -> list[float]:
+    """The `instance_speed` of one replica of each of the plan's instances (in plan order),
+    each on its group's hardware with the KV tier the plan is priced with: the figures the
+    mix simulator routes by, for exports that weight a router the same way."""
+    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    return [instance_speed(costs.of(inst, tier)) for inst in plan.instances]
 
 
 def simulate_plan(

@@ -885,6 +885,15 @@ def routing_weight(cost: InstanceCost) -> float:
     return 1.0 / step if step > 0 else 1.0
 
 
+def instance_speed(cost: InstanceCost) -> float:
+    """One instance's speed as one server behind a router (what an export weights it by):
+    `simulate_colocated_mix` routes to each of its schedulers (`pipeline_engines`: p for a
+    p-stage instance, each with the instance's iteration time) by `routing_weight`, so the
+    instance as a whole takes p times one scheduler's weight."""
+    engine, stages = pipeline_engines(cost)
+    return stages * routing_weight(engine)
+
+
 def simulate_colocated(
     requests: Sequence[Request],
     cost: InstanceCost,

@@ -3,6 +3,7 @@ search that uses both kinds of GPU when that is faster."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app_support import error_fields
@@ -132,7 +133,7 @@ def test_a_mixed_plan_that_fits_nowhere_is_infeasible_not_an_error(client: Any) 
     assert answer["memory"]["peak_gib"] in [s["total_gib"] for s in stages]
 
 
-def test_a_serving_set_across_groups_is_refused_by_the_exports(client: Any) -> None:
+def test_a_serving_set_across_groups_exports_one_launch_per_group_and_a_router(client: Any) -> None:
     body = {
         "model": {"preset": "llama3-8b"},
         "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
@@ -148,10 +149,22 @@ def test_a_serving_set_across_groups_is_refused_by_the_exports(client: Any) -> N
     plans = client.get(f"/v1/searches/{search['id']}/plans").json()["items"]
     across = [p for p in plans if len({i["group"] for i in p["instances"]}) > 1]
     assert across, "the all-groups plan is among the top plans"
+    plan = across[0]
+    groups = [i["group"] for i in plan["instances"]]
+    counts = {i["group"]: i["count"] for i in plan["instances"]}
     for fmt in ("vllm", "slurm", "kubernetes"):
-        response = client.get(f"/v1/plans/{across[0]['id']}/export/{fmt}")
-        assert response.status_code == 422, (fmt, response.text)
-        assert response.json()["rule"] == "serving-across-groups"
+        response = client.get(f"/v1/plans/{plan['id']}/export/{fmt}")
+        assert response.status_code == 200, (fmt, response.text)
+        body = response.json()
+        assert list(body["groups"]) == groups, fmt
+        servers = re.findall(r"server .+? weight=(\d+);  # group ([^,:]+)", body["content"])
+        if fmt == "kubernetes":  # one Service per group, weighing its replicas together
+            assert [g for _, g in servers] == groups
+            continue
+        # every replica listed, the fastest kind of replica weighing 1000
+        assert [g for _, g in servers] == [g for g in groups for _ in range(counts[g])]
+        weight = {g: int(w) for w, g in servers}
+        assert max(weight.values()) == 1000 and len(set(weight.values())) == len(groups)
 
 
 def test_per_stage_tensor_degrees_over_http(client: Any) -> None:

@@ -21,10 +21,11 @@ def export(plan_id: str, format: str, request: Request, session: SessionDep) -> 
     or Kubernetes.
 
     Answers `{"format", "filename", "content", "args", "env", "notes"}` (and `roles` for
-    disaggregated serving plans). Query parameters: `framework` (slurm and kubernetes:
-    megatron, torchtitan or deepspeed for training; vllm or sglang for serving), `kind`
-    (kubernetes training: pytorchjob or jobset), `image` (kubernetes), `cpus_per_task` and
-    `time` (slurm). A plan the format cannot express is a 422 problem naming the rule; an
+    disaggregated serving plans, `groups`, each node group's command, for serving plans
+    across node groups, which launch behind a weighted nginx router). Query parameters:
+    `framework` (slurm and kubernetes: megatron, torchtitan or deepspeed for training;
+    vllm, sglang or trtllm for serving), `kind` (kubernetes training: pytorchjob or
+    jobset), `image` and `router_image` (kubernetes), `cpus_per_task` and `time` (slurm). A plan the format cannot express is a 422 problem naming the rule; an
     unknown format is a 422 listing the formats.
     """
     record = crud.get_plan(session=session, plan_id=plan_id)
