@@ -148,8 +148,7 @@ def _check_per_stage(field: str, what: str, value: list[Any], p: ParallelDims) -
     for 1F1B)."""
     if len(value) != p.pipeline:
         raise ValueError(
-            f"{field} has {len(value)} entries; it must have one per pipeline stage "
-            f"({p.pipeline})"
+            f"{field} has {len(value)} entries; it must have one per pipeline stage ({p.pipeline})"
         )
     if p.virtual_pipeline > 1 and len(set(value)) > 1:
         raise ValueError(
