@@ -32,7 +32,7 @@ from app.exports.base import (
     torchrun_args,
 )
 from app.exports.serve_command import serve_args
-from app.exports.serving_common import ROLE_ORDER, instance_shape
+from app.exports.serving_common import ROLE_ORDER, instance_shape, refuse_stages_across_groups
 
 FORMAT = "slurm"
 TRAINING_FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
@@ -234,6 +234,11 @@ def _place(ctx: ExportContext) -> tuple[list[_Step], int]:
 
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    refuse_stages_across_groups(
+        FORMAT,
+        plan,
+        "a Slurm job of one engine instance over heterogeneous node groups (a Ray cluster across hetjob components) is not generated; export it as vllm and start its Ray cluster on both groups",
+    )
     if framework == "trtllm":
         trtllm.check_plan(FORMAT, plan, ctx.cluster)
     steps, num_nodes = _place(ctx)

@@ -233,7 +233,7 @@ class InstanceCosts:
 
     def stage_split(self, inst: ServingInstance) -> list[int]:
         """`inst.stage_layers`, or the planner's split of the layers over its stages
-        (`solver.serving.stages.split_layers`); raises InfeasiblePlan ("memory") when no
+        (`solver.serving.stages.split_layers`; on one pool the homogeneous one); raises InfeasiblePlan ("memory") when no
         split fits every stage's GPUs."""
         if inst.stage_layers is not None:
             return list(inst.stage_layers)
@@ -241,6 +241,8 @@ class InstanceCosts:
         p = inst.parallelism
         precision = inst.precision or self.problem.workload.precision
         pools = pool_names(self.problem.cluster, inst.stage_groups)
+        if len(set(pools)) == 1:  # one pool: the homogeneous instance and its split
+            return stage_layer_counts(self.problem.model.num_layers, p.pipeline)
         context, longest = self._stream_figures
         split = split_layers(
             lambda pool, layers: self.stage(p.tensor, p.expert, precision, "inter", pool, layers),
@@ -316,7 +318,9 @@ class InstanceCosts:
                 hand_offs.append(functools.partial(_stage_hand_off, stages[j], local))
             else:
                 rate = cluster.inter_pool_bytes_per_s(self.problem.pool(a), self.problem.pool(b))
-                hand_offs.append(cross_pool_hand_off(self.problem.model.hidden_size, p.expert, rate))
+                hand_offs.append(
+                    cross_pool_hand_off(self.problem.model.hidden_size, p.expert, rate)
+                )
         engine = self.problem.engine_profile
         composed = PipelineInstanceCost(stages, hand_offs, tuple(layers), tuple(pools))
         return EngineInstanceCost(composed, engine.host(), engine.scheduler())
@@ -455,9 +459,7 @@ def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list
     """Rules every plan must meet before it is priced: GPUs available, tensor parallelism
     inside a node (the all-reduce of every layer runs on the scale-up fabric)."""
     out = []
-    if not problem.cluster.is_homogeneous or any(
-        i.group or i.stage_groups for i in plan.instances
-    ):
+    if not problem.cluster.is_homogeneous or any(i.group or i.stage_groups for i in plan.instances):
         return _group_violations(problem, plan)
     if plan.gpus_used > problem.num_gpus:
         out.append(
@@ -775,8 +777,25 @@ def evaluate_plan(
         }
     )
     check_stage_groups(problem.model, problem.cluster, plan)
+    named = _with_stage_layers(named, costs)
     est = _evaluate(problem, named, costs, stream, unit_goodput)
     return replace(est, warnings=tuple(serving_warnings(problem, est, cluster=cluster)))
+
+
+def _with_stage_layers(plan: ServingPlan, costs: InstanceCosts) -> ServingPlan:
+    """The plan with the planner's split filled in for every instance across node groups
+    that gives none (left out where no split fits: the estimate then says why)."""
+    if all(i.stage_groups is None or i.stage_layers is not None for i in plan.instances):
+        return plan
+    instances = []
+    for inst in plan.instances:
+        if inst.stage_groups is not None and inst.stage_layers is None:
+            try:
+                inst = inst.model_copy(update={"stage_layers": costs.stage_split(inst)})
+            except InfeasiblePlan:
+                pass
+        instances.append(inst)
+    return plan.model_copy(update={"instances": instances})
 
 
 def _evaluate(
