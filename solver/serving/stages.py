@@ -154,14 +154,16 @@ def split_layers(
         return [num_layers]
     if p > num_layers:
         return None
-    figures: dict[tuple[str, Any], tuple[float, float, float, float] | None] = {}
+    figures: dict[tuple[Any, ...], tuple[float, float, float, float] | None] = {}
 
     def one(pool: str, layer: int) -> tuple[float, float, float, float] | None:
         """(time, weight bytes, KV bytes per token, budget) of layer `layer` alone as a
         stage on `pool` (a middle layer by its kind: they all cost the same); None when it
         does not fit there."""
         middle = 0 < layer < num_layers - 1
-        key: tuple[str, Any] = (pool, model.is_moe_layer(layer) if middle else layer)
+        key: tuple[Any, ...] = (
+            (pool, "middle", model.is_moe_layer(layer)) if middle else (pool, "end", layer)
+        )
         if key not in figures:
             try:
                 cost = stage_cost(pool, (layer, layer + 1))
