@@ -182,13 +182,17 @@ class VirtualEngineCost(ForwardingCost):
     base: InstanceCost
     stages: int
 
+    def __post_init__(self) -> None:
+        # looked up once: iteration_time_s is the simulator's innermost call
+        object.__setattr__(self, "_parts", getattr(self.base, "stage_times_s", None))
+
     @property
     def kv_capacity_tokens(self) -> int:
         return self.base.kv_capacity_tokens // self.stages
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
         latency = self.base.iteration_time_s(batch)
-        parts = getattr(self.base, "stage_times_s", None)
+        parts = self._parts  # type: ignore[attr-defined]
         if parts is None or latency <= 0.0:
             return latency
         return max(latency, self.stages * max(parts(batch)))
