@@ -33,7 +33,7 @@ is the homogeneous p-stage instance's iteration time (tests check it).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cost_models.serving.base import InstanceCost, IterationBatch
 
@@ -62,6 +62,9 @@ class PipelineInstanceCost:
     hand_offs: Sequence[Callable[[int], float]]
     stage_layers: tuple[int, ...]
     stage_pools: tuple[str, ...]
+    _last: tuple[IterationBatch, list[float]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if len(self.hand_offs) != len(self.stages) - 1:
@@ -88,11 +91,17 @@ class PipelineInstanceCost:
         return max(s.weights_gib for s in self.stages)
 
     def stage_times_s(self, batch: IterationBatch) -> list[float]:
-        """The time every stage, then every hand-off, holds `batch`."""
+        """The time every stage, then every hand-off, holds `batch` (the last batch's
+        answer is kept: a scheduler asks for the latency and the parts of one batch)."""
+        last = self._last
+        if last is not None and last[0] == batch:
+            return last[1]
         tokens = batch.decode_seqs + batch.prefill_tokens
-        return [s.iteration_time_s(batch) for s in self.stages] + [
+        parts = [s.iteration_time_s(batch) for s in self.stages] + [
             h(tokens) for h in self.hand_offs
         ]
+        object.__setattr__(self, "_last", (batch, parts))
+        return parts
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
         """Latency of one pass through every stage and hand-off."""

@@ -20,14 +20,17 @@ a rate under an SLO).
    not additive) the margin δ grows (0, 10, 25, 50, 100 %) until it does.
 4. **One instance across two groups** (Helix, Mei et al., ASPLOS'25; Parallax, Tong et al.
    2025): for each pair of pools (at most `MAX_SPAN_PAIRS`, the faster pool by memory
-   bandwidth first), pipeline 2 with one stage per pool at the smallest tensor degree t
-   (dividing both node sizes) whose split fits both stages' memory, layers split by
-   `solver.serving.stages`, the max batch and chunk of the better pool's best colocated
-   plan. Priced once as one instance; then as many instances as the two pools hold
-   (`max_goodput_per_gpu`, `min_latency`) or as the rate needs (`min_gpus`, `min_cost`,
-   with the margins of 3). It wins where neither pool alone holds the model well (its
-   weights fill one pool's GPUs, leaving little KV cache) or where the pair carries more
-   per GPU than either alone; the ranking decides.
+   bandwidth first), pipeline 2 with one stage per pool. Of the tensor degrees t dividing
+   both node sizes whose split fits both stages' memory (layers split by
+   `solver.serving.stages`) and two max batches (the better pool's best colocated plan's,
+   and the most the instance's own KV cache holds, `batch_options`), with that plan's
+   chunk, the one with the highest closed-form bound per GPU (the search's
+   `capacity_upper_bound_rps` and `decode_phase_bound_rps`) is priced: as many instances
+   as the two pools hold (`max_goodput_per_gpu`, `min_latency`), or for `min_gpus` /
+   `min_cost` one instance, then as many as the rate needs with the margins of 3, kept
+   only when its goodput carries the rate. It wins where neither pool alone holds the
+   model well (its weights fill a pool's GPUs, leaving little KV cache) or where the pair
+   carries more per GPU than either alone; the ranking decides.
 
 Plans are ranked by the workload's objective (`_rank_key`); explanations say what each
 group runs.
@@ -52,11 +55,17 @@ from solver.serving.evaluate import (
     ServingEstimate,
     ServingProblem,
     evaluate_plan,
+    request_stream,
 )
+from solver.serving.goodput import mean_lengths
+from solver.serving.queueing import capacity_upper_bound_rps
 from solver.serving.search import (
+    MAX_BATCH,
     RankedServingPlan,
     ServingSearchResult,
     _rank_key,
+    batch_options,
+    decode_phase_bound_rps,
     explain_serving,
     plan_price_per_hour,
     serving_search,
@@ -72,8 +81,7 @@ MAX_SPAN_PAIRS = 3
 """Pairs of pools tried for instances whose two stages sit on different pools (each pair
 costs two to a few goodput searches)."""
 SPAN_TENSORS = (1, 2, 4, 8)
-"""Tensor degrees tried, smallest first, for a spanning instance: the first whose split
-fits is taken."""
+"""Tensor degrees tried for a spanning instance (those dividing both pools' node sizes)."""
 
 
 def _with_group(plan: ServingPlan, group: str) -> ServingPlan:
@@ -272,10 +280,15 @@ def _spanning_plans(
     )
     pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1 :]][:MAX_SPAN_PAIRS]
     model = problem.model
+    mean_prompt, mean_output = mean_lengths(request_stream(problem.workload))
+    per_rate = rate is not None and problem.workload.objective in ("min_gpus", "min_cost")
     out: list[ServingEstimate] = []
+    tpot = problem.slo.tpot_s
     for a, b in pairs:
         template = best_by_pool.get(a) or best_by_pool.get(b)
+        chunk = template.chunk_size if template else 2048
         node = min(pools[a].gpus_per_node, pools[b].gpus_per_node)
+        best: tuple[float, ServingInstance] | None = None
         for t in SPAN_TENSORS:
             if node % t or model.num_attention_heads % t:
                 continue
@@ -283,40 +296,59 @@ def _spanning_plans(
                 role="both",
                 count=1,
                 parallelism=ServingParallelism(tensor=t, pipeline=2),
-                max_batch_size=template.max_batch_size if template else 256,
-                chunk_size=template.chunk_size if template else 2048,
+                max_batch_size=template.max_batch_size if template else MAX_BATCH,
+                chunk_size=chunk,
                 precision=template.precision if template else None,
                 stage_groups=[a, b],
             )
             try:
-                layers = costs.stage_split(inst)
-                costs.of(inst)
+                cost = costs.of(inst)
             except InfeasiblePlan:
-                continue  # this tensor degree does not fit: try the next
-            inst = inst.model_copy(update={"stage_layers": layers})
-            one = evaluate_plan(problem, ServingPlan(mode="colocated", instances=[inst]), costs)
-            most = min(pools[a].num_gpus, pools[b].num_gpus) // t
-            if one.metrics is None or one.metrics.goodput_rps <= 0 or most < 1:
-                break
-            per = one.metrics.goodput_rps
-            objective = problem.workload.objective
-            counts = (
-                [min(most, math.ceil(rate * (1 + m) / per)) for m in MARGINS]
-                if rate is not None and objective in ("min_gpus", "min_cost")
-                else [most]
+                continue  # no split of this tensor degree fits
+            # the template's max batch, and the most the spanning instance's KV cache holds
+            # (room the single pools may not have had)
+            top = batch_options(cost, mean_prompt, mean_output, {}, colocated=True)[-1]
+            for batch in dict.fromkeys([inst.max_batch_size, top]):
+                sized = inst.model_copy(update={"max_batch_size": batch})
+                try:
+                    sized = sized.model_copy(update={"stage_layers": costs.stage_split(sized)})
+                    cost = costs.of(sized)
+                except InfeasiblePlan:
+                    continue
+                # the search's closed-form bound per GPU picks the one candidate priced
+                bound = min(
+                    capacity_upper_bound_rps(cost, 1, batch, chunk, mean_prompt, mean_output),
+                    decode_phase_bound_rps(cost, batch, mean_prompt, mean_output, tpot, True),
+                ) / (2 * t)
+                if best is None or bound > best[0]:
+                    best = (bound, sized)
+        if best is None or best[0] <= 0:
+            continue
+        sized = best[1]
+        t = sized.parallelism.tensor
+        most = min(pools[a].num_gpus, pools[b].num_gpus) // t
+        if not per_rate:  # every instance the two pools hold
+            whole = ServingPlan(
+                mode="colocated", instances=[sized.model_copy(update={"count": most})]
             )
-            for n in dict.fromkeys(counts):
-                plan = ServingPlan(
-                    mode="colocated", instances=[inst.model_copy(update={"count": n})]
-                )
-                est = one if n == 1 else evaluate_plan(problem, plan, costs)
+            out.append(evaluate_plan(problem, whole, costs))
+            continue
+        assert rate is not None
+        one = evaluate_plan(problem, ServingPlan(mode="colocated", instances=[sized]), costs)
+        if one.metrics is None or one.metrics.goodput_rps <= 0:
+            continue
+        per = one.metrics.goodput_rps
+        for n in dict.fromkeys(min(most, math.ceil(rate * (1 + m) / per)) for m in MARGINS):
+            plan = ServingPlan(mode="colocated", instances=[sized.model_copy(update={"count": n})])
+            est = one if n == 1 else evaluate_plan(problem, plan, costs)
+            # like a mix, it must carry the rate in its goodput, not only meet the SLO
+            if (
+                est.feasible
+                and est.metrics is not None
+                and (est.metrics.goodput_rps >= rate * (1 - GOODPUT_REL_TOL))
+            ):
                 out.append(est)
-                carries = est.metrics is not None and (
-                    rate is None or est.metrics.goodput_rps >= rate * (1 - GOODPUT_REL_TOL)
-                )
-                if est.feasible and carries:
-                    break
-            break  # the smallest tensor degree that fits
+                break
     return out
 
 
