@@ -9,7 +9,8 @@ pass and asks `InstanceCost.iteration_time_s` for its latency.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ class VirtualEngineCost(ForwardingCost):
 
     base: InstanceCost
     stages: int
+    _parts: Callable[[IterationBatch], list[float]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         # looked up once: iteration_time_s is the simulator's innermost call
@@ -192,7 +196,7 @@ class VirtualEngineCost(ForwardingCost):
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
         latency = self.base.iteration_time_s(batch)
-        parts = self._parts  # type: ignore[attr-defined]
+        parts = self._parts
         if parts is None or latency <= 0.0:
             return latency
         return max(latency, self.stages * max(parts(batch)))

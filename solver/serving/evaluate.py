@@ -22,7 +22,7 @@ import functools
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -307,7 +307,7 @@ class InstanceCosts:
                     stage=j,
                     group=pool,
                 ) from exc
-        hand_offs = []
+        hand_offs: list[Callable[[int], float]] = []
         stride = p.tensor * p.expert
         for j in range(len(pools) - 1):
             a, b = pools[j], pools[j + 1]
@@ -512,8 +512,8 @@ def _group_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violat
     for i, inst in enumerate(plan.instances):
         if inst.stage_groups is not None:  # names checked (`check_stage_groups`)
             p = inst.parallelism
-            for j, name in enumerate(inst.stage_groups):
-                pool = problem.pool(name)
+            for j, stage_group in enumerate(inst.stage_groups):
+                pool = problem.pool(stage_group)
                 prior = used.get(id(pool), (pool, 0))[1]
                 used[id(pool)] = (pool, prior + inst.count * p.tensor * p.expert)
                 if p.tensor * p.expert > pool.gpus_per_node:
@@ -521,7 +521,8 @@ def _group_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violat
                         Violation(
                             kind="topology",
                             detail=(
-                                f"stage {j} on {name}: tensor × expert = {p.tensor * p.expert} "
+                                f"stage {j} on {stage_group}: tensor × expert = "
+                                f"{p.tensor * p.expert} "
                                 f"exceeds the {pool.gpus_per_node} GPUs of its nodes"
                             ),
                             field=f"plan.instances.{i}.parallelism",
