@@ -53,6 +53,9 @@ class MixedSplit:
 
 @dataclass(frozen=True)
 class SplitStage:
+    """One stage's data for the split (`split_stage` builds it): prefix sums over the
+    layers of its per-layer time and bytes, its constant time and bytes, its usable bytes."""
+
     time: list[float]  # prefix sums of τ
     mem: list[float]  # prefix sums of σ + ι·α
     const_time: float

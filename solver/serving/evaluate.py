@@ -186,6 +186,7 @@ class InstanceCosts:
         self.cost_model = cost_model
         self._cache: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
         self._raw: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
+        self._splits: dict[tuple[Any, ...], list[int] | None] = {}
 
     def stage(
         self,
@@ -233,8 +234,8 @@ class InstanceCosts:
 
     def stage_split(self, inst: ServingInstance) -> list[int]:
         """`inst.stage_layers`, or the planner's split of the layers over its stages
-        (`solver.serving.stages.split_layers`; on one pool the homogeneous one); raises InfeasiblePlan ("memory") when no
-        split fits every stage's GPUs."""
+        (`solver.serving.stages.split_layers`, cached; on one pool the homogeneous one);
+        raises InfeasiblePlan ("memory") when no split fits every stage's GPUs."""
         if inst.stage_layers is not None:
             return list(inst.stage_layers)
         assert inst.stage_groups is not None
@@ -244,13 +245,17 @@ class InstanceCosts:
         if len(set(pools)) == 1:  # one pool: the homogeneous instance and its split
             return stage_layer_counts(self.problem.model.num_layers, p.pipeline)
         context, longest = self._stream_figures
-        split = split_layers(
-            lambda pool, layers: self.stage(p.tensor, p.expert, precision, "inter", pool, layers),
-            self.problem.model,
-            pools,
-            split_batch(inst.max_batch_size, context),
-            longest,
-        )
+        batch = split_batch(inst.max_batch_size, context)
+        key = (p.tensor, p.expert, precision, tuple(pools), batch)
+        if key not in self._splits:
+            self._splits[key] = split_layers(
+                lambda pool, span: self.stage(p.tensor, p.expert, precision, "inter", pool, span),
+                self.problem.model,
+                pools,
+                batch,
+                longest,
+            )
+        split = self._splits[key]
         if split is None:
             raise InfeasiblePlan(
                 "memory",
@@ -258,7 +263,7 @@ class InstanceCosts:
                 f"layers over stages on {', '.join(pools)} fits every stage's GPUs with the "
                 f"KV cache of the longest request ({longest} tokens)",
             )
-        return split
+        return list(split)
 
     def staged(self, inst: ServingInstance, tier: str = "inter") -> InstanceCost:
         """The cost of an instance whose stages run on the pools its `stage_groups` name

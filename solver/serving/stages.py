@@ -88,6 +88,14 @@ def check_stage_groups(model: ModelSpec, cluster: ResolvedCluster, plan: Serving
                 f"one group per pipeline stage ({p})",
                 inst.stage_groups,
             )
+        if p > model.num_layers:
+            raise field_refusal(
+                f"{where} has pipeline={p} stages for the {model.num_layers} layers of "
+                f"{model.name}",
+                f"{where}.stage_groups",
+                f"at most {model.num_layers} stages (one layer each)",
+                inst.stage_groups,
+            )
         pool_names(cluster, inst.stage_groups, f"{where}.stage_groups.{{}}")
         if inst.group is not None:
             raise field_refusal(
