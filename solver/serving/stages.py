@@ -53,9 +53,9 @@ raises InfeasiblePlan when they do not fit."""
 def check_stage_groups(model: ModelSpec, cluster: ResolvedCluster, plan: ServingPlan) -> None:
     """The rules of every instance with `stage_groups` (or `stage_layers`), each a 422 naming
     the field, the rule and the value: colocated (`both`) instances only, one group per
-    pipeline stage, groups of the cluster (`cost_models.mixed.pool_names`), no `group`
-    beside them, and layers (when given) one per
-    stage, each at least 1, adding to the model's layers.
+    pipeline stage and at most one stage per layer, groups of the cluster
+    (`cost_models.mixed.pool_names`), no `group` beside them, and layers (when given) one
+    count per stage, each at least 1, adding to the model's layers.
 
     Raises:
         InfeasiblePlan: ("topology") with `errors` naming the field.

@@ -247,6 +247,14 @@ def test_a_stage_that_does_not_fit_is_named() -> None:
         ),
         ({"stage_layers": [16, 16]}, "plan.instances.0.stage_layers", "only with stage_groups"),
         (
+            {
+                "parallelism": {"tensor": 1, "pipeline": 33},
+                "stage_groups": ["h100", "a100"] * 16 + ["a100"],
+            },
+            "plan.instances.0.stage_groups",
+            "at most 32 stages",
+        ),
+        (
             {"stage_groups": ["h100", "a100"], "group": "h100"},
             "plan.instances.0.group",
             "not with stage_groups",
