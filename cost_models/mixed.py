@@ -62,7 +62,7 @@ from specs.plan import (
 GIB = 1024**3
 
 
-def _refuse(detail: str, field: str, rule: str, value: Any) -> InfeasiblePlan:
+def field_refusal(detail: str, field: str, rule: str, value: Any) -> InfeasiblePlan:
     """A 422 naming the plan field, the rule and the value."""
     return InfeasiblePlan(
         "topology",
@@ -129,7 +129,7 @@ def pool_names(
     for j, name in enumerate(names):
         if name not in by_group:
             where = field.format(j)
-            raise _refuse(
+            raise field_refusal(
                 f"{where} = {name!r} names no node group of the cluster "
                 f"(groups: {', '.join(sorted(by_group))})",
                 where,
@@ -183,16 +183,6 @@ def _pool_problem(problem: TrainingProblem, pool: ResolvedCluster, gpus: int) ->
     return dataclasses.replace(problem, cluster=cluster)
 
 
-def _inter_pool_bytes_per_s(
-    cluster: ResolvedCluster, a: ResolvedCluster, b: ResolvedCluster
-) -> float:
-    """Achievable bandwidth of a pipeline hand-off between two pools, bytes/s."""
-    efficiency = min(
-        a.groups[0].accelerator.scale_out_efficiency, b.groups[0].accelerator.scale_out_efficiency
-    )
-    return cluster.inter_pool_bandwidth_gb_s * 1e9 * efficiency
-
-
 def hand_off_s(
     problem: TrainingProblem,
     plan: TrainingPlan,
@@ -219,7 +209,7 @@ def hand_off_s(
         p.sequence_parallel and t > 1,
     )
     pools = problem.cluster.pools()
-    return size / _inter_pool_bytes_per_s(problem.cluster, pools[a], pools[b])
+    return size / problem.cluster.inter_pool_bytes_per_s(pools[a], pools[b])
 
 
 def boundary_extra_s(
@@ -286,7 +276,7 @@ def evaluate_mixed(
         need = sum(g for n, g in zip(names, per_stage, strict=True) if n == pool_name)
         have = pools[pool_name].num_gpus
         if need > have:
-            raise _refuse(
+            raise field_refusal(
                 f"{stages} stages of {per_stage[names.index(pool_name)]} GPUs need {need} GPUs "
                 f"of {pool_name}; it has {have}",
                 "plan.stage_groups",
@@ -465,7 +455,7 @@ def check_data_shares(problem: TrainingProblem, plan: TrainingPlan) -> list[str]
     names = pool_names(cluster, [x.group for x in shares], "plan.data_shares.{}.group")
     total = sum(x.replicas * x.sequences for x in shares)
     if total != wl.global_batch_size:
-        raise _refuse(
+        raise field_refusal(
             f"data_shares carry {total} sequences per step; global_batch_size is "
             f"{wl.global_batch_size}",
             "plan.data_shares",
@@ -476,7 +466,7 @@ def check_data_shares(problem: TrainingProblem, plan: TrainingPlan) -> list[str]
     per_replica = p.tensor * p.pipeline * p.context
     for j, (share, name) in enumerate(zip(shares, names, strict=True)):
         if share.sequences % plan.micro_batch_size:
-            raise _refuse(
+            raise field_refusal(
                 f"data_shares[{j}] gives each replica {share.sequences} sequences, not a "
                 f"multiple of micro_batch_size {plan.micro_batch_size}",
                 f"plan.data_shares.{j}.sequences",
@@ -485,7 +475,7 @@ def check_data_shares(problem: TrainingProblem, plan: TrainingPlan) -> list[str]
             )
         gpus = share.replicas * per_replica
         if gpus > pools[name].num_gpus:
-            raise _refuse(
+            raise field_refusal(
                 f"{share.replicas} replicas of {per_replica} GPUs need {gpus} GPUs of {name}; "
                 f"it has {pools[name].num_gpus}",
                 f"plan.data_shares.{j}.replicas",
@@ -544,7 +534,7 @@ def evaluate_data_shares(
     fewest = min(x.replicas for x in shares)
     bandwidth = (
         min(
-            _inter_pool_bytes_per_s(cluster, pools[a], pools[b])
+            cluster.inter_pool_bytes_per_s(pools[a], pools[b])
             for a in estimates
             for b in estimates
             if a != b

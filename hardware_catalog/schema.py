@@ -661,6 +661,15 @@ class ResolvedCluster(BaseModel):
             return self.inter_group_bandwidth_gb_s
         return min(g.inter_node_bandwidth_gb_s for g in self.groups)
 
+    def inter_pool_bytes_per_s(self, a: ResolvedCluster, b: ResolvedCluster) -> float:
+        """Achievable bandwidth of a pipeline hand-off between pools `a` and `b`, bytes/s:
+        `inter_pool_bandwidth_gb_s` at the lower scale-out efficiency of the two."""
+        efficiency = min(
+            a.groups[0].accelerator.scale_out_efficiency,
+            b.groups[0].accelerator.scale_out_efficiency,
+        )
+        return self.inter_pool_bandwidth_gb_s * 1e9 * efficiency
+
     # The properties below describe a homogeneous cluster (the first group's values).
     @property
     def accelerator(self) -> AcceleratorSpec:

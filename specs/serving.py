@@ -460,6 +460,15 @@ class ServingInstance(Spec):
     first group's name) the instances run on. A colocated plan may then list one `both`
     instance per group: the router sends each request to the instance with the least
     outstanding work per unit of its speed."""
+    stage_groups: list[str] | None = Field(default=None, min_length=1, max_length=1024)
+    """On a cluster of mixed hardware: the node group (or pool, by any of its groups' names)
+    of every pipeline stage, `parallelism.pipeline` of them: one instance whose stages run
+    on different kinds of GPU, each stage `tensor × expert` GPUs of its group (Helix, Mei et
+    al., ASPLOS'25; Parallax, Tong et al. 2025). Replaces `group`."""
+    stage_layers: list[int] | None = Field(default=None, min_length=1, max_length=1024)
+    """Layers of every stage of `stage_groups`, adding to the model's layers; null: the
+    planner splits them in proportion to each stage's speed within its memory
+    (`solver.serving.stages`)."""
 
     @property
     def num_gpus(self) -> int:
@@ -467,10 +476,12 @@ class ServingInstance(Spec):
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """An instance without a group dumps as before the field existed."""
+        """An instance without a group or stage groups dumps as before the fields existed."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("group", 0) is None:
-            data.pop("group")
+        if isinstance(data, dict):
+            for key in ("group", "stage_groups", "stage_layers"):
+                if data.get(key, 0) is None:
+                    data.pop(key)
         return data
 
 

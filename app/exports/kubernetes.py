@@ -41,7 +41,7 @@ from app.exports.base import (
     static_torchrun_args,
 )
 from app.exports.serve_command import serve_args
-from app.exports.serving_common import ROLE_ORDER, instance_shape
+from app.exports.serving_common import ROLE_ORDER, instance_shape, refuse_stages_across_groups
 from app.exports.serving_groups import (
     ENGINE_PORTS,
     across_groups,
@@ -452,7 +452,12 @@ def _engine_docs(
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     if across_groups(ctx):
         return _serving_across_groups(ctx, framework)
-    plan, _ = ctx.serving_plan(FORMAT)
+    plan, workload = ctx.serving_plan(FORMAT)
+    refuse_stages_across_groups(
+        FORMAT,
+        plan,
+        "a Kubernetes launch of one engine instance over pods on node groups of different hardware (a Ray cluster across them) is not generated; export it as vllm and start its Ray cluster on both groups",
+    )
     if framework == "trtllm":
         trtllm.check_plan(FORMAT, plan, ctx.cluster)
     env: dict[str, str] = {}

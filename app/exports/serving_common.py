@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from app.exports.base import require
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.evaluate import kv_format as priced_kv_format
-from specs.serving import MAX_TOKENS, ServingInstance, ServingWorkload
+from specs.serving import MAX_TOKENS, ServingInstance, ServingPlan, ServingWorkload
 
 ROLE_ORDER = ("both", "prefill", "decode")
 """Instances are exported in this order (prefill before decode)."""
@@ -56,6 +56,26 @@ def instance_shape(fmt: str, cluster: ResolvedCluster, inst: ServingInstance) ->
         f"an instance of {gpus} GPUs does not fill whole nodes of {gpn} GPUs",
     )
     return InstanceShape(gpus=gpus, nodes=gpus // gpn, gpus_per_node=gpn)
+
+
+def refuse_stages_across_groups(fmt: str, plan: ServingPlan, lacks: str) -> None:
+    """Refuse an instance whose pipeline stages run on different node groups
+    (`ServingInstance.stage_groups`) by rule `serving-stages-across-groups`, naming the
+    stages' groups and layers and what `fmt` lacks to launch one."""
+    for i, inst in enumerate(plan.instances):
+        if inst.stage_groups is None:
+            continue
+        layers = inst.stage_layers or []
+        stages = ", ".join(
+            f"stage {j} on {g}" + (f" ({layers[j]} layers)" if j < len(layers) else "")
+            for j, g in enumerate(inst.stage_groups)
+        )
+        require(
+            False,
+            fmt,
+            "serving-stages-across-groups",
+            f"instance {i} runs its pipeline stages on different node groups ({stages}); {lacks}",
+        )
 
 
 def weight_format(inst: ServingInstance, workload: ServingWorkload) -> str:

@@ -35,6 +35,7 @@ from app.exports.serving_common import (
     instance_shape,
     kv_format,
     max_model_len,
+    refuse_stages_across_groups,
     weight_format,
 )
 from hardware_catalog.schema import ResolvedCluster
@@ -167,6 +168,11 @@ def check_args(args: Sequence[str], model: ModelSpec) -> None:
 
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    refuse_stages_across_groups(
+        FORMAT,
+        plan,
+        "SGLang launches one engine on one kind of node and has no per-stage layer counts for pipeline stages on different GPU types (export it as vllm, which takes VLLM_PP_LAYER_PARTITION)",
+    )
     env: dict[str, str] = {}
     model_ref = model_reference(ctx.model, env)
     roles: dict[str, list[str]] = {}

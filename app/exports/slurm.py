@@ -34,7 +34,7 @@ from app.exports.base import (
     torchrun_args,
 )
 from app.exports.serve_command import serve_args
-from app.exports.serving_common import ROLE_ORDER, instance_shape
+from app.exports.serving_common import ROLE_ORDER, instance_shape, refuse_stages_across_groups
 from app.exports.serving_groups import (
     across_groups,
     group_launches,
@@ -331,7 +331,12 @@ def _srun(step: _Step, nodes: str, script: str, het_group: int | None = None) ->
 def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     if across_groups(ctx):
         return _serving_across_groups(ctx, framework)
-    plan, _ = ctx.serving_plan(FORMAT)
+    plan, workload = ctx.serving_plan(FORMAT)
+    refuse_stages_across_groups(
+        FORMAT,
+        plan,
+        "a Slurm job of one engine instance over heterogeneous node groups (a Ray cluster across hetjob components) is not generated; export it as vllm and start its Ray cluster on both groups",
+    )
     if framework == "trtllm":
         trtllm.check_plan(FORMAT, plan, ctx.cluster)
     instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))

@@ -30,7 +30,13 @@ from app.exports.base import (
     require,
     shell_command,
 )
-from app.exports.serving_common import instance_shape, kv_format, max_model_len, weight_format
+from app.exports.serving_common import (
+    instance_shape,
+    kv_format,
+    max_model_len,
+    refuse_stages_across_groups,
+    weight_format,
+)
 from hardware_catalog.schema import ResolvedCluster
 from specs.serving import ServingInstance, ServingPlan, ServingWorkload
 
@@ -142,6 +148,11 @@ def check_plan(fmt: str, plan: ServingPlan, cluster: ResolvedCluster) -> None:
 
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    refuse_stages_across_groups(
+        FORMAT,
+        plan,
+        "trtllm-serve runs one engine on one kind of node with even pipeline stages (export it as vllm, which takes VLLM_PP_LAYER_PARTITION)",
+    )
     check_plan(FORMAT, plan, ctx.cluster)
     inst = plan.instances[0]
     shape = instance_shape(FORMAT, ctx.cluster, inst)

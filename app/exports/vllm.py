@@ -40,8 +40,9 @@ from app.exports.serving_common import (
     max_model_len,
     weight_format,
 )
+from cost_models.mixed import pool_names
 from specs.model import ModelSpec
-from specs.serving import ServingInstance, ServingWorkload
+from specs.serving import ServingInstance, ServingPlan, ServingWorkload
 
 FORMAT = "vllm"
 SWITCHES = frozenset(
@@ -203,8 +204,98 @@ def check_args(args: Sequence[str], model: ModelSpec) -> None:
         )
 
 
+def _staged(
+    ctx: ExportContext, plan: ServingPlan, inst: ServingInstance, workload: ServingWorkload
+) -> ExportResult:
+    """One instance whose pipeline stages run on different node groups: one `vllm serve`
+    over a Ray cluster of both groups' nodes, the uneven split in `VLLM_PP_LAYER_PARTITION`
+    (vllm-project/vllm `vllm/envs.py`, read by `vllm.distributed.utils.get_pp_indices`:
+    comma-separated layers per pipeline rank, adding to the model's layers). vLLM gives
+    every worker the same number of KV blocks (the least any worker has room for), as the
+    estimate's capacity is the least over stages."""
+    assert inst.stage_groups is not None
+    require(
+        inst.stage_layers is not None,
+        FORMAT,
+        "vllm.stage-layers",
+        "an instance across node groups needs its stage_layers (estimate the plan to fill them)",
+    )
+    assert inst.stage_layers is not None
+    par = inst.parallelism
+    require(
+        par.expert == 1,
+        FORMAT,
+        "vllm.stages-with-data-parallel",
+        "pipeline stages across node groups with attention data parallelism (expert > 1) "
+        "are not launched as one vLLM instance",
+    )
+    pools = pool_names(ctx.cluster, inst.stage_groups, "plan.instances.0.stage_groups.{}")
+    for j, name in enumerate(pools):
+        node = ctx.cluster.pools()[name].gpus_per_node
+        require(
+            par.tensor <= node,
+            FORMAT,
+            "vllm.stage-inside-a-node",
+            f"stage {j} on {name} takes tensor={par.tensor} GPUs; its nodes have {node}",
+        )
+    partition = ",".join(str(n) for n in inst.stage_layers)
+    env: dict[str, str] = {"VLLM_PP_LAYER_PARTITION": partition}
+    if plan.engine == "vllm_v0":
+        env["VLLM_USE_V1"] = "0"
+    model_ref = model_reference(ctx.model, env)
+    args = instance_args(
+        model_ref,
+        inst,
+        workload,
+        node_gpus=par.tensor,  # each stage on its own nodes: the Ray executor
+        port=8000,
+        engine=plan.engine,
+        engine_options=plan.engine_options,
+    )
+    check_args(args, ctx.model)
+    layout = "; ".join(
+        f"stage {j}: {n} layers on {g}"
+        for j, (g, n) in enumerate(zip(inst.stage_groups, inst.stage_layers, strict=True))
+    )
+    content = (
+        "#!/usr/bin/env bash\n"
+        f"# vLLM serving of meshplan plan {ctx.plan_id or ''}: one instance over node groups\n"
+        f"# ({layout}). Start a Ray cluster on the nodes of every group first, then run this\n"
+        f"# on a node of {inst.stage_groups[0]} (vLLM's Ray executor ranks the workers of the\n"
+        "# node it starts on first, the others by IP).\n"
+        "set -euo pipefail\n\n"
+        + "".join(f"export {k}={v}\n" for k, v in env.items() if v)
+        + shell_command(["vllm", "serve", *args])
+        + "\n"
+    )
+    notes = [
+        f"args are one instance's command; run `count` ({inst.count}) replicas",
+        f"pipeline stages across node groups: {layout}; VLLM_PP_LAYER_PARTITION={partition}",
+        "vLLM does not pin a pipeline rank to a kind of GPU: ranks follow its Ray worker "
+        f"order (the starting node first, then by IP), so start on {inst.stage_groups[0]} and "
+        "check each stage's GPUs in the log before serving",
+    ]
+    return ExportResult(
+        format=FORMAT,
+        filename="serve_vllm.sh",
+        content=content,
+        args=["vllm", "serve", *args],
+        env=env,
+        notes=notes,
+    )
+
+
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
+    staged = [i for i in plan.instances if i.stage_groups is not None]
+    if staged:
+        require(
+            len(plan.instances) == 1,
+            FORMAT,
+            "serving-stages-across-groups",
+            "an instance across node groups is exported alone (not beside other instances)",
+        )
+        return _staged(ctx, plan, staged[0], workload)
     env: dict[str, str] = {}
     if plan.engine == "vllm_v0":
         env["VLLM_USE_V1"] = "0"  # the V0 engine (vLLM 0.8-0.10)

@@ -228,6 +228,13 @@ class AnalyticalInstanceCost:
     `iteration_time_s` is closed form with the token-count dependent part (every linear
     layer, collective and elementwise kernel) cached per T.
 
+    `layers` = (start, stop): the instance is one pipeline stage of a longer pipeline
+    holding only those layers (pipeline 1): the embedding is priced and stored only when it
+    starts at layer 0, the LM head, sampler and per-iteration overhead only when it ends at
+    the last layer, and it has no hand-offs of its own (`cost_models.serving.pipeline`
+    composes stages). A pipeline of p such stages on one accelerator adds up to the p-stage
+    instance's iteration time plus its hand-offs (`hand_off_s`).
+
     Raises:
         InfeasiblePlan: `divisibility` (heads, KV heads, FFN or experts not divisible, expert
             parallelism on a dense model), `precision` (fp8 without fp8 tensor cores),
@@ -248,6 +255,7 @@ class AnalyticalInstanceCost:
         memory_utilization: float = 0.9,
         kv_transfer_tier: Tier = "inter",
         config: ServingAnalyticalConfig | None = None,
+        layers: tuple[int, int] | None = None,
     ) -> None:
         if not 0.0 < memory_utilization <= 1.0:
             raise InfeasiblePlan(
@@ -261,6 +269,15 @@ class AnalyticalInstanceCost:
         self.kv_precision: KVFormat = kv_precision
         self.memory_utilization = memory_utilization
         self.kv_transfer_tier: Tier = kv_transfer_tier
+        start, stop = (0, model.num_layers) if layers is None else layers
+        if not 0 <= start < stop <= model.num_layers or (layers is not None and pipeline != 1):
+            raise InfeasiblePlan(
+                "divisibility",
+                f"a pipeline stage holds layers [{start}, {stop}) of the {model.num_layers} as "
+                f"one stage (pipeline 1; got pipeline={pipeline})",
+            )
+        self.layers = (start, stop)
+        self._first, self._last = start == 0, stop == model.num_layers
         acc = cluster.accelerator
         self.accelerator: AcceleratorSpec = acc
         self._check(model, cluster, acc)
@@ -304,9 +321,9 @@ class AnalyticalInstanceCost:
 
         # ---- per-GPU linear layers and weights --------------------------------------------
         h = model.hidden_size
-        kinds = [model.is_moe_layer(i) for i in range(model.num_layers)]
+        kinds = [model.is_moe_layer(i) for i in range(start, stop)]
         self._num_moe_layers = sum(kinds)
-        self._num_dense_layers = model.num_layers - self._num_moe_layers
+        self._num_dense_layers = len(kinds) - self._num_moe_layers
         empty: tuple[list[_Linear], float, float] = ([], 0.0, 0.0)
         dense_lin, dense_w, dense_other = (
             self._layer_linears(False) if self._num_dense_layers else empty
@@ -323,7 +340,8 @@ class AnalyticalInstanceCost:
         }
         vocab_share = model.vocab_size * h / t
         embed_bytes = (vocab_share + self._learned_positions() * h) * ACT_BYTES
-        head_bytes = (0.0 if model.tie_embeddings and p == 1 else vocab_share) * ACT_BYTES
+        tied = model.tie_embeddings and p == 1 and self._first  # one copy serves both
+        head_bytes = (0.0 if tied else vocab_share) * ACT_BYTES
         head_bytes += model.norm_parameters() * ACT_BYTES
 
         # ---- KV bytes per token (per GPU per layer, and for the whole model) ---------------
@@ -340,17 +358,18 @@ class AnalyticalInstanceCost:
             self._kv_heads_gpu = g_local
 
         # ---- memory per stage ---------------------------------------------------------------
-        counts = stage_layer_counts(model.num_layers, p)
+        counts = stage_layer_counts(len(kinds), p)
         usable = acc.memory_bytes * memory_utilization
         reserve = cfg.runtime_reserve_gib * GIB + self._activation_bytes()
+        self._budget_bytes = usable - reserve
         start = 0
         stage_weights: list[float] = []
         stage_tokens: list[float] = []
         for s, n_layers in enumerate(counts):
             wbytes = sum(layer_bytes[kinds[i]] for i in range(start, start + n_layers))
-            if s == 0:
+            if s == 0 and self._first:
                 wbytes += embed_bytes
-            if s == p - 1:
+            if s == p - 1 and self._last:
                 wbytes += head_bytes
             start += n_layers
             free = usable - wbytes - reserve
@@ -379,7 +398,7 @@ class AnalyticalInstanceCost:
         self._stage_layers = counts
 
         # ---- attention coefficients (summed over all layers of the instance) ----------------
-        L = model.num_layers
+        L = len(kinds)
         heads_gpu = model.num_attention_heads / t
         qk, v = attention_dims(model)
         attn_eff = (
@@ -572,8 +591,10 @@ class AnalyticalInstanceCost:
             if len(self._token_cache) > 200_000:
                 self._token_cache.clear()
             hit = self._token_cache[tokens] = self._token_time_s(tokens)
-        time = hit + self.config.iteration_overhead_s
-        logit_seqs = batch.decode_seqs + batch.prefill_seqs
+        time = hit
+        logit_seqs = batch.decode_seqs + batch.prefill_seqs if self._last else 0
+        if self._last:
+            time += self.config.iteration_overhead_s
         if logit_seqs > 0:
             head = self._logits_cache.get(logit_seqs)
             if head is None:
@@ -647,9 +668,18 @@ class AnalyticalInstanceCost:
                 per_layer += self._experts_s(tokens)
             time += layers * per_layer
         # embedding lookup (vocab-parallel: an all-reduce over t) and pipeline hand-offs
-        time += cfg.kernel_latency_s + 2 * act / stream + self._allreduce_s(act, self._tp_group)
+        if self._first:
+            time += cfg.kernel_latency_s + 2 * act / stream
+            time += self._allreduce_s(act, self._tp_group)
         time += sum(send_recv_time_s(self._net, act, tier) for tier in self._p2p_tiers)
         return time
+
+    def hand_off_s(self, tokens: int, tier: Tier) -> float:
+        """One pipeline send / receive of the hidden states of `tokens` tokens (bf16, each
+        attention replica its share) over the instance's own fabric, as `_token_time_s`
+        prices the hand-offs between its stages."""
+        act = tokens / self.expert * self.model.hidden_size * ACT_BYTES
+        return send_recv_time_s(self._net, act, tier) if tokens > 0 else 0.0
 
     def _experts_s(self, tokens: int) -> float:
         """Grouped expert GEMMs of one MoE layer on one GPU: the touched local experts each
@@ -699,6 +729,12 @@ class AnalyticalInstanceCost:
     def weights_bytes_per_gpu(self) -> float:
         return self._weights_bytes
 
+    @property
+    def memory_budget_bytes_per_gpu(self) -> float:
+        """What weights and KV cache may take on one GPU: usable memory less the runtime
+        reserve and the activation peak (the KV cache is what the weights leave of it)."""
+        return self._budget_bytes
+
     def decode_step_time_s(self, batch_size: int, context_tokens: int) -> float:
         """One decode iteration of `batch_size` sequences of `context_tokens` tokens each."""
         return self.iteration_time_s(
@@ -747,6 +783,7 @@ class AnalyticalServingCostModel:
         *,
         memory_utilization: float = 0.9,
         kv_transfer_tier: Tier = "inter",
+        layers: tuple[int, int] | None = None,
     ) -> AnalyticalInstanceCost:
         return AnalyticalInstanceCost(
             model,
@@ -759,6 +796,7 @@ class AnalyticalServingCostModel:
             memory_utilization=memory_utilization,
             kv_transfer_tier=kv_transfer_tier,
             config=self.config,
+            layers=layers,
         )
 
 

@@ -9,7 +9,8 @@ pass and asks `InstanceCost.iteration_time_s` for its latency.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -168,14 +169,37 @@ class VirtualEngineCost(ForwardingCost):
     `Scheduler(..., virtual_engine)`, `num_gpu_blocks // pipeline_parallel_size`), SGLang's
     and TensorRT-LLM's pipeline micro-batches do: each batch still takes the whole
     pipeline's latency per iteration (`iteration_time_s` of the instance), but p of them
-    proceed at once, so a p-stage instance serves like p engines of 1/p of its KV cache."""
+    proceed at once, so a p-stage instance serves like p engines of 1/p of its KV cache.
+
+    Uneven stages (different hardware, `cost_models.serving.pipeline`): the p batches
+    circulate through the stages (and the hand-off links), each served one batch at a
+    time, a closed cyclic pipeline whose period per batch is the larger of the latency
+    (Σ of the parts) and p × the slowest part (the cycle time of a marked graph is its
+    largest cycle delay over the cycle's tokens: the loop through all parts holds p
+    batches, each part's own loop one; Ramamoorthy & Ho, IEEE TSE 1980). A cost with
+    `stage_times_s` gets that period; the homogeneous model's stages are even, so its
+    latency is already the period (p × Σ/p)."""
 
     base: InstanceCost
     stages: int
+    _parts: Callable[[IterationBatch], list[float]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        # looked up once: iteration_time_s is the simulator's innermost call
+        object.__setattr__(self, "_parts", getattr(self.base, "stage_times_s", None))
 
     @property
     def kv_capacity_tokens(self) -> int:
         return self.base.kv_capacity_tokens // self.stages
+
+    def iteration_time_s(self, batch: IterationBatch) -> float:
+        latency = self.base.iteration_time_s(batch)
+        parts = self._parts
+        if parts is None or latency <= 0.0:
+            return latency
+        return max(latency, self.stages * max(parts(batch)))
 
 
 def pipeline_engines(cost: InstanceCost) -> tuple[InstanceCost, int]:
@@ -191,7 +215,11 @@ def pipeline_engines(cost: InstanceCost) -> tuple[InstanceCost, int]:
 class ServingCostModel(Protocol):
     """A serving cost-model plug-in (registered in `cost_models.serving.registry`): builds
     the `InstanceCost` of one instance layout. Raises `specs.errors.InfeasiblePlan` when the
-    layout cannot run (memory, divisibility, precision, topology)."""
+    layout cannot run (memory, divisibility, precision, topology). `layers` = (start, stop)
+    prices one pipeline stage holding only those layers (pipeline 1; embedding on the stage
+    that starts at 0, LM head and sampler on the one that ends at the last layer), the
+    building block of an instance whose stages run on different hardware
+    (`cost_models.serving.pipeline`)."""
 
     name: str
 
@@ -207,6 +235,7 @@ class ServingCostModel(Protocol):
         *,
         memory_utilization: float = 0.9,
         kv_transfer_tier: Literal["intra", "inter"] = "inter",
+        layers: tuple[int, int] | None = None,
     ) -> InstanceCost: ...
 
 

@@ -52,7 +52,10 @@ class MixedSplit:
 
 
 @dataclass(frozen=True)
-class _Stage:
+class SplitStage:
+    """One stage's data for the split (`split_stage` builds it): prefix sums over the
+    layers of its per-layer time and bytes, its constant time and bytes, its usable bytes."""
+
     time: list[float]  # prefix sums of τ
     mem: list[float]  # prefix sums of σ + ι·α
     const_time: float
@@ -60,7 +63,25 @@ class _Stage:
     usable: float
 
 
-def _stages(profiles: Sequence[LayerProfile], extra_s: Sequence[float]) -> list[_Stage]:
+def split_stage(
+    layer_time_s: Sequence[float],
+    layer_bytes: Sequence[float],
+    const_time_s: float,
+    const_bytes: float,
+    usable_bytes: float,
+) -> SplitStage:
+    """One stage's data for `solve_split`: per layer l its time τ_l and bytes μ_l on this
+    stage's hardware, the stage's constant time c_j and bytes m_j, its usable bytes U_j."""
+    return SplitStage(
+        time=list(accumulate(layer_time_s, initial=0.0)),
+        mem=list(accumulate(layer_bytes, initial=0.0)),
+        const_time=const_time_s,
+        const_mem=const_bytes,
+        usable=usable_bytes,
+    )
+
+
+def _stages(profiles: Sequence[LayerProfile], extra_s: Sequence[float]) -> list[SplitStage]:
     p = len(profiles)
     out = []
     for j, prof in enumerate(profiles):
@@ -78,18 +99,12 @@ def _stages(profiles: Sequence[LayerProfile], extra_s: Sequence[float]) -> list[
             for s, a in zip(prof.layer_state_bytes, prof.layer_activation_bytes, strict=True)
         ]
         out.append(
-            _Stage(
-                time=list(accumulate(prof.layer_time_s, initial=0.0)),
-                mem=list(accumulate(per_layer_mem, initial=0.0)),
-                const_time=c + extra_s[j],
-                const_mem=m,
-                usable=prof.usable_bytes,
-            )
+            split_stage(prof.layer_time_s, per_layer_mem, c + extra_s[j], m, prof.usable_bytes)
         )
     return out
 
 
-def _max_end(stage: _Stage, a: int, limit_t: float, hi: int) -> int:
+def _max_end(stage: SplitStage, a: int, limit_t: float, hi: int) -> int:
     """Largest b in [a, hi] with the stage's time and memory over [a, b) within limits
     (a when not even one layer fits)."""
     t_cap = stage.time[a] + limit_t - stage.const_time
@@ -100,7 +115,7 @@ def _max_end(stage: _Stage, a: int, limit_t: float, hi: int) -> int:
 
 
 def _reach(
-    stages: list[_Stage], num_layers: int, limit_t: float
+    stages: list[SplitStage], num_layers: int, limit_t: float
 ) -> list[list[tuple[int, int]]] | None:
     """Per stage, the intervals [lo, hi] of boundaries reachable before it; None when L is
     not reachable after the last stage."""
@@ -132,12 +147,12 @@ def _reach(
     return history
 
 
-def _stage_time(stage: _Stage, a: int, b: int) -> float:
+def _stage_time(stage: SplitStage, a: int, b: int) -> float:
     return stage.time[b] - stage.time[a] + stage.const_time
 
 
 def _backtrack(
-    stages: list[_Stage], history: list[list[tuple[int, int]]], num_layers: int, limit_t: float
+    stages: list[SplitStage], history: list[list[tuple[int, int]]], num_layers: int, limit_t: float
 ) -> list[int]:
     bounds = [num_layers]
     b = num_layers
@@ -172,19 +187,13 @@ def _uniform(profiles: Sequence[LayerProfile]) -> bool:
     )
 
 
-def _solve_uniform(
-    profiles: Sequence[LayerProfile], stages: list[_Stage], num_layers: int
-) -> list[int] | None:
+def _solve_uniform(stages: Sequence[SplitStage], num_layers: int) -> list[int] | None:
     """Identical layers: stage j holds at most cap_j(T) = min(⌊(T − c_j)/τ_j⌋,
     ⌊(U_j − m_j)/μ_j⌋) layers, so T is feasible iff Σ_j min(cap_j(T), L) ≥ L with every
     cap_j ≥ 1 (O(p) per test); bisection on T, then the layers above L are taken back from
     the stages whose time is largest (which keeps the bottleneck at its least)."""
-    taus = [prof.layer_time_s[0] for prof in profiles]
-    mus = [
-        prof.layer_state_bytes[0]
-        + prof.inflight_microbatches[j][0] * prof.layer_activation_bytes[0]
-        for j, prof in enumerate(profiles)
-    ]
+    taus = [st.time[1] for st in stages]  # prefix sums start at 0: the first layer's
+    mus = [st.mem[1] for st in stages]
     mem_caps = []
     for st, mu in zip(stages, mus, strict=True):
         room = st.usable - st.const_mem
@@ -367,9 +376,22 @@ def solve_mixed_partition(
     if p < 1 or p > num_layers or any(len(x.layer_time_s) != num_layers for x in profiles):
         return None
     extra = list(extra_s) if extra_s is not None else [0.0] * p
-    stages = _stages(profiles, extra)
-    if _uniform(profiles):
-        counts = _solve_uniform(profiles, stages, num_layers)
+    return solve_split(_stages(profiles, extra), uniform=_uniform(profiles))
+
+
+def solve_split(stages: Sequence[SplitStage], *, uniform: bool) -> MixedSplit | None:
+    """The split of the layers over `stages` (each from `split_stage`, every one with the
+    same number of layers) that minimises the slowest stage's time within every stage's
+    memory; None when no split fits. `uniform`: every layer of a stage has the same time
+    and bytes (the closed-form caps of `_solve_uniform`); else the reachability bisection
+    (module docstring)."""
+    stages = list(stages)
+    p = len(stages)
+    num_layers = len(stages[0].time) - 1 if stages else 0
+    if p < 1 or p > num_layers or any(len(st.time) != num_layers + 1 for st in stages):
+        return None
+    if uniform:
+        counts = _solve_uniform(stages, num_layers)
         if counts is None:
             return None
         bounds = list(accumulate(counts, initial=0))

@@ -18,13 +18,17 @@ arrival times, so every candidate sees the same requests.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from cost_models.mixed import pool_names
+from cost_models.serving.analytical import stage_layer_counts
 from cost_models.serving.base import InstanceCost, IterationBatch, ServingCostModel
 from cost_models.serving.engines import (
     DEFAULT_ENGINE,
@@ -32,6 +36,7 @@ from cost_models.serving.engines import (
     EngineProfile,
     build_engine,
 )
+from cost_models.serving.pipeline import PipelineInstanceCost, cross_pool_hand_off
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.goodput import (
     GoodputResult,
@@ -61,6 +66,7 @@ from solver.serving.simulate import (
     simulate_colocated_mix,
     simulate_disaggregated,
 )
+from solver.serving.stages import check_stage_groups, split_batch, split_layers
 from solver.warnings import serving_warnings
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
@@ -180,6 +186,150 @@ class InstanceCosts:
         self.problem = problem
         self.cost_model = cost_model
         self._cache: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
+        self._raw: dict[tuple[Any, ...], InstanceCost | InfeasiblePlan] = {}
+        self._splits: dict[tuple[Any, ...], list[int] | None] = {}
+
+    def stage(
+        self,
+        tensor: int,
+        expert: int,
+        precision: str,
+        tier: str,
+        pool: str,
+        layers: tuple[int, int],
+    ) -> InstanceCost:
+        """The cost model's cost of one pipeline stage holding `layers` on `pool` (without
+        the engine's host cost: `staged` adds it once for the instance); raises
+        InfeasiblePlan (cached)."""
+        key = (tensor, expert, precision, tier, pool, layers)
+        hit = self._raw.get(key)
+        if hit is None:
+            wl = self.problem.workload
+            try:
+                hit = self.cost_model.instance_cost(
+                    self.problem.model,
+                    self.problem.pool(pool),
+                    tensor,
+                    1,
+                    expert,
+                    precision,  # type: ignore[arg-type]
+                    kv_format(wl, precision),  # type: ignore[arg-type]
+                    memory_utilization=self.problem.memory_utilization,
+                    kv_transfer_tier=tier,  # type: ignore[arg-type]
+                    layers=layers,
+                )
+            except InfeasiblePlan as exc:
+                hit = exc
+            self._raw[key] = hit
+        if isinstance(hit, InfeasiblePlan):
+            raise hit
+        return hit
+
+    @cached_property
+    def _stream_figures(self) -> tuple[float, int]:
+        """(mean decode context, longest request's tokens) of the workload's stream: what
+        a stage split is balanced at and must hold (`solver.serving.stages`)."""
+        stream = request_stream(self.problem.workload)
+        prompt, output = mean_lengths(stream)
+        return prompt + output / 2, max(r.prompt_tokens + r.output_tokens for r in stream)
+
+    def stage_split(self, inst: ServingInstance) -> list[int]:
+        """`inst.stage_layers`, or the planner's split of the layers over its stages
+        (`solver.serving.stages.split_layers`, cached; on one pool the homogeneous one);
+        raises InfeasiblePlan ("memory") when no split fits every stage's GPUs."""
+        if inst.stage_layers is not None:
+            return list(inst.stage_layers)
+        assert inst.stage_groups is not None
+        p = inst.parallelism
+        precision = inst.precision or self.problem.workload.precision
+        pools = pool_names(self.problem.cluster, inst.stage_groups)
+        if len(set(pools)) == 1:  # one pool: the homogeneous instance and its split
+            return stage_layer_counts(self.problem.model.num_layers, p.pipeline)
+        context, longest = self._stream_figures
+        batch = split_batch(inst.max_batch_size, context)
+        key = (p.tensor, p.expert, precision, tuple(pools), batch)
+        if key not in self._splits:
+            self._splits[key] = split_layers(
+                lambda pool, span: self.stage(p.tensor, p.expert, precision, "inter", pool, span),
+                self.problem.model,
+                pools,
+                batch,
+                longest,
+            )
+        split = self._splits[key]
+        if split is None:
+            raise InfeasiblePlan(
+                "memory",
+                f"no split of {self.problem.model.name}'s {self.problem.model.num_layers} "
+                f"layers over stages on {', '.join(pools)} fits every stage's GPUs with the "
+                f"KV cache of the longest request ({longest} tokens)",
+            )
+        return list(split)
+
+    def staged(self, inst: ServingInstance, tier: str = "inter") -> InstanceCost:
+        """The cost of an instance whose stages run on the pools its `stage_groups` name
+        (`cost_models.serving.pipeline.PipelineInstanceCost`; module `solver.serving.stages`):
+        on one pool without a split or with the homogeneous one, the homogeneous instance's
+        own cost (as a training plan on one pool takes the homogeneous estimate).
+        Raises InfeasiblePlan ("memory") naming the stage that does not fit."""
+        assert inst.stage_groups is not None
+        p = inst.parallelism
+        precision = inst.precision or self.problem.workload.precision
+        model = self.problem.model
+        pools = pool_names(self.problem.cluster, inst.stage_groups)
+        even = stage_layer_counts(model.num_layers, p.pipeline)
+        if len(set(pools)) == 1 and inst.stage_layers in (None, even):
+            return self.get(p.tensor, p.pipeline, p.expert, precision, tier, pools[0])
+        layers = self.stage_split(inst)
+        key = ("staged", p.tensor, p.expert, precision, tier, tuple(pools), tuple(layers))
+        hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = self._compose(inst, precision, tier, pools, layers)
+            except InfeasiblePlan as exc:
+                hit = exc
+            self._cache[key] = hit
+        if isinstance(hit, InfeasiblePlan):
+            raise hit
+        return hit
+
+    def _compose(
+        self, inst: ServingInstance, precision: str, tier: str, pools: list[str], layers: list[int]
+    ) -> InstanceCost:
+        p = inst.parallelism
+        cluster = self.problem.cluster
+        bounds = [0, *itertools.accumulate(layers)]
+        stages: list[InstanceCost] = []
+        for j, pool in enumerate(pools):
+            span = (bounds[j], bounds[j + 1])
+            try:
+                stages.append(self.stage(p.tensor, p.expert, precision, tier, pool, span))
+            except InfeasiblePlan as exc:
+                if exc.kind != "memory":
+                    raise
+                raise InfeasiblePlan(
+                    "memory",
+                    f"pipeline stage {j} on {pool} (layers {span[0]}-{span[1] - 1}): {exc}",
+                    stage=j,
+                    group=pool,
+                ) from exc
+        hand_offs: list[Callable[[int], float]] = []
+        stride = p.tensor * p.expert
+        for j in range(len(pools) - 1):
+            a, b = pools[j], pools[j + 1]
+            if a == b:  # the homogeneous rank layout inside the pool: NVLink within a node
+                k = pools[: j + 1].count(a)  # stage j + 1 is the pool's k-th stage from 0
+                node = self.problem.pool(a).gpus_per_node
+                local = "intra" if (k * stride) // node == ((k - 1) * stride) // node else "inter"
+                hand_offs.append(functools.partial(_stage_hand_off, stages[j], local))
+            else:
+                rate = cluster.inter_pool_bytes_per_s(self.problem.pool(a), self.problem.pool(b))
+                hand_offs.append(
+                    cross_pool_hand_off(self.problem.model.hidden_size, p.expert, rate)
+                )
+        engine = self.problem.engine_profile
+        composed = PipelineInstanceCost(stages, hand_offs, tuple(layers), tuple(pools))
+        return EngineInstanceCost(composed, engine.host(), engine.scheduler())
 
     def get(
         self,
@@ -219,6 +369,8 @@ class InstanceCosts:
         return hit
 
     def of(self, inst: ServingInstance, tier: str = "inter") -> InstanceCost:
+        if inst.stage_groups is not None:
+            return self.staged(inst, tier)
         p = inst.parallelism
         precision = inst.precision or self.problem.workload.precision
         return self.get(p.tensor, p.pipeline, p.expert, precision, tier, inst.group)
@@ -240,6 +392,11 @@ class ServingEstimate:
     @property
     def goodput_rps_per_gpu(self) -> float:
         return 0.0 if self.metrics is None else self.metrics.goodput_rps_per_gpu
+
+
+def _stage_hand_off(stage: InstanceCost, tier: str, tokens: int) -> float:
+    """A hand-off between two stages on one pool: the stage cost's own send / receive."""
+    return float(stage.hand_off_s(tokens, tier))  # type: ignore[attr-defined]
 
 
 def unit_kv_transfer_tier(mode: str, unit_gpus: int, gpus_per_node: int) -> str:
@@ -308,7 +465,7 @@ def plan_topology_violations(problem: ServingProblem, plan: ServingPlan) -> list
     """Rules every plan must meet before it is priced: GPUs available, tensor parallelism
     inside a node (the all-reduce of every layer runs on the scale-up fabric)."""
     out = []
-    if not problem.cluster.is_homogeneous or any(i.group for i in plan.instances):
+    if not problem.cluster.is_homogeneous or any(i.group or i.stage_groups for i in plan.instances):
         return _group_violations(problem, plan)
     if plan.gpus_used > problem.num_gpus:
         out.append(
@@ -359,6 +516,25 @@ def _group_violations(problem: ServingProblem, plan: ServingPlan) -> list[Violat
         return out
     used: dict[int, tuple[ResolvedCluster, int]] = {}
     for i, inst in enumerate(plan.instances):
+        if inst.stage_groups is not None:  # names checked (`check_stage_groups`)
+            p = inst.parallelism
+            for j, stage_group in enumerate(inst.stage_groups):
+                pool = problem.pool(stage_group)
+                prior = used.get(id(pool), (pool, 0))[1]
+                used[id(pool)] = (pool, prior + inst.count * p.tensor * p.expert)
+                if p.tensor * p.expert > pool.gpus_per_node:
+                    out.append(
+                        Violation(
+                            kind="topology",
+                            detail=(
+                                f"stage {j} on {stage_group}: tensor × expert = "
+                                f"{p.tensor * p.expert} "
+                                f"exceeds the {pool.gpus_per_node} GPUs of its nodes"
+                            ),
+                            field=f"plan.instances.{i}.parallelism",
+                        )
+                    )
+            continue
         if inst.group is None:
             out.append(
                 Violation(
@@ -507,10 +683,16 @@ def plan_price_or_none(problem: ServingProblem, plan: ServingPlan) -> float | No
     """The plan's GPUs at their groups' prices per GPU-hour; None when none has a price."""
     total, priced = 0.0, False
     for inst in plan.instances:
-        price = problem.pool(inst.group).groups[0].price_per_gpu_hour
-        if price is not None:
-            total += inst.num_gpus * price
-            priced = True
+        p = inst.parallelism
+        for group, gpus in (
+            [(g, inst.count * p.tensor * p.expert) for g in inst.stage_groups]
+            if inst.stage_groups is not None
+            else [(inst.group, inst.num_gpus)]
+        ):
+            price = problem.pool(group).groups[0].price_per_gpu_hour
+            if price is not None:
+                total += gpus * price
+                priced = True
     return total if priced else None
 
 
@@ -526,7 +708,9 @@ def _instance_details(
     hold = kv_tokens_per_seq(cost, mean_prompt, mean_output, inst.role == "both")
     kv_batch = int(cost.kv_capacity_tokens // max(1.0, hold))
     batch = min(inst.max_batch_size, max(1, kv_batch))
+    staged = _stage_details(cost, IterationBatch(batch, batch * ctx))
     return {
+        **staged,
         "role": inst.role,
         "gpus": inst.parallelism.num_gpus,
         "weights_gib": cost.weights_gib,
@@ -539,6 +723,40 @@ def _instance_details(
         "prefill_ms_mean_prompt": cost.iteration_time_s(IterationBatch(0, 0, p, p * (p + 1) / 2, 1))
         * 1e3,
     }
+
+
+def _accelerator_id(cost: InstanceCost) -> str | None:
+    acc = getattr(cost, "accelerator", None)
+    return None if acc is None else str(acc.id)
+
+
+def _stage_details(cost: InstanceCost, batch: IterationBatch) -> dict[str, Any]:
+    """Which layers run on which group, for an instance whose stages span pools: per stage
+    its group, layers (first and last index), decode step time at `batch` and KV capacity,
+    and a sentence saying it (nothing for another instance)."""
+    composed = getattr(cost, "stage_pools", None)
+    if composed is None:
+        return {}
+    layers: tuple[int, ...] = cost.stage_layers  # type: ignore[attr-defined]
+    stage_costs: list[InstanceCost] = list(cost.stages)  # type: ignore[attr-defined]
+    bounds = [0, *itertools.accumulate(layers)]
+    stages = [
+        {
+            "group": pool,
+            "accelerator": _accelerator_id(stage),
+            "layers": [bounds[j], bounds[j + 1] - 1],
+            "decode_step_ms": stage.iteration_time_s(batch) * 1e3,
+            "kv_capacity_tokens": stage.kv_capacity_tokens,
+            "weights_gib": stage.weights_gib,
+        }
+        for j, (pool, stage) in enumerate(zip(composed, stage_costs, strict=True))
+    ]
+    parts = [
+        f"layers {s['layers'][0]}-{s['layers'][1]} on {s['group']}"
+        + (f" ({s['accelerator']})" if s["accelerator"] else "")
+        for s in stages
+    ]
+    return {"stages": stages, "stage_split": "; ".join(parts)}
 
 
 def _isolated(
@@ -575,8 +793,26 @@ def evaluate_plan(
             "engine_options": problem.engine_profile.options.model_dump(mode="json"),
         }
     )
+    check_stage_groups(problem.model, problem.cluster, plan)
+    named = _with_stage_layers(named, costs)
     est = _evaluate(problem, named, costs, stream, unit_goodput)
     return replace(est, warnings=tuple(serving_warnings(problem, est, cluster=cluster)))
+
+
+def _with_stage_layers(plan: ServingPlan, costs: InstanceCosts) -> ServingPlan:
+    """The plan with the planner's split filled in for every instance across node groups
+    that gives none (left out where no split fits: the estimate then says why)."""
+    if all(i.stage_groups is None or i.stage_layers is not None for i in plan.instances):
+        return plan
+    instances = []
+    for inst in plan.instances:
+        if inst.stage_groups is not None and inst.stage_layers is None:
+            try:
+                inst = inst.model_copy(update={"stage_layers": costs.stage_split(inst)})
+            except InfeasiblePlan:
+                pass
+        instances.append(inst)
+    return plan.model_copy(update={"instances": instances})
 
 
 def _evaluate(
@@ -591,10 +827,16 @@ def _evaluate(
     if violations:
         return ServingEstimate(plan, False, violations, None)
     tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
-    try:
-        inst_costs = [(inst, costs.of(inst, tier)) for inst in plan.instances]
-    except InfeasiblePlan as exc:
-        return ServingEstimate(plan, False, [Violation(kind=exc.kind, detail=str(exc))], None)
+    inst_costs = []
+    for i, inst in enumerate(plan.instances):
+        try:
+            inst_costs.append((inst, costs.of(inst, tier)))
+        except InfeasiblePlan as exc:
+            field = None
+            if inst.stage_groups is not None and exc.kind == "memory":
+                field = f"plan.instances.{i}.stage_layers"
+            violation = Violation(kind=exc.kind, detail=str(exc), field=field)
+            return ServingEstimate(plan, False, [violation], None)
     stream = stream if stream is not None else request_stream(problem.workload)
     mean_prompt, mean_output = mean_lengths(stream)
     for inst, cost in inst_costs:

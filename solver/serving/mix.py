@@ -18,6 +18,19 @@ a rate under an SLO).
    (PuLP / HiGHS) gives the counts; the mix is then priced, and unless it meets the SLO at
    the rate and its own goodput carries the rate (routing and batching across kinds are
    not additive) the margin δ grows (0, 10, 25, 50, 100 %) until it does.
+4. **One instance across two groups** (Helix, Mei et al., ASPLOS'25; Parallax, Tong et al.
+   2025): for each pair of pools (at most `MAX_SPAN_PAIRS`, the faster pool by memory
+   bandwidth first), pipeline 2 with one stage per pool. Of the tensor degrees t dividing
+   both node sizes whose split fits both stages' memory (layers split by
+   `solver.serving.stages`) and two max batches (the better pool's best colocated plan's,
+   and the most the instance's own KV cache holds, `batch_options`), with that plan's
+   chunk, the one with the highest closed-form bound per GPU (the search's
+   `capacity_upper_bound_rps` and `decode_phase_bound_rps`) is priced: as many instances
+   as the two pools hold (`max_goodput_per_gpu`, `min_latency`), or for `min_gpus` /
+   `min_cost` one instance, then as many as the rate needs with the margins of 3, kept
+   only when its goodput carries the rate. It wins where neither pool alone holds the
+   model well (its weights fill a pool's GPUs, leaving little KV cache) or where the pair
+   carries more per GPU than either alone; the ranking decides.
 
 Plans are ranked by the workload's objective (`_rank_key`); explanations say what each
 group runs.
@@ -25,6 +38,7 @@ group runs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -41,21 +55,33 @@ from solver.serving.evaluate import (
     ServingEstimate,
     ServingProblem,
     evaluate_plan,
+    request_stream,
 )
+from solver.serving.goodput import mean_lengths
+from solver.serving.queueing import capacity_upper_bound_rps
 from solver.serving.search import (
+    MAX_BATCH,
     RankedServingPlan,
     ServingSearchResult,
     _rank_key,
+    batch_options,
+    decode_phase_bound_rps,
     explain_serving,
     plan_price_per_hour,
     serving_search,
 )
-from specs.serving import ServingInstance, ServingPlan
+from specs.errors import InfeasiblePlan
+from specs.serving import ServingInstance, ServingParallelism, ServingPlan
 
 MIX_TIME_LIMIT_S = 5.0
 """Time limit of one mix program (a few integer variables: it solves in milliseconds)."""
 MARGINS = (0.0, 0.1, 0.25, 0.5, 1.0)
 """Capacity margins over the rate tried in turn until the simulated mix meets the SLO."""
+MAX_SPAN_PAIRS = 3
+"""Pairs of pools tried for instances whose two stages sit on different pools (each pair
+costs two to a few goodput searches)."""
+SPAN_TENSORS = (1, 2, 4, 8)
+"""Tensor degrees tried for a spanning instance (those dividing both pools' node sizes)."""
 
 
 def _with_group(plan: ServingPlan, group: str) -> ServingPlan:
@@ -202,6 +228,19 @@ def mixed_serving_search(
             if est.feasible and carries:
                 candidates.append(est)
                 break
+    best_by_pool: dict[str, ServingInstance] = {}
+    for c in candidates:
+        inst = c.plan.instances[0]
+        if (
+            c.feasible
+            and c.plan.mode == "colocated"
+            and len(c.plan.instances) == 1
+            and inst.group is not None
+        ):
+            best_by_pool.setdefault(inst.group, inst)
+    for est in _spanning_plans(problem, costs, best_by_pool, rate):
+        candidates.append(est)
+        stats.evaluated += 1
     feasible = [c for c in candidates if c.feasible]
     feasible.sort(key=lambda est: _rank_key(problem, est), reverse=True)
     unique: list[ServingEstimate] = []
@@ -226,11 +265,117 @@ def mixed_serving_search(
     return ServingSearchResult(plans, stats)
 
 
+def _spanning_plans(
+    problem: ServingProblem,
+    costs: InstanceCosts,
+    best_by_pool: Mapping[str, ServingInstance],
+    rate: float | None,
+) -> list[ServingEstimate]:
+    """Plans of one instance kind whose two pipeline stages sit on two pools (module
+    docstring, 4), priced."""
+    pools = problem.cluster.pools()
+    ranked = sorted(
+        pools,
+        key=lambda n: -pools[n].groups[0].accelerator.memory_bandwidth_bytes_per_s,
+    )
+    pairs = [(a, b) for i, a in enumerate(ranked) for b in ranked[i + 1 :]][:MAX_SPAN_PAIRS]
+    model = problem.model
+    mean_prompt, mean_output = mean_lengths(request_stream(problem.workload))
+    per_rate = rate is not None and problem.workload.objective in ("min_gpus", "min_cost")
+    out: list[ServingEstimate] = []
+    tpot = problem.slo.tpot_s
+    for a, b in pairs:
+        template = best_by_pool.get(a) or best_by_pool.get(b)
+        chunk = template.chunk_size if template else 2048
+        node = min(pools[a].gpus_per_node, pools[b].gpus_per_node)
+        best: tuple[float, ServingInstance] | None = None
+        for t in SPAN_TENSORS:
+            if node % t or model.num_attention_heads % t:
+                continue
+            inst = ServingInstance(
+                role="both",
+                count=1,
+                parallelism=ServingParallelism(tensor=t, pipeline=2),
+                max_batch_size=template.max_batch_size if template else MAX_BATCH,
+                chunk_size=chunk,
+                precision=template.precision if template else None,
+                stage_groups=[a, b],
+            )
+            try:
+                cost = costs.of(inst)
+            except InfeasiblePlan:
+                continue  # no split of this tensor degree fits
+            # the template's max batch, and the most the spanning instance's KV cache holds
+            # (room the single pools may not have had)
+            top = batch_options(cost, mean_prompt, mean_output, {}, colocated=True)[-1]
+            for batch in dict.fromkeys([inst.max_batch_size, top]):
+                sized = inst.model_copy(update={"max_batch_size": batch})
+                try:
+                    sized = sized.model_copy(update={"stage_layers": costs.stage_split(sized)})
+                    cost = costs.of(sized)
+                except InfeasiblePlan:
+                    continue
+                # the search's closed-form bound per GPU picks the one candidate priced
+                bound = min(
+                    capacity_upper_bound_rps(cost, 1, batch, chunk, mean_prompt, mean_output),
+                    decode_phase_bound_rps(cost, batch, mean_prompt, mean_output, tpot, True),
+                ) / (2 * t)
+                if best is None or bound > best[0]:
+                    best = (bound, sized)
+        if best is None or best[0] <= 0:
+            continue
+        sized = best[1]
+        t = sized.parallelism.tensor
+        most = min(pools[a].num_gpus, pools[b].num_gpus) // t
+        if not per_rate:  # every instance the two pools hold
+            whole = ServingPlan(
+                mode="colocated", instances=[sized.model_copy(update={"count": most})]
+            )
+            out.append(evaluate_plan(problem, whole, costs))
+            continue
+        assert rate is not None
+        one = evaluate_plan(problem, ServingPlan(mode="colocated", instances=[sized]), costs)
+        if one.metrics is None or one.metrics.goodput_rps <= 0:
+            continue
+        per = one.metrics.goodput_rps
+        for n in dict.fromkeys(min(most, math.ceil(rate * (1 + m) / per)) for m in MARGINS):
+            plan = ServingPlan(mode="colocated", instances=[sized.model_copy(update={"count": n})])
+            est = one if n == 1 else evaluate_plan(problem, plan, costs)
+            # like a mix, it must carry the rate in its goodput, not only meet the SLO
+            if (
+                est.feasible
+                and est.metrics is not None
+                and (est.metrics.goodput_rps >= rate * (1 - GOODPUT_REL_TOL))
+            ):
+                out.append(est)
+                break
+    return out
+
+
 def _groups_sentence(problem: ServingProblem, est: ServingEstimate) -> str:
     """What each group serves in the plan, and its price when known."""
     parts = []
     for name, pool in problem.cluster.pools().items():
         acc = pool.groups[0].accelerator.id
+        staged = [
+            (i, j)
+            for i in est.plan.instances
+            for j, g in enumerate(i.stage_groups or [])
+            if g == name
+        ]
+        if staged:
+            parts.append(
+                f"{name} runs "
+                + ", ".join(
+                    f"stage {j} ({(i.stage_layers or [0] * (j + 1))[j]} layers) of "
+                    f"{i.count} instance(s) of TP{i.parallelism.tensor} "
+                    f"PP{i.parallelism.pipeline}"
+                    for i, j in staged
+                )
+                + f" ({sum(i.count * i.parallelism.tensor * i.parallelism.expert for i, _ in staged)}"
+                f" of {pool.num_gpus} {acc})"
+            )
+            continue
         mine = [i for i in est.plan.instances if i.group == name]
         if not mine:
             parts.append(f"{name} ({pool.num_gpus} {acc}) idles")

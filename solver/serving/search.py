@@ -1171,6 +1171,7 @@ def explain_serving(
             f"{d['kv_limited_batch']} requests of mean length); decode step "
             f"{d['decode_step_ms_batch_1']:.1f} ms alone, prefill of the mean prompt "
             f"{d['prefill_ms_mean_prompt']:.0f} ms"
+            + (f"; pipeline stages: {d['stage_split']}" if d.get("stage_split") else "")
         )
     if m.preemptions:
         text.append(

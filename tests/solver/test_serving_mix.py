@@ -83,3 +83,41 @@ def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> No
     # per GPU, one group alone is best: a mix never wins max_goodput_per_gpu
     _, per_gpu = best("max_goodput_per_gpu", None)
     assert len({i.group for i in per_gpu.plan.instances}) == 1  # type: ignore[attr-defined]
+
+
+def test_an_instance_across_two_groups_wins_where_neither_group_holds_the_model_well() -> None:
+    """Llama-3-70B (≈ 131 GiB of bf16 weights) on two H100s and two A100-80GBs: two GPUs of
+    either kind hold the weights (65.7 GiB each) with ≈ 21k tokens of KV cache, so a TP2
+    instance on one group runs at most 18 requests at once. TP2 PP2 with one stage per
+    group holds the same weights on four GPUs, ≈ 296k tokens of cache: batches of 128
+    fit, and its goodput per GPU is well above either group's (the H100 group alone:
+    0.81 requests/s per GPU)."""
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2,
+                     "name": "h100"},
+                    {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 2,
+                     "name": "a100"},
+                ]
+            }
+        )
+    )  # fmt: skip
+    wl = ServingWorkload.model_validate(
+        {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+         "slo": {"ttft_ms": 2000, "tpot_ms": 100}}
+    )  # fmt: skip
+    problem = ServingProblem(model=get_preset("llama3-70b"), cluster=cluster, workload=wl)
+    result = mixed_serving_search(problem, build_serving_cost_model("analytical", None), top_k=3)
+    best = result.plans[0].estimate
+    (inst,) = best.plan.instances
+    assert inst.stage_groups == ["h100", "a100"]
+    assert inst.stage_layers is not None and inst.stage_layers[0] > inst.stage_layers[1]
+    alone = next(
+        r.estimate for r in result.plans[1:] if r.estimate.plan.instances[0].group == "h100"
+    )
+    assert best.metrics is not None and alone.metrics is not None
+    assert best.metrics.goodput_rps_per_gpu > 1.5 * alone.metrics.goodput_rps_per_gpu
+    assert "h100 runs stage 0" in result.plans[0].explanation
+    assert "a100 runs stage 1" in result.plans[0].explanation
