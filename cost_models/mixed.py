@@ -254,6 +254,23 @@ def _pool_details(
     }
 
 
+def _tied_embedding_sync_s(
+    problem: TrainingProblem, names: list[str], details: list[dict[str, Any]]
+) -> float:
+    """The tied-embedding gradient all-reduce between the first and the last stage
+    (`data_parallel.tied_embedding_sync_s`): the last stage's pool evaluation when both
+    stages share a pool; across pools a two-rank ring, which moves the whole shard each
+    way once (the larger of the two stages' shards: the narrower tensor degree's), over
+    the link between them."""
+    if names[0] == names[-1]:
+        return float(details[-1].get("tied_embedding_sync_s", 0.0))
+    shard = max(float(details[j].get("tied_embedding_bytes", 0.0)) for j in (0, -1))
+    if shard == 0.0:
+        return 0.0
+    pools = problem.cluster.pools()
+    return shard / problem.cluster.inter_pool_bytes_per_s(pools[names[0]], pools[names[-1]])
+
+
 def evaluate_mixed(
     model: TrainingCostModel, problem: TrainingProblem, plan: TrainingPlan
 ) -> TrainingEstimate:
@@ -328,7 +345,8 @@ def evaluate_mixed(
     optimizer = max(per_rank("rank_optimizer_s"))
     fill_drain = max(float(d["fill_drain_s"]) for d in details) + extra_fill
     fp8 = max(float(d["fp8_weight_casts_s"]) for d in details)
-    typical = sched.step_s + fill_drain + dp + optimizer + fp8
+    tied = _tied_embedding_sync_s(problem, names, details)
+    typical = sched.step_s + fill_drain + dp + tied + optimizer + fp8
     straggler = max(float(d["straggler_factor"]) for d in details)
     stragglers = typical * (straggler - 1.0)
     overhead = float(details[0]["step_overhead_s"])
@@ -388,7 +406,7 @@ def evaluate_mixed(
         "tensor_parallel_comm": crit_breakdown.tensor_parallel_comm * scale,
         "context_parallel_comm": crit_breakdown.context_parallel_comm * scale,
         "expert_parallel_comm": crit_breakdown.expert_parallel_comm * scale,
-        "data_parallel_comm": dp,
+        "data_parallel_comm": dp + tied,
         "pipeline_comm": crit_breakdown.pipeline_comm
         + fill_drain
         - float(details[crit]["fill_drain_s"])

@@ -577,6 +577,10 @@ def same_hardware(a: ResolvedNodeGroup, b: ResolvedNodeGroup) -> bool:
     )
 
 
+class MixedClusterError(ValueError):
+    """A single-device property read on a cluster of several device pools."""
+
+
 _POOLS: dict[int, tuple[ResolvedCluster, dict[str, ResolvedCluster]]] = {}
 _MAX_POOLS = 1024
 """`ResolvedCluster.pools()` by cluster object (a search asks the same cluster thousands of
@@ -670,14 +674,29 @@ class ResolvedCluster(BaseModel):
         )
         return self.inter_pool_bandwidth_gb_s * 1e9 * efficiency
 
-    # The properties below describe a homogeneous cluster (the first group's values).
+    def one_device(self) -> ResolvedNodeGroup:
+        """The hardware of a cluster with one device pool (its first group: every group of
+        a pool has the same hardware).
+
+        Raises:
+            MixedClusterError: the cluster has several pools; code that prices hardware
+                must take a pool (`pools()`) instead of reading the first group's values.
+        """
+        if len(self.groups) > 1 and not self.is_homogeneous:
+            raise MixedClusterError(
+                f"the cluster mixes {len(self.pools())} kinds of node "
+                f"({', '.join(self.pools())}): price each pool (ResolvedCluster.pools())"
+            )
+        return self.groups[0]
+
+    # The properties below describe a homogeneous cluster (its one pool's values).
     @property
     def accelerator(self) -> AcceleratorSpec:
-        return self.groups[0].accelerator
+        return self.one_device().accelerator
 
     @property
     def gpus_per_node(self) -> int:
-        return self.groups[0].gpus_per_node
+        return self.one_device().gpus_per_node
 
     @property
     def num_nodes(self) -> int:
@@ -685,24 +704,24 @@ class ResolvedCluster(BaseModel):
 
     @property
     def intra_node_bandwidth_gb_s(self) -> float:
-        return self.groups[0].intra_node_bandwidth_gb_s
+        return self.one_device().intra_node_bandwidth_gb_s
 
     @property
     def inter_node_bandwidth_gb_s(self) -> float:
-        return self.groups[0].inter_node_bandwidth_gb_s
+        return self.one_device().inter_node_bandwidth_gb_s
 
     @property
     def scale_up_domain_gpus(self) -> int:
-        return self.groups[0].scale_up_domain_gpus
+        return self.one_device().scale_up_domain_gpus
 
     @property
     def system(self) -> SystemSpec:
-        return self.groups[0].system
+        return self.one_device().system
 
     @property
     def scale_up_fabric(self) -> FabricSpec:
-        return self.groups[0].scale_up_fabric
+        return self.one_device().scale_up_fabric
 
     @property
     def scale_out_fabric(self) -> FabricSpec:
-        return self.groups[0].scale_out_fabric
+        return self.one_device().scale_out_fabric

@@ -506,7 +506,7 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes if constraints else False,
     )
     _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
-    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster.accelerator.id, session)
+    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster, session)
     cost_model = build_cost_model(ref)
     problem = with_placement_load_factors(problem, [body.plan.parallelism.expert])
     result, warnings = estimate_with_warnings(problem, cost_model, body.plan, cluster=body.cluster)
@@ -741,7 +741,7 @@ def prepare_search(
     )
     framework_options(constraints)  # a pinned framework among the listed ones
     cost_ref, calibration = calibrated_cost_model_ref(
-        body.cost_model or CostModelRef(), cluster.accelerator.id, session
+        body.cost_model or CostModelRef(), cluster, session
     )
     assert cost_ref is not None
     cost_model = build_cost_model(cost_ref)
@@ -1052,18 +1052,33 @@ def current_calibration(
 
 def calibrated_cost_model_ref(
     ref: CostModelRef | None,
-    accelerator_id: str,
+    cluster: ResolvedCluster,
     session: Session | None,
     *,
     field: str = "cost_model",
 ) -> tuple[CostModelRef | None, dict[str, Any] | None]:
     """A `calibrated` reference without `config.parameters` → the same reference with the
-    current fit's parameters filled in, and the fit's summary (the response's
-    `calibration`). Any other reference comes back unchanged with None."""
+    current fit's parameters filled in (the fit of the cluster's accelerator), and the fit's
+    summary (the response's `calibration`). Any other reference comes back unchanged with
+    None.
+
+    Raises:
+        SpecError: a `calibrated` reference on a cluster of several kinds of node: one fit
+            describes one accelerator, and the pools would all be priced with it."""
     if ref is None or ref.name != CALIBRATED_COST_MODEL:
         return ref, None
     if ref.config is not None and "parameters" in ref.config:
         return ref, None
+    if not cluster.is_homogeneous:
+        kinds = ", ".join(p.groups[0].accelerator.id for p in cluster.pools().values())
+        raise SpecError(
+            f"{field}.name",
+            "one accelerator per calibration",
+            ref.name,
+            f"the calibrated cost model fits one accelerator; this cluster mixes {kinds}: use "
+            "the analytical cost model, or give config.parameters",
+        )
+    accelerator_id = cluster.accelerator.id
     model = build_cost_model(ref, field=field)  # 422 for a bad `base` before any fitting
     assert isinstance(model, CalibratedTrainingCostModel)
     summary = current_calibration(session, accelerator_id, model.config.base)

@@ -426,6 +426,25 @@ def node_replicas(
     return max(1, min(gpus_per_node, cluster_gpus) // instance_gpus)
 
 
+def plan_hardware(problem: ServingProblem, plan: ServingPlan) -> tuple[int, int]:
+    """(GPUs per node, GPUs) of the hardware `plan` runs on: the cluster's; on a mixed
+    cluster those of the pool its instances name (`group`, or every pool of their
+    `stage_groups`: the smallest node and their GPUs together), so that a plan on one
+    group is scaled and its KV placed on that group's nodes, not on the first group's."""
+    cluster = problem.cluster
+    if cluster.is_homogeneous:
+        return cluster.gpus_per_node, problem.num_gpus
+    names: set[str] = set()
+    for inst in plan.instances:
+        names |= {inst.group} if inst.group is not None else set(inst.stage_groups or ())
+    try:
+        pools = {id(p): p for p in (problem.pool(n) for n in names)}
+    except InfeasiblePlan:  # an unknown group: the topology rules report it
+        pools = {}
+    used = list(pools.values()) or list(cluster.pools().values())
+    return min(p.gpus_per_node for p in used), sum(p.num_gpus for p in used)
+
+
 def colocated_unit(
     plan: ServingPlan, gpus_per_node: int, cluster_gpus: int, objective: str = "max_goodput_per_gpu"
 ) -> tuple[int, int]:
@@ -590,15 +609,13 @@ def plan_goodput(
 ) -> tuple[float, GoodputResult]:
     """(the plan's goodput in requests/s, the unit's bisection result)."""
     slo = problem.slo
-    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    tier = kv_transfer_tier(plan, plan_hardware(problem, plan)[0])
     if len(plan.instances) > 1 and plan.mode == "colocated":
         res = goodput_colocated_mix(stream, _parts(plan, costs, tier), slo, rel_tol=GOODPUT_REL_TOL)
         return res.goodput_rps, res
     if plan.mode == "colocated":
         inst = plan.instances[0]
-        units, per = colocated_unit(
-            plan, problem.cluster.gpus_per_node, problem.num_gpus, problem.workload.objective
-        )
+        units, per = colocated_unit(plan, *plan_hardware(problem, plan), problem.workload.objective)
         res = goodput_colocated(
             stream,
             costs.of(inst, tier),
@@ -640,7 +657,7 @@ def instance_speeds(
     """The `instance_speed` of one replica of each of the plan's instances (in plan order),
     each on its group's hardware with the KV tier the plan is priced with: the figures the
     mix simulator routes by, for exports that weight a router the same way."""
-    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    tier = kv_transfer_tier(plan, plan_hardware(problem, plan)[0])
     return [instance_speed(costs.of(inst, tier)) for inst in plan.instances]
 
 
@@ -762,7 +779,7 @@ def _stage_details(cost: InstanceCost, batch: IterationBatch) -> dict[str, Any]:
 def _isolated(
     problem: ServingProblem, plan: ServingPlan, costs: InstanceCosts, prompt: int, output: int
 ) -> tuple[float, float]:
-    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    tier = kv_transfer_tier(plan, plan_hardware(problem, plan)[0])
     if plan.mode == "colocated":
         # alone in the system a request goes to the fastest instance (the router's choice)
         inst = max(plan.instances, key=lambda i: routing_weight(costs.of(i, tier)))
@@ -826,7 +843,7 @@ def _evaluate(
     violations = plan_topology_violations(problem, plan)
     if violations:
         return ServingEstimate(plan, False, violations, None)
-    tier = kv_transfer_tier(plan, problem.cluster.gpus_per_node)
+    tier = kv_transfer_tier(plan, plan_hardware(problem, plan)[0])
     inst_costs = []
     for i, inst in enumerate(plan.instances):
         try:
@@ -856,9 +873,7 @@ def _evaluate(
                 )
             )
     units = (
-        colocated_unit(
-            plan, problem.cluster.gpus_per_node, problem.num_gpus, problem.workload.objective
-        )[0]
+        colocated_unit(plan, *plan_hardware(problem, plan), problem.workload.objective)[0]
         if plan.mode == "colocated"
         else _disaggregated_unit(plan)[0]
     )
@@ -870,7 +885,7 @@ def _evaluate(
     concurrency = problem.workload.max_concurrency
     if rate is None and concurrency is not None:  # a closed loop: every request ready at 0
         closed = [replace(r, arrival_s=0.0) for r in stream]
-        sim = simulate_plan(plan, costs, closed, problem.cluster.gpus_per_node, concurrency)
+        sim = simulate_plan(plan, costs, closed, plan_hardware(problem, plan)[0], concurrency)
         scale = 1
         measured_at = sim.throughput_rps
         if not problem.slo.met_by(sim):
@@ -886,7 +901,7 @@ def _evaluate(
             )
     elif rate is not None:
         sim = simulate_plan(
-            plan, costs, scale_stream(stream, rate), problem.cluster.gpus_per_node, concurrency
+            plan, costs, scale_stream(stream, rate), plan_hardware(problem, plan)[0], concurrency
         )
         scale = 1
         measured_at = rate
@@ -920,7 +935,7 @@ def _evaluate(
     else:
         low = max(unit.upper_bound_rps, 1e-6) * LOW_LOAD_FRACTION
         sim = simulate_plan(
-            plan, costs, scale_stream(stream, low * units), problem.cluster.gpus_per_node
+            plan, costs, scale_stream(stream, low * units), plan_hardware(problem, plan)[0]
         )
         scale, measured_at = 1, low * units
         ttft, tpot = _isolated(problem, plan, costs, round(mean_prompt), round(mean_output))

@@ -3,16 +3,24 @@ framework hides, and what a busy NIC cannot."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from cm_support import llama3_70b
 
 from cost_models.analytical.training import AnalyticalTrainingCostModel
-from cost_models.analytical.training.data_parallel import RankWork, data_parallel_s
+from cost_models.analytical.training.data_parallel import (
+    RankWork,
+    data_parallel_s,
+    tied_embedding_bytes,
+    tied_embedding_sync_s,
+)
 from cost_models.analytical.training.profile import profiled
 from cost_models.base import TrainingProblem
 from hardware_catalog import resolve_cluster
 from specs.cluster import ClusterSpec
 from specs.plan import PlanKey
+from specs.presets import get_preset
 from specs.workload import TrainingWorkload
 
 
@@ -75,3 +83,45 @@ def test_a_busy_nic_does_not_matter_to_traffic_inside_the_domain() -> None:
     calm = data_parallel_s(ctx, prof, key, [rank], 8)
     busy = data_parallel_s(ctx, prof, key, [_rank(70e9 / 8, 0.05, 0.1, 0.04)], 8)
     assert busy == calm
+
+
+def test_tied_embeddings_across_stages_are_all_reduced_once_per_step() -> None:
+    """GPT-22B (tied embeddings, vocabulary 51200, hidden 6144) on 4 H100 nodes, tensor 8 ×
+    pipeline 4, Megatron-Core (fp32 gradients): the first and the last stage sum their
+    word-embedding gradient shards, 51200 · 6144 / 8 · 4 B = 157.3 MB each, over the NICs
+    (the two stages are 3 · 8 ranks apart, on different nodes); a two-rank ring moves the
+    whole shard each way, so it takes at least shard / the per-GPU line rate. The step,
+    whose data-parallel part carries it, grows by exactly that time over the same plan
+    priced without it; an untied model or a plan without a pipeline has none."""
+    model = AnalyticalTrainingCostModel()
+    tied = get_preset("gpt-22b")
+    assert tied.tie_embeddings and tied.vocab_size == 51200 and tied.hidden_size == 6144
+    problem = TrainingProblem(
+        model=tied,
+        cluster=resolve_cluster(
+            ClusterSpec.model_validate(
+                {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 4}]}
+            )
+        ),
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048),
+    )
+    key = PlanKey(tensor=8, pipeline=4, sequence_parallel=True, framework="megatron_core")
+    ctx = model.context(problem)
+    shard = 51200 * 6144 / 8 * 4
+    assert tied_embedding_bytes(ctx, key) == shard
+    sync = tied_embedding_sync_s(ctx, key)
+    line = problem.cluster.inter_node_bandwidth_gb_s * 1e9
+    assert shard / line <= sync <= 2.5 * shard / line
+    plan = key.to_plan([12, 12, 12, 12])
+    est = model.evaluate(problem, plan)
+    assert est.details["tied_embedding_sync_s"] == sync
+    untied = dataclasses.replace(problem, model=tied.model_copy(update={"tie_embeddings": False}))
+    assert tied_embedding_bytes(model.context(untied), key) == 0.0
+    assert tied_embedding_sync_s(ctx, key._replace(pipeline=1)) == 0.0
+    # it is part of the data-parallel time: the exposed reduction (plus the interference
+    # share of what it hid) and the sync
+    d = est.details
+    exposed = d["data_parallel_comm_exposed_s"]
+    hidden = d["data_parallel_comm_raw_s"] - exposed
+    dp = exposed + d["dp_interference"] * max(0.0, hidden)
+    assert est.metrics.time_breakdown_s.data_parallel_comm == pytest.approx(dp + sync, rel=1e-12)

@@ -176,7 +176,10 @@ def straggler_factor(sigma: float, num_gpus: int) -> float:
 def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> ProblemContext:
     """Derive the device models and fixed figures of one problem."""
     cluster, model, work = problem.cluster, problem.model, problem.workload
-    acc = cluster.accelerator
+    # a cluster of several pools gets a context only for `rules.check` to refuse it
+    # ("heterogeneous"): the mixed cost model prices each pool as a problem of its own
+    device = cluster.groups[0]
+    acc = device.accelerator
     precision = work.precision
     try:
         bf16_peak = acc.peak_flops("bf16")
@@ -232,12 +235,12 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         num_layers=model.num_layers,
         seq=work.sequence_length,
         global_batch=work.global_batch_size,
-        gpus_per_node=cluster.gpus_per_node,
+        gpus_per_node=device.gpus_per_node,
         domain_gpus=min(group.scale_up_domain_gpus, problem.num_gpus),
         leaf_gpus=cluster.fabric.nodes_per_leaf * group.gpus_per_node,
         num_gpus=problem.num_gpus,
         straggler=straggler_factor(config.straggler_sigma, problem.num_gpus),
-        usable_bytes=problem.usable_memory_bytes,
+        usable_bytes=problem.usable_memory_bytes if cluster.is_homogeneous else 0.0,
         is_homogeneous=cluster.is_homogeneous,
         gemm=gemm,
         linear_gemm=linear,

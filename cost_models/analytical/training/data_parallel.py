@@ -38,7 +38,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from cost_models.analytical.placement import GroupPlacement, flat_group
+from cost_models.analytical.placement import GroupPlacement, flat_group, place_group
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.placements import expert_groups
 from cost_models.analytical.training.profile import Profiled
@@ -304,3 +304,30 @@ def _zero3(
         exposed += tail
         raw += units * rs
     return exposed, raw
+
+
+def tied_embedding_sync_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """The all-reduce that keeps tied input and output embeddings equal when they sit on
+    different pipeline ranks: after the backward, the first and the last stage sum their
+    word-embedding gradients (each TP rank its V·h/t shard, at the framework's gradient
+    bytes), a two-rank all-reduce (Megatron-LM's `_allreduce_word_embedding_grads` over
+    its embedding group; DeepSpeed's `PipelineModule.allreduce_tied_weight_gradients`),
+    not overlapped with compute. Ranks are laid out tensor, context, data, then pipeline
+    outermost, so the two are (p − 1)·t·c·d ranks apart. Zero without tied embeddings or
+    without a pipeline."""
+    size = tied_embedding_bytes(ctx, key)
+    if size == 0.0:
+        return 0.0
+    stride = (key.pipeline - 1) * key.tensor * key.context * key.data
+    return ctx.comm.all_reduce(size, place_group(2, stride, ctx.domain_gpus, ctx.leaf_gpus))
+
+
+def tied_embedding_bytes(ctx: ProblemContext, key: PlanKey) -> float:
+    """Bytes each rank of the first and the last stage all-reduces to keep tied embeddings
+    equal (`tied_embedding_sync_s`): its V·h/t word-embedding gradient shard at the
+    framework's gradient bytes; 0 when nothing is tied across stages."""
+    model = ctx.model
+    if not model.tie_embeddings or key.pipeline < 2:
+        return 0.0
+    grad_bytes = ctx.framework(key.framework).config.grad_reduce_bytes
+    return model.vocab_size * model.hidden_size / key.tensor * grad_bytes

@@ -15,7 +15,12 @@ from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.data_parallel import RankWork, data_parallel_s
+from cost_models.analytical.training.data_parallel import (
+    RankWork,
+    data_parallel_s,
+    tied_embedding_bytes,
+    tied_embedding_sync_s,
+)
 from cost_models.analytical.training.layer_sequence import PREFIX_FIELDS
 from cost_models.analytical.training.placements import expert_groups, expert_load
 from cost_models.analytical.training.profile import Profiled, p2p_bytes, profiled
@@ -235,7 +240,8 @@ def evaluate(
     fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof)
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
     dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
-    typical = sched.step_s + fill_drain + dp_exposed + optimizer_s + fp8_weights
+    tied = tied_embedding_sync_s(ctx, key)
+    typical = sched.step_s + fill_drain + dp_exposed + tied + optimizer_s + fp8_weights
     stragglers = typical * (ctx.straggler - 1.0)
     step = typical + stragglers + cfg.step_overhead_s
 
@@ -243,7 +249,7 @@ def evaluate(
     breakdown = TimeBreakdown(
         compute=m * (cparts["compute"] + cparts["recompute"]),
         tensor_parallel_comm=m * cparts["tp"],
-        data_parallel_comm=dp_exposed,
+        data_parallel_comm=dp_exposed + tied,
         pipeline_comm=m * cparts["pp"] + fill_drain,
         context_parallel_comm=m * cparts["cp"],
         expert_parallel_comm=m * cparts["ep"],
@@ -292,6 +298,8 @@ def evaluate(
         "p2p_bytes": p2p_bytes(ctx, LayerShape.of(key)) if pp > 1 else 0.0,
         "fill_drain_s": fill_drain,
         "fp8_weight_casts_s": fp8_weights,
+        "tied_embedding_sync_s": tied,
+        "tied_embedding_bytes": tied_embedding_bytes(ctx, key),
         "dp_interference": ctx.interference,
         "straggler_factor": ctx.straggler,
         "step_overhead_s": cfg.step_overhead_s,

@@ -177,12 +177,13 @@ def _degree_rules(ctx: ProblemContext, degrees: Degrees) -> tuple[list[Violation
     def bad(kind: str, detail: str, field: str) -> None:
         out.append(Violation(kind=kind, detail=detail, field=field))
 
-    if not ctx.is_homogeneous:
+    if not ctx.is_homogeneous:  # the mixed cost model prices each pool on its own
         bad(
             "heterogeneous",
             "the cluster mixes node types; only homogeneous clusters are priced for now",
             "cluster.node_groups",
         )
+        return out, []
     if world_size != ctx.num_gpus:
         bad(
             "divisibility",
