@@ -207,3 +207,17 @@ def test_per_stage_tensor_degrees_over_http(client: Any) -> None:
     response = client.post("/v1/estimate", json={**problem, "plan": bad})
     assert response.status_code == 422
     assert any(f.startswith("plan") for f in error_fields(response.json()))
+
+
+def test_the_calibrated_cost_model_is_refused_on_a_mixed_cluster(client: Any) -> None:
+    """One calibration fits one accelerator: on a cluster of H100 and A100 nodes it would
+    price both with the H100's fit, so it is a 422 naming the cost model."""
+    plan = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 3, "sequence_parallel": True},
+        "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+    }
+    body = {**BODY, "plan": plan, "cost_model": {"name": "calibrated"}}
+    response = client.post("/v1/estimate", json=body)
+    assert response.status_code == 422, response.text
+    assert "cost_model.name" in error_fields(response.json())
+    assert "one accelerator" in response.text

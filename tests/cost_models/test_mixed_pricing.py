@@ -12,6 +12,7 @@ from cost_models.base import TrainingProblem
 from cost_models.mixed import evaluate_mixed, pool_problem
 from cost_models.registry import build_cost_model
 from hardware_catalog import resolve_cluster
+from hardware_catalog.schema import MixedClusterError
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
 from specs.plan import TrainingPlan
@@ -392,3 +393,20 @@ def test_bad_stage_tensor_is_refused(update: dict[str, Any], message: str) -> No
     }
     with pytest.raises(ValidationError, match=message):
         TrainingPlan.model_validate(body)
+
+
+def test_single_device_figures_of_a_mixed_cluster_raise() -> None:
+    """A cluster of several pools has no one accelerator, node size or link: reading one
+    raises instead of returning the first group's (which priced mixed clusters as their
+    first group); a cluster whose groups share their hardware still answers."""
+    mixed = _problem().cluster
+    for name in ("accelerator", "gpus_per_node", "intra_node_bandwidth_gb_s", "system"):
+        with pytest.raises(MixedClusterError, match="price each pool"):
+            getattr(mixed, name)
+    same = resolve_cluster(
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1},
+                             {"accelerator": "h100-sxm", "num_nodes": 2, "name": "more"}]}
+        )
+    )  # fmt: skip
+    assert same.accelerator.id == "h100-sxm" and same.gpus_per_node == 8
