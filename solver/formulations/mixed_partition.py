@@ -28,6 +28,7 @@ Tests compare it with brute force over every split.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -187,11 +188,42 @@ def _uniform(profiles: Sequence[LayerProfile]) -> bool:
     )
 
 
+def _least_bottleneck(
+    stages: Sequence[SplitStage], taus: list[float], mem_caps: list[int], num_layers: int
+) -> float | None:
+    """The least T at which identical layers fit (Σ_j min(cap_j(T), mem_cap_j) ≥ L, each
+    stage at least one layer): every stage starts with one layer, then the L − p layers
+    left go one at a time to the stage whose time after taking it is least (a heap). The
+    time of each stage grows with its layers, so this is the classic greedy for the
+    smallest maximum of increasing costs: after it the bottleneck is the least possible.
+    O(L log p), where bisection on T costs O(p) per probe. None when the memory caps hold
+    fewer than L layers."""
+    p = len(stages)
+    if p > num_layers or min(mem_caps) < 1:
+        return None
+    held = [1] * p
+    queue = [
+        (st.const_time + 2 * tau, j)
+        for j, (st, tau) in enumerate(zip(stages, taus, strict=True))
+        if mem_caps[j] >= 2
+    ]
+    heapq.heapify(queue)
+    for _ in range(num_layers - p):
+        if not queue:
+            return None
+        _, j = heapq.heappop(queue)
+        held[j] += 1
+        if held[j] < mem_caps[j]:
+            heapq.heappush(queue, (stages[j].const_time + (held[j] + 1) * taus[j], j))
+    return max(st.const_time + n * tau for st, n, tau in zip(stages, held, taus, strict=True))
+
+
 def _solve_uniform(stages: Sequence[SplitStage], num_layers: int) -> list[int] | None:
     """Identical layers: stage j holds at most cap_j(T) = min(⌊(T − c_j)/τ_j⌋,
     ⌊(U_j − m_j)/μ_j⌋) layers, so T is feasible iff Σ_j min(cap_j(T), L) ≥ L with every
-    cap_j ≥ 1 (O(p) per test); bisection on T, then the layers above L are taken back from
-    the stages whose time is largest (which keeps the bottleneck at its least)."""
+    cap_j ≥ 1; the least such T comes from `_least_bottleneck`, then the layers above L at
+    that T are taken back from the stages whose time is largest (which keeps the
+    bottleneck at its least)."""
     taus = [st.time[1] for st in stages]  # prefix sums start at 0: the first layer's
     mus = [st.mem[1] for st in stages]
     mem_caps = []
@@ -213,19 +245,10 @@ def _solve_uniform(stages: Sequence[SplitStage], num_layers: int) -> list[int] |
             out.append(n)
         return out if sum(out) >= num_layers else None
 
-    hi = max(st.const_time + tau * num_layers for st, tau in zip(stages, taus, strict=True))
-    if caps(hi) is None:
+    best = _least_bottleneck(stages, taus, mem_caps, num_layers)
+    if best is None:
         return None
-    lo = 0.0
-    for _ in range(MAX_ITERATIONS):
-        if hi - lo <= REL_TOL * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if caps(mid) is None:
-            lo = mid
-        else:
-            hi = mid
-    counts = caps(hi)
+    counts = caps(best * (1 + REL_TOL))
     assert counts is not None
     excess = sum(counts) - num_layers
     while excess > 0:
