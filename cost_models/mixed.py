@@ -307,7 +307,9 @@ def evaluate_mixed(
         one_pool: dict[str, Any] = {**alone.details, "stage_pools": names}
         one_pool["pool_boundaries"] = []
         one_pool["pools"] = _pool_details(pools, names, per_stage)
-        return dataclasses.replace(alone, plan=plan, details=one_pool)
+        return dataclasses.replace(
+            alone, plan=_with_framework(plan, alone.plan.framework), details=one_pool
+        )
     estimates = {
         (name, t): model.evaluate(
             pool_problem(problem, pools[name], setup_gpus(plan, t)), at_tensor(plan, t)
@@ -437,6 +439,7 @@ def evaluate_mixed(
         bubble_fraction=sched.bubble_s / step,
         time_breakdown_s=breakdown,
         hardware_tflops_per_gpu=(flops + rc_flops) / step / world / 1e12,
+        **_error_bars_like(at[crit].metrics, step),
     )
     mixed_details: dict[str, Any] = {
         "num_microbatches": m,
@@ -449,13 +452,32 @@ def evaluate_mixed(
         "framework": details[0].get("framework"),
     }
     return TrainingEstimate(
-        plan=plan,
+        plan=_with_framework(plan, details[0].get("framework")),
         feasible=not violations,
         violations=violations,
         metrics=metrics,
         memory=memory,
         details=mixed_details,
     )
+
+
+def _error_bars_like(priced: TrainingMetrics, step_s: float) -> dict[str, float]:
+    """`step_time_s_low` / `_high` of a composed step: the relative interval of the pool
+    estimate it is composed around (the cost model's error bars scale with the step), or
+    nothing when that estimate has none."""
+    low, high = priced.step_time_s_low, priced.step_time_s_high
+    if low is None or high is None or priced.step_time_s <= 0:
+        return {}
+    ratio = step_s / priced.step_time_s
+    return {"step_time_s_low": low * ratio, "step_time_s_high": high * ratio}
+
+
+def _with_framework(plan: TrainingPlan, framework: Any) -> TrainingPlan:
+    """The plan naming the framework it was priced with (as the homogeneous estimate
+    does), when it named none."""
+    if plan.framework is not None or not isinstance(framework, str) or not framework:
+        return plan
+    return plan.model_copy(update={"framework": framework})
 
 
 def check_data_shares(problem: TrainingProblem, plan: TrainingPlan) -> list[str]:
@@ -590,6 +612,7 @@ def evaluate_data_shares(
         bubble_fraction=base.time_breakdown_s.bubble / step,
         time_breakdown_s=breakdown,
         hardware_tflops_per_gpu=(flops + rc) / step / world / 1e12,
+        **_error_bars_like(base, step),
     )
     details: dict[str, Any] = {
         "data_shares": {
@@ -606,7 +629,7 @@ def evaluate_data_shares(
         "framework": estimates[slowest].details.get("framework"),
     }
     return TrainingEstimate(
-        plan=plan,
+        plan=_with_framework(plan, details["framework"]),
         feasible=not violations,
         violations=violations,
         metrics=metrics,

@@ -57,8 +57,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cost_models.mixed import pool_names
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
 from specs.cluster import ClusterSpec
+from specs.errors import PlannerError
 from specs.model import ModelSpec
 from specs.serving import LengthSpec, ServingWorkload
 from specs.warnings import WARNING_CODES, PlanWarning
@@ -149,6 +151,27 @@ def ordered(warnings: Iterable[PlanWarning]) -> list[PlanWarning]:
     return sorted(warnings, key=lambda w: _ORDER[w.code])
 
 
+def _plan_accelerators(
+    problem: TrainingProblem, estimate: TrainingEstimate
+) -> list[AcceleratorSpec]:
+    """The distinct accelerators a training plan runs on: the cluster's, or on a mixed
+    cluster those of the groups its stages or data shares name."""
+    cluster, plan = problem.cluster, estimate.plan
+    if cluster.is_homogeneous:
+        return _accelerators(cluster)
+    names = list(plan.stage_groups or []) + [x.group for x in plan.data_shares or []]
+    try:
+        used = pool_names(cluster, names)
+    except PlannerError:
+        return []
+    pools = cluster.pools()
+    seen: dict[str, AcceleratorSpec] = {}
+    for name in used:
+        acc = pools[name].groups[0].accelerator
+        seen.setdefault(acc.id, acc)
+    return list(seen.values())
+
+
 def _accelerators(cluster: ResolvedCluster) -> list[AcceleratorSpec]:
     """The distinct accelerators of the node groups, in group order."""
     seen: dict[str, AcceleratorSpec] = {}
@@ -193,14 +216,15 @@ def _precision_label(precision: str) -> str:
 
 # ---- mfu_above_measured --------------------------------------------------------------------
 def mfu_above_measured(problem: TrainingProblem, estimate: TrainingEstimate) -> PlanWarning | None:
-    """`mfu_above_measured` (module doc). Not on a cluster of mixed hardware: its plans run
-    each stage at its own GPUs' rate, and the per-GPU average of the step compares with no
-    single accelerator's record."""
-    if not problem.cluster.is_homogeneous:
+    """`mfu_above_measured` (module doc). On a cluster of mixed hardware only for a plan
+    on one kind of GPU: a plan across kinds runs each stage at its own GPUs' rate, and the
+    per-GPU average of the step compares with no single accelerator's record."""
+    used = _plan_accelerators(problem, estimate)
+    if len(used) != 1:
         return None
     metrics = estimate.metrics
     precision = problem.workload.precision
-    for acc in _accelerators(problem.cluster):
+    for acc in used:
         record = measured_mfu().get(acc.id)
         bf16_peak = _bf16_peak_tflops(acc)
         if record is None or bf16_peak is None:
@@ -496,21 +520,26 @@ def _validated_warning(reasons: list[str], rows: str) -> PlanWarning | None:
     )
 
 
-def training_outside_validated_range(problem: TrainingProblem) -> PlanWarning | None:
-    """`outside_validated_range` for training (module doc)."""
+def training_outside_validated_range(
+    problem: TrainingProblem,
+    accelerators: list[AcceleratorSpec] | None = None,
+    gpus: int | None = None,
+) -> PlanWarning | None:
+    """`outside_validated_range` for training (module doc): on every accelerator of the
+    cluster, or of a mixed-cluster plan (`accelerators`, its `gpus`)."""
     table = validated_range()["training"]["accelerators"]
     reasons: list[str] = []
     rows = "published training runs"
-    for acc in _accelerators(problem.cluster):
+    for acc in accelerators if accelerators is not None else _accelerators(problem.cluster):
         entry, reason = _range_entry(table, acc.id, problem.model, "training")
         if entry is None:
             assert reason is not None
             reasons.append(reason)
             continue
         rows = f"{entry['num_cases']} published training runs on {acc.id}"
-        gpus = problem.num_gpus
-        if _outside(gpus, entry["num_gpus"]):
-            reasons.append(f"{gpus} GPUs is outside the validated {_span_text(entry['num_gpus'])}")
+        used = problem.num_gpus if gpus is None else gpus
+        if _outside(used, entry["num_gpus"]):
+            reasons.append(f"{used} GPUs is outside the validated {_span_text(entry['num_gpus'])}")
         params = problem.model.num_parameters()
         if _outside(params, entry["num_parameters"]):
             reasons.append(
@@ -606,7 +635,8 @@ def training_problem_warnings(
         batch_looks_like_tokens(problem.workload),
         bandwidth_out_of_range(problem.cluster, cluster),
         scale_up_domain_beyond_system(problem.cluster, cluster),
-        training_outside_validated_range(problem),
+        # on a mixed cluster it depends on the groups the plan uses: with the estimate
+        training_outside_validated_range(problem) if problem.cluster.is_homogeneous else None,
     )
     return [w for w in found if w is not None]
 
@@ -616,7 +646,14 @@ def training_estimate_warnings(
 ) -> list[PlanWarning]:
     """The training warnings that depend on the plan's estimate."""
     found = (mfu_above_measured(problem, estimate), training_low_memory_headroom(estimate))
-    return [w for w in found if w is not None]
+    out = [w for w in found if w is not None]
+    if not problem.cluster.is_homogeneous:
+        used = _plan_accelerators(problem, estimate)
+        gpus = estimate.plan.num_gpus
+        outside = training_outside_validated_range(problem, used, gpus) if used else None
+        if outside is not None:
+            out.append(outside)
+    return out
 
 
 def training_warnings(

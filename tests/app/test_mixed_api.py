@@ -221,3 +221,33 @@ def test_the_calibrated_cost_model_is_refused_on_a_mixed_cluster(client: Any) ->
     assert response.status_code == 422, response.text
     assert "cost_model.name" in error_fields(response.json())
     assert "one accelerator" in response.text
+
+
+def test_a_plan_on_one_group_warns_as_on_that_group_alone(client: Any) -> None:
+    """The same H100-only plan, estimated on the H100 nodes alone and on the mixed cluster
+    (every stage on the H100 group): the same warnings (none about the idle A100s, and the
+    MFU record of the H100 applies), the same price; a plan across both groups carries error
+    bars around its step and names the framework it was priced with."""
+    plan = {"parallelism": {"data": 2, "tensor": 8, "pipeline": 1, "sequence_parallel": True},
+            "micro_batch_size": 1, "recompute": "none"}  # fmt: skip
+    alone = client.post(
+        "/v1/estimate", json={**BODY, "cluster": {"node_groups": [H100]}, "plan": plan}
+    )
+    assert alone.status_code == 200, alone.text
+    on_mixed = client.post(
+        "/v1/estimate", json={**BODY, "plan": {**plan, "stage_groups": ["h100-sxm"]}}
+    )
+    assert on_mixed.status_code == 200, on_mixed.text
+    codes = sorted(w["code"] for w in alone.json()["warnings"])
+    assert sorted(w["code"] for w in on_mixed.json()["warnings"]) == codes
+    details = [w["detail"] for w in on_mixed.json()["warnings"]]
+    assert not any("a100" in d for d in details), details
+    assert on_mixed.json()["metrics"]["step_time_s"] == alone.json()["metrics"]["step_time_s"]
+    across = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 3, "sequence_parallel": True},
+        "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+    }
+    answer = client.post("/v1/estimate", json={**BODY, "plan": across}).json()
+    metrics = answer["metrics"]
+    assert metrics["step_time_s_low"] < metrics["step_time_s"] < metrics["step_time_s_high"]
+    assert answer["plan"]["framework"] == "megatron_core"
