@@ -280,11 +280,13 @@ class WorkBounds:
 
 
 def time_lower_bounds(
-    profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None
+    profiles: Sequence[LayerProfile], extra_s: Sequence[float] | None = None, *, ends: bool = True
 ) -> WorkBounds:
     """`work_lower_bounds` without the memory caps (so never inf), in one lean pass over
     the stages: T ≥ max_j (c_j + τ_j) and T ≥ (L + Σ c_j/τ_j) / Σ 1/τ_j. The search
-    orders every cross-pool candidate by it and bounds the survivors again with memory."""
+    orders every cross-pool candidate by it and bounds the survivors again with memory.
+    `ends=False` leaves out the embedding and LM-head times of the first and last stage
+    (and `extra_s`): every term is ≥ 0, so this bounds every ordering of the same stages."""
     p = len(profiles)
     num_layers = len(profiles[0].layer_time_s)
     extra = extra_s if extra_s is not None else [0.0] * p
@@ -297,10 +299,10 @@ def time_lower_bounds(
             prev, tau = prof, min(prof.layer_time_s)
             p2p = 2 * prof.p2p_time_s if p > 1 else 0.0
             fastest = min(fastest, tau)
-        c = p2p + extra[j]
-        if j == 0:
+        c = p2p + extra[j] if ends else p2p
+        if ends and j == 0:
             c += prof.first_extra_time_s
-        if j == p - 1:
+        if ends and j == p - 1:
             c += prof.last_extra_time_s
         each = max(each, c + tau)
         consts += c

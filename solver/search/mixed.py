@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from cost_models.analytical.schedule import one_f_one_b
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
@@ -52,13 +52,18 @@ from solver.formulations.mixed_partition import (
     work_lower_bounds,
 )
 from solver.search.branch_and_bound import search as homogeneous_search
-from solver.search.steps import Monitor, Stopped, TopK, finish
+from solver.search.steps import BOUND_SAFETY, Monitor, Stopped, TopK, finish
 from solver.space import divisors, framework_options, micro_batch_options, validated_fixed
 from specs.constraints import SearchConstraints
 from specs.errors import PlannerError
 from specs.plan import TrainingPlan
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+MAX_PER_STAGE_POOLS = 3
+"""Most pools along one pipeline in the space of a tensor degree per pool: the degree
+assignments grow as (degrees)^pools over pools! orderings."""
+_POLL_EVERY = 64
+"""Candidates generated between two checks of the deadline and of cancellation."""
 ZERO_STAGES = (1,)
 """ZeRO stages tried across pools (Megatron-Core's distributed optimizer) unless fixed."""
 
@@ -79,70 +84,112 @@ def _fits_nodes(stage: int, pools: list[ResolvedCluster]) -> bool:
     return all(stage % p.gpus_per_node == 0 or p.gpus_per_node % stage == 0 for p in pools)
 
 
-def _candidates(
-    problem: TrainingProblem, constraints: SearchConstraints, names: list[str]
-) -> list[tuple[list[str], TrainingPlan]]:
-    """Every cross-pool candidate (module docstring), as (stage pools, plan without split)."""
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Pools, their tensor degrees and stage counts, and the plan (without a split), in one
+    canonical order; every ordering of the pools along the pipeline is a candidate."""
+
+    pools: tuple[str, ...]
+    degrees: tuple[int, ...]
+    counts: tuple[int, ...]
+    plan: TrainingPlan
+
+    def ordered(self, order: tuple[int, ...]) -> tuple[list[str], TrainingPlan]:
+        """(stage pools, plan) with the pools along the pipeline in `order` (indices)."""
+        names = [self.pools[i] for i in order for _ in range(self.counts[i])]
+        tensor = [self.degrees[i] for i in order for _ in range(self.counts[i])]
+        plan = self.plan.model_copy(
+            update={
+                "stage_groups": names,
+                "stage_tensor": tensor if self.plan.stage_tensor is not None else None,
+            }
+        )
+        return names, plan
+
+
+def _layouts(
+    problem: TrainingProblem,
+    constraints: SearchConstraints,
+    names: list[str],
+    per_stage: bool,
+    count: int,
+) -> Iterator[_Layout]:
+    """Every set of `count` pools with its degrees, data degree and variants (module
+    docstring), one at a time. `per_stage`: the pools take different tensor degrees
+    (`constraints.per_stage_tensor`); otherwise one degree on every stage."""
     fixed = validated_fixed(constraints)
     pools = problem.cluster.pools()
     wl, layers = problem.workload, problem.model.num_layers
     frameworks, _ = framework_options(constraints)
-    out: list[tuple[list[str], TrainingPlan]] = []
-    per_stage_tensor = constraints.per_stage_tensor and "tensor" not in fixed
-    for count in range(2, len(names) + 1):
-        for order in itertools.permutations(names, count):
-            used = [pools[n] for n in order]
-            for degrees in _degree_options(problem, used, fixed, per_stage_tensor):
-                widest = max(degrees)
-                for d in divisors(wl.global_batch_size):
-                    if "data" in fixed and fixed["data"] != d:
+    for subset in itertools.combinations(names, count):
+        used = [pools[n] for n in subset]
+        for degrees in _degree_options(problem, used, fixed, per_stage):
+            widest = max(degrees)
+            for d in divisors(wl.global_batch_size):
+                if "data" in fixed and fixed["data"] != d:
+                    continue
+                counts = [p.num_gpus // (t * d) for p, t in zip(used, degrees, strict=True)]
+                fits = all(_fits_nodes(t * d, [p]) for p, t in zip(used, degrees, strict=True))
+                if min(counts) < 1 or not fits:
+                    continue
+                pp = sum(counts)
+                if pp > layers or ("pipeline" in fixed and fixed["pipeline"] != pp):
+                    continue
+                stage_pools = [n for n, k in zip(subset, counts, strict=True) for _ in range(k)]
+                stage_tensor = [t for t, k in zip(degrees, counts, strict=True) for _ in range(k)]
+                sizes = micro_batch_options(wl.global_batch_size, d, constraints.micro_batch_sizes)
+                # the layout validated once; its variants differ in fields that are valid on
+                # their own (micro-batch, recompute, ZeRO, framework)
+                layout = TrainingPlan.model_validate(
+                    {
+                        "parallelism": {
+                            "data": d,
+                            "tensor": widest,
+                            "pipeline": pp,
+                            "sequence_parallel": widest > 1,
+                        },
+                        "stage_groups": stage_pools,
+                        "stage_tensor": (stage_tensor if len(set(degrees)) > 1 else None),
+                    }
+                )
+                for mb, rc, zero, fw in itertools.product(
+                    sizes, RECOMPUTE_MODES, ZERO_STAGES, frameworks
+                ):
+                    if fixed.get("micro_batch_size", mb) != mb:
                         continue
-                    counts = [p.num_gpus // (t * d) for p, t in zip(used, degrees, strict=True)]
-                    fits = all(_fits_nodes(t * d, [p]) for p, t in zip(used, degrees, strict=True))
-                    if min(counts) < 1 or not fits:
+                    if fixed.get("recompute", rc) != rc:
                         continue
-                    pp = sum(counts)
-                    if pp > layers or ("pipeline" in fixed and fixed["pipeline"] != pp):
-                        continue
-                    stage_pools = [n for n, k in zip(order, counts, strict=True) for _ in range(k)]
-                    stage_tensor = [
-                        t for t, k in zip(degrees, counts, strict=True) for _ in range(k)
-                    ]
-                    sizes = micro_batch_options(
-                        wl.global_batch_size, d, constraints.micro_batch_sizes
-                    )
-                    # the layout validated once; its variants differ in fields that are
-                    # valid on their own (micro-batch, recompute, ZeRO, framework)
-                    layout = TrainingPlan.model_validate(
-                        {
-                            "parallelism": {
-                                "data": d,
-                                "tensor": widest,
-                                "pipeline": pp,
-                                "sequence_parallel": widest > 1,
-                            },
-                            "stage_groups": stage_pools,
-                            "stage_tensor": (stage_tensor if len(set(degrees)) > 1 else None),
+                    zero = int(fixed.get("zero_stage", zero))
+                    plan = layout.model_copy(
+                        update={
+                            "micro_batch_size": mb,
+                            "zero_stage": zero,
+                            "recompute": rc,
+                            "framework": fw.name,
                         }
                     )
-                    for mb, rc, zero, fw in itertools.product(
-                        sizes, RECOMPUTE_MODES, ZERO_STAGES, frameworks
-                    ):
-                        if fixed.get("micro_batch_size", mb) != mb:
-                            continue
-                        if fixed.get("recompute", rc) != rc:
-                            continue
-                        zero = int(fixed.get("zero_stage", zero))
-                        plan = layout.model_copy(
-                            update={
-                                "micro_batch_size": mb,
-                                "zero_stage": zero,
-                                "recompute": rc,
-                                "framework": fw.name,
-                            }
-                        )
-                        out.append((stage_pools, plan))
-    return out
+                    yield _Layout(subset, degrees, tuple(counts), plan)
+
+
+def _candidates(
+    problem: TrainingProblem,
+    constraints: SearchConstraints,
+    names: list[str],
+    *,
+    per_stage: bool = False,
+) -> Iterator[tuple[list[str], TrainingPlan]]:
+    """Every cross-pool candidate (module docstring) as (stage pools, plan without split):
+    each layout of `_layouts` in every ordering of its pools."""
+    for count in pool_counts(len(names), per_stage):
+        for layout in _layouts(problem, constraints, names, per_stage, count):
+            for order in itertools.permutations(range(count)):
+                yield layout.ordered(order)
+
+
+def pool_counts(pools: int, per_stage: bool) -> range:
+    """How many pools one pipeline of the space spans: 2 up to every pool, or up to
+    `MAX_PER_STAGE_POOLS` with a tensor degree per pool."""
+    return range(2, (min(pools, MAX_PER_STAGE_POOLS) if per_stage else pools) + 1)
 
 
 def _degree_options(
@@ -152,13 +199,15 @@ def _degree_options(
     per_stage: bool,
 ) -> list[tuple[int, ...]]:
     """The tensor degree of each pool's stages along one ordering: one degree for all
-    (`_tensor_options` of every pool), or with `per_stage` any degree each pool allows on
-    its own (its scale-up domain and node), as HexiScale searches them."""
+    (`_tensor_options` of every pool), or with `per_stage` every assignment of the degrees
+    each pool allows on its own (its scale-up domain and node) in which two pools differ,
+    as HexiScale searches them (the assignments of one degree are the other space)."""
     if not per_stage:
         return [
             (t,) * len(used) for t in _tensor_options(problem, used) if fixed.get("tensor", t) == t
         ]
-    return list(itertools.product(*(_tensor_options(problem, [p]) for p in used)))
+    options = itertools.product(*(_tensor_options(problem, [p]) for p in used))
+    return [degrees for degrees in options if len(set(degrees)) > 1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,9 +261,11 @@ def mixed_search(
     batch (`_data_across_groups`, a local optimum over the shares)."""
     pools = problem.cluster.pools()
     names = list(pools)
-    candidates = _candidates(problem, constraints, names)
+    fixed = validated_fixed(constraints)
+    spaces = [False, True] if constraints.per_stage_tensor and "tensor" not in fixed else [False]
     stats = SearchStats()
-    monitor = Monitor(constraints.time_limit_s, progress, should_stop, len(candidates) + len(names))
+    # progress in steps: each pool alone, the data shares, then each cross-pool space
+    monitor = Monitor(constraints.time_limit_s, progress, should_stop, len(names) + 1 + len(spaces))
     top = TopK(top_k)
     try:
         for name in names:
@@ -240,62 +291,131 @@ def mixed_search(
             shared = _data_across_groups(problem, cost_model, template, stats)
             if shared is not None:
                 top.push(shared.plan.key(), shared)
-        bounded = []
-        for stage_pools, plan in candidates:
-            monitor.poll(report=True)
-            stats.enumerated += 1
-            found = _profiled(problem, cost_model, stage_pools, plan, stats)
-            if found is not None:
-                bounded.append(found)
-        # best first: split (exactly) only the candidates whose bound can still enter the
-        # top list; the split's own bottleneck bounds the step again before it is priced
-        bounded.sort(key=lambda x: x.lower_bound_s)
-        for i, item in enumerate(bounded):
-            monitor.poll(report=True)
-            if top.full and item.lower_bound_s > top.worst()[0]:
-                stats.add_pruned("throughput_bound", len(bounded) - i)
-                break
-            profiles, extra = item.profiled.profiles, item.profiled.extra_s
-            m = profiles[0].num_microbatches
-            bound = work_lower_bounds(profiles, extra).one_f_one_b_s(m)  # memory too
-            if math.isinf(bound):
-                stats.add_pruned("memory")
-                continue
-            if top.full and bound > top.worst()[0]:
-                stats.add_pruned("throughput_bound")
-                continue
-            split = solve_mixed_partition(profiles, extra)
-            if split is None:
-                stats.add_pruned("memory")
-                continue
-            schedule = one_f_one_b(split.stage_time_s, m).step_s
-            if top.full and schedule > top.worst()[0]:
-                stats.add_pruned("throughput_bound")
-                continue
-            full = item.plan.model_copy(
-                update={"stage_layers": split.stage_layers, "stage_groups": item.stage_pools}
-            )
-            est = evaluate_mixed(cost_model, problem, full)
-            stats.evaluated += 1
-            if not est.feasible:
-                stats.add_pruned(est.violations[0].kind)
-                continue
-            stats.feasible += 1
-            top.push(est.plan.key(), est)
+        monitor.done += 1
+        for per_stage in spaces:
+            _cross_pools(problem, cost_model, constraints, names, per_stage, top, stats, monitor)
+            monitor.done += 1
         monitor.done = monitor.total
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
     result = finish(top, stats, monitor, problem=problem)
+
     best_with = _best_step_with_each_pool(top, names)
+    complete = stats.status == "complete"
     plans = [
         dataclasses.replace(
             ranked,
-            explanation=f"{ranked.explanation} {_groups_sentence(problem, ranked.estimate, best_with)}",
+            explanation=(
+                f"{ranked.explanation} "
+                f"{_groups_sentence(problem, ranked.estimate, best_with, complete)}"
+            ),
         )
         for ranked in result.plans
     ]
     return dataclasses.replace(result, plans=plans)
+
+
+def _cross_pools(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    names: list[str],
+    per_stage: bool,
+    top: TopK,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> None:
+    """One cross-pool space (`_candidates`) into `top`, pipelines over 2 pools first, then 3,
+    … (so that a search stopped by its time limit has priced the shorter ones), each count
+    best bound first: each candidate is profiled and bounded as it is generated and kept
+    only while its bound can still enter the top list (which the pools alone have filled,
+    so memory stays bounded); the kept ones are split exactly, bounded again with memory
+    and by their split, and priced, until the first bound above the k-th best step."""
+    for count in pool_counts(len(names), per_stage):
+        _cross_pools_of(
+            problem, cost_model, constraints, names, per_stage, count, top, stats, monitor
+        )
+
+
+def _cross_pools_of(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    names: list[str],
+    per_stage: bool,
+    count: int,
+    top: TopK,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> None:
+    """`_cross_pools` for the pipelines over `count` pools."""
+
+    def hopeless(bound: float) -> bool:
+        return top.full and bound * (1.0 - BOUND_SAFETY) > top.worst()[0]
+
+    bounded: list[_Profiled] = []
+    orders = list(itertools.permutations(range(count)))
+    for i, layout in enumerate(_layouts(problem, constraints, names, per_stage, count)):
+        if i % _POLL_EVERY == 0:
+            monitor.poll(report=True)
+        stats.enumerated += len(orders)
+        # one bound for every ordering: the stage profiles do not depend on the order
+        canonical = list(layout.plan.stage_groups or [])
+        try:
+            found = mixed_profiles(problem, cost_model, layout.plan, canonical)
+        except PlannerError:
+            stats.add_pruned("rule:topology", len(orders))
+            continue
+        if isinstance(found, MixedViolations):
+            stats.rule_rejected += len(orders)
+            stats.add_pruned(f"rule:{found.violations[0].kind}", len(orders))
+            continue
+        m = found.profiles[0].num_microbatches
+        if hopeless(time_lower_bounds(found.profiles, None, ends=False).one_f_one_b_s(m)):
+            stats.add_pruned("throughput_bound", len(orders))
+            continue
+        for order in orders:
+            stage_pools, plan = layout.ordered(order)
+            item = _profiled(problem, cost_model, stage_pools, plan, stats)
+            if item is None:
+                continue
+            if hopeless(item.lower_bound_s):
+                stats.add_pruned("throughput_bound")
+                continue
+            bounded.append(item)
+    bounded.sort(key=lambda x: x.lower_bound_s)
+    for i, item in enumerate(bounded):
+        monitor.poll(report=True)
+        if hopeless(item.lower_bound_s):
+            stats.add_pruned("throughput_bound", len(bounded) - i)
+            break
+        profiles, extra = item.profiled.profiles, item.profiled.extra_s
+        m = profiles[0].num_microbatches
+        bound = work_lower_bounds(profiles, extra).one_f_one_b_s(m)  # memory too
+        if math.isinf(bound):
+            stats.add_pruned("memory")
+            continue
+        if hopeless(bound):
+            stats.add_pruned("throughput_bound")
+            continue
+        split = solve_mixed_partition(profiles, extra)
+        if split is None:
+            stats.add_pruned("memory")
+            continue
+        if hopeless(one_f_one_b(split.stage_time_s, m).step_s):
+            stats.add_pruned("throughput_bound")
+            continue
+        full = item.plan.model_copy(
+            update={"stage_layers": split.stage_layers, "stage_groups": item.stage_pools}
+        )
+        est = evaluate_mixed(cost_model, problem, full)
+        stats.evaluated += 1
+        if not est.feasible:
+            stats.add_pruned(est.violations[0].kind)
+            continue
+        stats.feasible += 1
+        top.push(est.plan.key(), est)
 
 
 def _templates(top: TopK) -> list[TrainingPlan]:
@@ -417,9 +537,13 @@ def _best_step_with_each_pool(top: TopK, names: list[str]) -> dict[str, float]:
 
 
 def _groups_sentence(
-    problem: TrainingProblem, est: TrainingEstimate, best_with: dict[str, float]
+    problem: TrainingProblem,
+    est: TrainingEstimate,
+    best_with: dict[str, float],
+    complete: bool = True,
 ) -> str:
-    """What each pool does in the plan, and why the idle ones idle."""
+    """What each pool does in the plan, and why the idle ones idle (`complete`: the search
+    saw its whole space; else an idle pool may only not have been reached)."""
     plan = est.plan
     if plan.data_shares is not None:
         return _shares_sentence(problem, est)
@@ -449,6 +573,11 @@ def _groups_sentence(
             parts.append(
                 f"{name} ({pool.num_gpus} {acc}) idles: the best plan using it is "
                 f"{slower:.1%} slower"
+            )
+        elif not complete:
+            parts.append(
+                f"{name} ({pool.num_gpus} {acc}) idles: the search stopped (time limit or "
+                "cancelled) before it priced every plan that uses it"
             )
         else:
             parts.append(

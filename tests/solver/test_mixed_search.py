@@ -213,3 +213,31 @@ def test_per_stage_tensor_degrees_equal_brute_force_and_beat_one_degree() -> Non
     )
     assert any("at tensor" in r.explanation for r in mixed_degrees)
     assert all(r.estimate.plan.stage_tensor is None for r in one.plans)
+
+
+def test_a_mixed_search_stops_when_cancelled_and_keeps_what_it_found() -> None:
+    """Cancellation is checked while the cross-pool candidates are generated (a space of
+    many pools is far too large to list first): a search cancelled after the pools alone
+    were searched stops at once, says so, and answers the single-pool plans it had; its
+    explanation does not claim the idle pools' plans are slower."""
+    problem = _problem(
+        [
+            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
+            {"accelerator": "l40s", "num_nodes": 1, "gpus_per_node": 2},
+            {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 2},
+        ]
+    )
+    model = build_cost_model("analytical")
+    constraints = SearchConstraints(micro_batch_sizes=[1, 2], per_stage_tensor=True)
+    polls = 0
+
+    def stop() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls > 4  # the three pools alone and the data shares, then cancelled
+
+    result = mixed_search(problem, model, constraints, top_k=3, should_stop=stop)
+    assert result.stats.status == "cancelled"
+    assert result.plans
+    assert all(len(set(r.estimate.plan.stage_groups or [])) <= 1 for r in result.plans)
+    assert any("the search stopped" in r.explanation for r in result.plans)
