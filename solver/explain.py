@@ -74,6 +74,22 @@ def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
     ]
 
 
+def _group_order(plan: TrainingPlan) -> list[str]:
+    """The node groups along the pipeline, each once (empty for a plan without them)."""
+    return list(dict.fromkeys(plan.stage_groups or []))
+
+
+def _degrees_text(plan: TrainingPlan) -> str:
+    """Each stage's tensor degree, runs collapsed ('2 on 16 stages, 4 on 2')."""
+    runs: list[list[int]] = []
+    for t in plan.stage_tensor_degrees():
+        if runs and runs[-1][0] == t:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+    return ", ".join(f"{t} on {n} stage{'s' if n > 1 else ''}" for t, n in runs)
+
+
 def _plan_diff(plan: TrainingPlan, other: TrainingPlan) -> str:
     """'pipeline 8 instead of 4, micro-batch 2 instead of 1' (fields that differ)."""
     parts = [
@@ -81,6 +97,15 @@ def _plan_diff(plan: TrainingPlan, other: TrainingPlan) -> str:
         for (name, mine), (_, theirs) in zip(_dims(plan), _dims(other), strict=True)
         if mine != theirs
     ]
+    # plans across node groups: the order of the groups along the pipeline and the tensor
+    # degree of each stage are differences too
+    mine_order, theirs_order = _group_order(plan), _group_order(other)
+    if mine_order != theirs_order and mine_order and theirs_order:
+        parts.append(f"groups {' → '.join(mine_order)} instead of {' → '.join(theirs_order)}")
+    if plan.stage_tensor != other.stage_tensor and (plan.stage_tensor or other.stage_tensor):
+        parts.append(
+            f"stage tensor degrees {_degrees_text(plan)} instead of {_degrees_text(other)}"
+        )
     if not parts and plan.stage_layers != other.stage_layers:
         parts.append(f"stage split {plan.stage_layers} instead of {other.stage_layers}")
     return ", ".join(parts) if parts else "the same degrees"

@@ -13,6 +13,7 @@ from cost_models.mixed import evaluate_mixed, pool_problem
 from cost_models.registry import build_cost_model
 from hardware_catalog import resolve_cluster
 from hardware_catalog.schema import MixedClusterError
+from solver.explain import compare
 from specs.cluster import ClusterSpec
 from specs.errors import InfeasiblePlan
 from specs.plan import TrainingPlan
@@ -410,3 +411,18 @@ def test_single_device_figures_of_a_mixed_cluster_raise() -> None:
         )
     )  # fmt: skip
     assert same.accelerator.id == "h100-sxm" and same.gpus_per_node == 8
+
+
+def test_explanations_name_the_group_order_and_the_stage_degrees() -> None:
+    """Two plans that differ only in the order of the groups along the pipeline, or only in
+    the stages' tensor degrees, are told apart by that difference (not by 'the same
+    degrees' or an unrelated field)."""
+    problem = _problem()
+    model = build_cost_model("analytical")
+    first = evaluate_mixed(model, problem, _plan(["a100-80gb", "h100-sxm"], [12, 20]))
+    turned = evaluate_mixed(model, problem, _plan(["h100-sxm", "a100-80gb"], [20, 12]))
+    text = compare(first, turned, 2)
+    assert "groups a100-80gb → h100-sxm instead of h100-sxm → a100-80gb" in text
+    narrow = first.plan.model_copy(update={"stage_tensor": [8, 4]})
+    text = compare(evaluate_mixed(model, problem, narrow), first, 1)
+    assert "stage tensor degrees 8 on 1 stage, 4 on 1 stage instead of 8 on 2 stages" in text
