@@ -209,6 +209,20 @@ def mixed_split(
     return MixedSplitResult(found.profiles, found.extra_s, split)
 
 
+def _per_stage_fields(
+    plan: TrainingPlan, tensor: int, violations: list[Violation]
+) -> list[Violation]:
+    """With `stage_tensor`, a rule broken at tensor degree `tensor` names the first stage
+    of that degree (`plan.stage_tensor.<j>`) instead of `plan.parallelism.tensor`."""
+    if plan.stage_tensor is None:
+        return violations
+    where = f"plan.stage_tensor.{plan.stage_tensor.index(tensor)}"
+    return [
+        v.model_copy(update={"field": where}) if v.field == "plan.parallelism.tensor" else v
+        for v in violations
+    ]
+
+
 def mixed_profiles(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
@@ -227,7 +241,7 @@ def mixed_profiles(
         at = key._replace(tensor=t, sequence_parallel=key.sequence_parallel and t > 1)
         violations = cost_model.check_key(sub, at)
         if any(v.kind not in PRICEABLE_VIOLATIONS for v in violations):
-            return MixedViolations(sub, violations)
+            return MixedViolations(sub, _per_stage_fields(plan, t, violations))
         profiles[name, t] = cost_model.profile_key(sub, at)
     stage_profiles = [profiles[s] for s in setups]
     return MixedProfiles(stage_profiles, boundary_extra_s(problem, plan, names, stage_profiles))
@@ -284,7 +298,10 @@ def _value_at(problem: TrainingProblem, plan: TrainingPlan, field: str) -> Any:
         return None
     value: Any = sources[head].model_dump(mode="json")
     for part in rest.split(".") if rest else ():
-        if not isinstance(value, dict):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict):
+            value = value.get(part)
+        else:
             return None
-        value = value.get(part)
     return value

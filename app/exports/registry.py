@@ -204,7 +204,12 @@ def export_plan(
             f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}", formats=list(FORMATS)
         )
     ctx = _check_framework(build_context(plan_record, problem, options), fmt.lower())
-    if ctx.training is not None and ctx.training.stage_tensor is not None:
+    launcher = ctx.options.get("framework", fmt.lower()) if fmt.lower() in WRAPPERS else fmt.lower()
+    if (
+        ctx.training is not None
+        and ctx.training.stage_tensor is not None
+        and launcher in TRAINING_RUNNER.launches
+    ):
         raise UnexpressiblePlan(
             fmt.lower(),
             "per-stage-tensor",

@@ -202,6 +202,10 @@ def test_per_stage_tensor_degrees_over_http(client: Any) -> None:
         response = client.get(f"/v1/plans/{plan['id']}/export/{fmt}")
         assert response.status_code == 422, (fmt, response.text)
         assert response.json()["rule"] == "per-stage-tensor"
+    # a serving format says it serves, not why a training launcher would refuse
+    response = client.get(f"/v1/plans/{plan['id']}/export/vllm")
+    assert response.status_code == 422
+    assert response.json()["rule"] == "serving-format-needs-serving-plan"
     # a bad stage_tensor names its field
     bad = {**given, "stage_tensor": [1] * len(groups)}
     response = client.post("/v1/estimate", json={**problem, "plan": bad})
@@ -251,3 +255,19 @@ def test_a_plan_on_one_group_warns_as_on_that_group_alone(client: Any) -> None:
     metrics = answer["metrics"]
     assert metrics["step_time_s_low"] < metrics["step_time_s"] < metrics["step_time_s_high"]
     assert answer["plan"]["framework"] == "megatron_core"
+
+
+def test_a_stage_degree_that_breaks_a_rule_names_its_stage(client: Any) -> None:
+    """Tensor 3 does not divide Llama-3-8B's 32 heads: with one degree per stage the 422
+    names the stage that has it (`plan.stage_tensor.1`, value 3), not the widest degree."""
+    plan = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 3, "sequence_parallel": True},
+        "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+        "stage_tensor": [8, 3, 3],
+    }
+    response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+    assert response.status_code == 422, response.text
+    errors = response.json()["errors"]
+    assert {"field": "plan.stage_tensor.1", "value": 3} in [
+        {"field": e["field"], "value": e["value"]} for e in errors
+    ], errors
