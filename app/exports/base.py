@@ -101,6 +101,9 @@ class ExportContext:
     cost_model: Mapping[str, Any] | None = None
     """The search's serving cost model (`{"name", "config"}`; None: the default one): what
     the router weights of a plan across node groups are priced with."""
+    node_group: str | None = None
+    """A plan on one node group of a mixed cluster (exported as on that group alone): the
+    group, whose nodes the launch must take (Kubernetes: `meshplan.dev/node-group`)."""
 
     @property
     def is_training(self) -> bool:

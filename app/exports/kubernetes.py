@@ -162,6 +162,8 @@ def _training(ctx: ExportContext, framework: str, kind: str) -> ExportResult:
     if env:
         container["env"] = _env_list(env)
     pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if ctx.node_group is not None:  # one group of a mixed cluster: its nodes only
+        pod_spec["nodeSelector"] = {GROUP_LABEL: ctx.node_group}
     if kind == "pytorchjob":
         replica = {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": pod_spec}}
         specs: dict[str, Any] = {"Master": replica}
@@ -428,10 +430,18 @@ def _engine_docs(
                         "restartPolicy": "RecreateGroupOnPodRestart",
                         "leaderTemplate": {
                             "metadata": {"labels": {"role": "leader"}},
-                            "spec": {"containers": [leader], "volumes": [shm_volume]},
+                            "spec": {
+                                "containers": [leader],
+                                "volumes": [shm_volume],
+                                **({"nodeSelector": placement} if placement else {}),
+                            },
                         },
                         "workerTemplate": {
-                            "spec": {"containers": [worker], "volumes": [shm_volume]}
+                            "spec": {
+                                "containers": [worker],
+                                "volumes": [shm_volume],
+                                **({"nodeSelector": placement} if placement else {}),
+                            }
                         },
                     },
                 },
@@ -467,7 +477,9 @@ def _serving(ctx: ExportContext, framework: str) -> ExportResult:
     instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
     for inst in instances:
         name = _name(ctx, inst.role)
-        args, more = _engine_docs(ctx, framework, inst, ctx.cluster, name, model_ref, env)
+        args, more = _engine_docs(
+            ctx, framework, inst, ctx.cluster, name, model_ref, env, ctx.node_group
+        )
         role_args[inst.role] = args
         docs += more
     first = instances[0].role

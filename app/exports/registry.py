@@ -150,7 +150,9 @@ def build_context(
         if isinstance(plan, Mapping) and "instances" in plan:
             serving = ServingPlan.model_validate(plan)
             groups = {i.group for i in serving.instances}
+            node_group = None
             if len(groups) == 1 and None not in groups:
+                node_group = str(next(iter(groups))) if not cluster.is_homogeneous else None
                 cluster = _one_pool(cluster, str(next(iter(groups))))
             return ExportContext(
                 model=model,
@@ -162,16 +164,19 @@ def build_context(
                 options=dict(options or {}),
                 plan_id=plan_record.get("id"),
                 cost_model=problem.get("cost_model"),
+                node_group=node_group,
             )
         training = TrainingPlan.model_validate(plan)
         if training.stage_tensor is not None and len(set(training.stage_tensor)) == 1:
             training = training.model_copy(update={"stage_tensor": None})  # one degree after all
+        node_group = None
         if (
             training.stage_groups is not None
             and training.stage_tensor is None
             and len(set(training.stage_groups)) == 1
         ):
             # a plan on one group of a mixed cluster launches like one on that group alone
+            node_group = training.stage_groups[0] if not cluster.is_homogeneous else None
             cluster = _one_pool(cluster, training.stage_groups[0])
             training = training.model_copy(update={"stage_groups": None})
         return ExportContext(
@@ -183,6 +188,7 @@ def build_context(
             serving_workload=None,
             options=dict(options or {}),
             plan_id=plan_record.get("id"),
+            node_group=node_group,
         )
     except (KeyError, ValidationError) as exc:
         raise StoredPlanUnreadable(
@@ -218,4 +224,12 @@ def export_plan(
             "tensor degree on every stage: search without constraints.per_stage_tensor for a "
             "launchable plan",
         )
-    return exporter(ctx)
+    result = exporter(ctx)
+    if ctx.node_group is None:
+        return result
+    acc = ctx.cluster.accelerator
+    pinned = (
+        f"the plan runs on node group {ctx.node_group} alone ({ctx.cluster.num_nodes} nodes "
+        f"of {ctx.cluster.gpus_per_node} × {acc.id}): start it on that group's nodes"
+    )
+    return dataclasses.replace(result, notes=[*result.notes, pinned])

@@ -72,6 +72,11 @@ def _header(ctx: ExportContext, nodes: int, gpus_per_node: int, what: str) -> li
     ]
     if "time" in ctx.options:
         lines.append(f"#SBATCH --time={ctx.options['time']}")
+    if ctx.node_group is not None:
+        lines.append(
+            f"# node group {ctx.node_group} of a mixed cluster: add the --partition or "
+            "--constraint that selects its nodes"
+        )
     lines += [
         f"# meshplan plan {ctx.plan_id or ''}: {what}",
         "set -euo pipefail",

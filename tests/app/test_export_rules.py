@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 
 from app.exports import deepspeed as ds_export
 from app.exports import export_plan
@@ -736,3 +737,10 @@ def test_a_plan_on_one_group_of_a_mixed_cluster_exports_as_on_that_group() -> No
     sl = export_plan({**row, "plan": plan}, problem, "slurm")
     assert "hetjob" not in sl.content and "HET_GROUP" not in sl.content
     assert "#SBATCH --nodes=1" in sl.content
+    assert "# node group new of a mixed cluster" in sl.content
+    k8s = export_plan({**row, "plan": plan}, problem, "kubernetes")
+    (job,) = [d for d in yaml.safe_load_all(k8s.content) if d["kind"] == "PyTorchJob"]
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        assert spec["template"]["spec"]["nodeSelector"] == {"meshplan.dev/node-group": "new"}
+    mg = export_plan({**row, "plan": plan}, problem, "megatron")
+    assert any(n.startswith("the plan runs on node group new alone") for n in mg.notes)

@@ -333,6 +333,27 @@ def test_one_group_of_a_mixed_cluster_exports_as_that_group_alone() -> None:
     ).model_dump(mode="json")
     for fmt in ("vllm", "sglang", "slurm", "kubernetes"):
         mixed = export_plan(_row(OLD), _problem(), fmt).to_dict()
-        single = export_plan(_row({**OLD, "group": None}), {**_problem(), "cluster": alone}, fmt)
-        assert mixed == single.to_dict(), fmt
+        single = export_plan(
+            _row({**OLD, "group": None}), {**_problem(), "cluster": alone}, fmt
+        ).to_dict()
         assert "groups" not in mixed
+        # the same launch, pinned to the group's nodes: a note says which, Kubernetes
+        # selects them by label and Slurm says where its partition or constraint goes
+        *notes, pinned = mixed.pop("notes")
+        assert notes == single.pop("notes"), fmt
+        assert pinned.startswith("the plan runs on node group old alone (1 nodes of 8")
+        content, other = mixed.pop("content"), single.pop("content")
+        assert mixed == single, fmt
+        if fmt == "kubernetes":
+            docs = [d for d in yaml.safe_load_all(content) if d["kind"] == "Deployment"]
+            assert docs[0]["spec"]["template"]["spec"]["nodeSelector"] == {
+                "meshplan.dev/node-group": "old"
+            }
+        elif fmt == "slurm":
+            extra = [line for line in content.splitlines() if line not in other.splitlines()]
+            assert extra == [
+                "# node group old of a mixed cluster: add the --partition or --constraint that "
+                "selects its nodes"
+            ]
+        else:
+            assert content == other, fmt
