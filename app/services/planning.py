@@ -564,8 +564,18 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _check_fixed(fixed: dict[str, Any], num_gpus: int | None, num_layers: int) -> None:
-    """Type/range checks of `constraints.fixed` done before the search is stored."""
+def _check_fixed(
+    fixed: dict[str, Any],
+    num_gpus: int | None,
+    num_layers: int,
+    *,
+    num_heads: int | None = None,
+    total_gpus: int | None = None,
+) -> None:
+    """Type/range checks of `constraints.fixed` done before the search is stored.
+    `num_gpus`: the GPU count the degrees must divide (a homogeneous cluster); otherwise
+    (a mixed cluster, whose plans may leave GPUs idle) they must fit in `total_gpus`, and a
+    fixed tensor degree must divide the `num_heads` attention heads either way."""
     errors = []
     for key, value in fixed.items():
         field = f"constraints.fixed.{key}"
@@ -623,11 +633,35 @@ def _check_fixed(fixed: dict[str, Any], num_gpus: int | None, num_layers: int) -
                         f"{field} sums to {sum(value)}",
                     )
                 )
+    tensor = fixed.get("tensor")
+    if not errors and num_heads is not None and tensor is not None and num_heads % tensor:
+        errors.append(
+            _field_error(
+                "constraints.fixed.tensor",
+                f"must divide the attention heads ({num_heads})",
+                tensor,
+                f"constraints.fixed.tensor {tensor} does not divide the model's {num_heads} "
+                "attention heads",
+            )
+        )
     if errors:
         raise InputError("; ".join(e["message"] for e in errors), errors)
     product = 1
     for key in ("data", "tensor", "pipeline", "context"):
         product *= int(fixed.get(key, 1))
+    if total_gpus is not None and product > total_gpus:
+        raise InputError(
+            f"fixed data × tensor × pipeline × context = {product} exceeds the cluster's "
+            f"{total_gpus} GPUs",
+            [
+                _field_error(
+                    "constraints.fixed",
+                    f"degrees must fit in the cluster's {total_gpus} GPUs",
+                    fixed,
+                    f"product {product} > {total_gpus}",
+                )
+            ],
+        )
     if num_gpus is not None and num_gpus % product:
         raise InputError(
             f"fixed data × tensor × pipeline × context = {product} does not divide the "
@@ -737,7 +771,11 @@ def prepare_search(
     _check_supported(model, cluster, workload)
     # on a mixed cluster a plan may leave GPUs idle: its degrees need not divide the total
     _check_fixed(
-        constraints.fixed, cluster.num_gpus if cluster.is_homogeneous else None, model.num_layers
+        constraints.fixed,
+        cluster.num_gpus if cluster.is_homogeneous else None,
+        model.num_layers,
+        num_heads=model.num_attention_heads,
+        total_gpus=cluster.num_gpus,
     )
     framework_options(constraints)  # a pinned framework among the listed ones
     cost_ref, calibration = calibrated_cost_model_ref(

@@ -271,3 +271,18 @@ def test_a_stage_degree_that_breaks_a_rule_names_its_stage(client: Any) -> None:
     assert {"field": "plan.stage_tensor.1", "value": 3} in [
         {"field": e["field"], "value": e["value"]} for e in errors
     ], errors
+
+
+def test_fixed_degrees_no_plan_can_have_are_refused_before_a_mixed_search(client: Any) -> None:
+    """On a mixed cluster a plan may leave GPUs idle, so fixed degrees need not divide the
+    GPU count; but a tensor degree that does not divide the 32 heads, or degrees that take
+    more GPUs than the 24 there are, admit no plan at all: 422 at their field, before any
+    search is stored."""
+    for fixed, field in (
+        ({"tensor": 3}, "constraints.fixed.tensor"),
+        ({"pipeline": 1000}, "constraints.fixed"),
+    ):
+        body = {**BODY, "constraints": {"fixed": fixed}}
+        response = client.post("/v1/searches", json=body)
+        assert response.status_code == 422, (fixed, response.text)
+        assert field in error_fields(response.json())
