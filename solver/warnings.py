@@ -467,6 +467,19 @@ def bandwidth_out_of_range(
                     f"{_num(value * BITS_PER_BYTE)} GB/s"
                 )
             parts.append(text + ".")
+    between = cluster.inter_group_bandwidth_gb_s
+    if between is not None and len(cluster.groups) > 1:
+        # against its default: the slower group's scale-out rate (the groups share a fabric)
+        default = min(g.inter_node_bandwidth_gb_s for g in cluster.groups)
+        ratio = between / default
+        if not BANDWIDTH_RATIO_MIN <= ratio <= BANDWIDTH_RATIO_MAX:
+            parts.append(
+                f"cluster.inter_group_bandwidth_gb_s = {_num(between)} GB/s is {ratio:.3g}× the "
+                f"slower group's scale-out rate ({_num(default)} GB/s per GPU per direction, "
+                f"what the groups get on one fabric; accepted {_num(BANDWIDTH_RATIO_MIN * default)}"
+                f"–{_num(BANDWIDTH_RATIO_MAX * default)} GB/s): bandwidths are gigabytes per "
+                "second per GPU."
+            )
     if not parts:
         return None
     return PlanWarning(code="bandwidth_out_of_range", detail=" ".join(parts))

@@ -286,3 +286,19 @@ def test_fixed_degrees_no_plan_can_have_are_refused_before_a_mixed_search(client
         response = client.post("/v1/searches", json=body)
         assert response.status_code == 422, (fixed, response.text)
         assert field in error_fields(response.json())
+
+
+def test_an_implausible_link_between_groups_is_flagged(client: Any) -> None:
+    """1e-9 GB/s between the groups (a unit slip) prices the hand-off in years: the answer
+    says so with `bandwidth_out_of_range`, naming the field and the plausible range; the
+    default (the slower group's NIC rate) raises nothing."""
+    plan = {
+        "parallelism": {"data": 1, "tensor": 8, "pipeline": 3, "sequence_parallel": True},
+        "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+    }
+    slow = {**BODY["cluster"], "inter_group_bandwidth_gb_s": 1e-9}
+    answer = client.post("/v1/estimate", json={**BODY, "cluster": slow, "plan": plan}).json()
+    (warning,) = [w for w in answer["warnings"] if w["code"] == "bandwidth_out_of_range"]
+    assert "cluster.inter_group_bandwidth_gb_s" in warning["detail"]
+    plain = client.post("/v1/estimate", json={**BODY, "plan": plan}).json()
+    assert "bandwidth_out_of_range" not in [w["code"] for w in plain["warnings"]]
