@@ -58,18 +58,21 @@ class CliError(Exception):
 
 # ---- inputs ------------------------------------------------------------------------------
 def parse_cluster(value: str) -> dict[str, Any]:
-    """`ACCEL:NODESxGPUS` (e.g. `h100-sxm:8x8`) → a cluster JSON body."""
-    match = _CLUSTER_RE.match(value)
-    if not match:
-        raise typer.BadParameter(
-            f"{value!r} is not ACCELERATOR:NODESxGPUS_PER_NODE (e.g. h100-sxm:8x8)"
-        )
-    accelerator, nodes, gpus = match.group(1).strip(), int(match.group(2)), int(match.group(3))
-    if nodes < 1 or gpus < 1:
-        raise typer.BadParameter(f"{value!r}: nodes and GPUs per node must be at least 1")
-    return {
-        "node_groups": [{"accelerator": accelerator, "num_nodes": nodes, "gpus_per_node": gpus}]
-    }
+    """`ACCEL:NODESxGPUS` (e.g. `h100-sxm:8x8`) → a cluster JSON body; several node groups
+    (a mixed cluster) separated by commas: `h100-sxm:8x8,a100-80gb:8x8`."""
+    groups = []
+    for part in (p.strip() for p in value.split(",")):
+        match = _CLUSTER_RE.match(part)
+        if not match:
+            raise typer.BadParameter(
+                f"{part!r} is not ACCELERATOR:NODESxGPUS_PER_NODE (e.g. h100-sxm:8x8; several "
+                "node groups separated by commas)"
+            )
+        accelerator, nodes, gpus = match.group(1).strip(), int(match.group(2)), int(match.group(3))
+        if nodes < 1 or gpus < 1:
+            raise typer.BadParameter(f"{part!r}: nodes and GPUs per node must be at least 1")
+        groups.append({"accelerator": accelerator, "num_nodes": nodes, "gpus_per_node": gpus})
+    return {"node_groups": groups}
 
 
 def _read_json(value: str, what: str) -> Any:
@@ -505,7 +508,13 @@ def search(
     model: Annotated[
         str, typer.Option(help="Preset name, or a JSON file (HF config.json or an explicit spec).")
     ],
-    cluster: Annotated[str, typer.Option(help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8.")],
+    cluster: Annotated[
+        str,
+        typer.Option(
+            help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8; a mixed cluster as several, "
+            "comma-separated: h100-sxm:8x8,a100-80gb:8x8."
+        ),
+    ],
     global_batch: Annotated[
         int | None, typer.Option(help="Training: sequences per optimizer step.")
     ] = None,
@@ -536,8 +545,8 @@ def search(
     objective: Annotated[
         str | None,
         typer.Option(
-            help="max_throughput (training); max_goodput_per_gpu, min_gpus or min_latency "
-            "(serving)."
+            help="max_throughput (training); max_goodput_per_gpu, min_gpus, min_latency or "
+            "min_cost (serving; min_cost needs price_per_gpu_hour on the node groups)."
         ),
     ] = None,
     wait: Annotated[
@@ -753,7 +762,13 @@ def export(
 @cli.command()
 def estimate(
     model: Annotated[str, typer.Option(help="Preset name, or a JSON file.")],
-    cluster: Annotated[str, typer.Option(help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8.")],
+    cluster: Annotated[
+        str,
+        typer.Option(
+            help="ACCELERATOR:NODESxGPUS, e.g. h100-sxm:8x8; a mixed cluster as several, "
+            "comma-separated: h100-sxm:8x8,a100-80gb:8x8."
+        ),
+    ],
     plan: Annotated[
         str, typer.Option(help="A plan: JSON file, inline JSON, or a stored plan's id.")
     ],

@@ -42,7 +42,15 @@ def test_parse_cluster() -> None:
         "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8, "gpus_per_node": 8}]
     }
     assert parse_cluster("mi300x:2X4")["node_groups"][0]["gpus_per_node"] == 4
-    for bad in ("h100-sxm", "h100-sxm:8", "h100-sxm:8x", ":8x8", "h100:0x8", "h100:axb"):
+    mixed = parse_cluster("h100-sxm:8x8, a100-80gb:4x8")
+    assert mixed == {
+        "node_groups": [
+            {"accelerator": "h100-sxm", "num_nodes": 8, "gpus_per_node": 8},
+            {"accelerator": "a100-80gb", "num_nodes": 4, "gpus_per_node": 8},
+        ]
+    }
+    for bad in ("h100-sxm", "h100-sxm:8", "h100-sxm:8x", ":8x8", "h100:0x8", "h100:axb",
+                "h100-sxm:8x8,", "h100-sxm:8x8,a100"):  # fmt: skip
         with pytest.raises(typer.BadParameter):
             parse_cluster(bad)
 
