@@ -218,16 +218,25 @@ class TrainingPlan(Spec):
                 "parallelism.virtual_pipeline > 1 requires pipeline_schedule interleaved_1f1b "
                 f"(got {self.pipeline_schedule})"
             )
-        if self.stage_layers is not None:
-            chunks = p.pipeline * p.virtual_pipeline
-            if len(self.stage_layers) != chunks:
-                raise ValueError(
-                    f"stage_layers has {len(self.stage_layers)} entries; it must have "
-                    f"pipeline × virtual_pipeline = {p.pipeline} × {p.virtual_pipeline} = {chunks}"
-                )
-            if any(n < 1 for n in self.stage_layers):
-                raise ValueError(f"every stage_layers entry must be >= 1 (got {self.stage_layers})")
         return self
+
+    @field_validator("stage_layers")
+    @classmethod
+    def _one_entry_per_chunk(cls, value: list[int] | None, info: ValidationInfo) -> Any:
+        """pipeline × virtual_pipeline entries, each at least one layer (reported at
+        `plan.stage_layers`)."""
+        p = info.data.get("parallelism")
+        if value is None or not isinstance(p, ParallelDims):
+            return value
+        chunks = p.pipeline * p.virtual_pipeline
+        if len(value) != chunks:
+            raise ValueError(
+                f"stage_layers has {len(value)} entries; it must have "
+                f"pipeline × virtual_pipeline = {p.pipeline} × {p.virtual_pipeline} = {chunks}"
+            )
+        if any(n < 1 for n in value):
+            raise ValueError(f"every stage_layers entry must be >= 1 (got {value})")
+        return value
 
     @field_validator("data_shares")
     @classmethod

@@ -302,3 +302,19 @@ def test_an_implausible_link_between_groups_is_flagged(client: Any) -> None:
     assert "cluster.inter_group_bandwidth_gb_s" in warning["detail"]
     plain = client.post("/v1/estimate", json={**BODY, "plan": plan}).json()
     assert "bandwidth_out_of_range" not in [w["code"] for w in plain["warnings"]]
+
+
+def test_a_bad_split_names_the_stage_layers_field(client: Any) -> None:
+    """Zero, negative or too few entries in stage_layers: the 422 names
+    `plan.stage_layers` with its value, not the whole plan."""
+    for layers in ([0, 16, 16], [-1, 17, 16], [16, 16]):
+        plan = {
+            "parallelism": {"data": 1, "tensor": 8, "pipeline": 3},
+            "stage_groups": ["old", "h100-sxm", "h100-sxm"],
+            "stage_layers": layers,
+        }
+        response = client.post("/v1/estimate", json={**BODY, "plan": plan})
+        assert response.status_code == 422, response.text
+        errors = response.json()["errors"]
+        assert [e["field"] for e in errors] == ["plan.stage_layers"], errors
+        assert errors[0]["value"] == layers
