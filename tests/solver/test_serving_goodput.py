@@ -86,13 +86,17 @@ def test_capacity_bound_by_hand() -> None:
     prefill_budget = 2048 / ((0.01 + 1e-4 * 2048) * 1000)  # two prompts' worth per pass
     assert prefill_budget > prefill_alone
     decode_64 = 64 / (100 * (0.01 + 1e-3 * 64))  # max batch 64 < KV's 100000 // 1101 = 90
+    # prompts and decodes share the iterations: b = 64 decodes carry 64·1000/100 = 640 prompt
+    # tokens (within the budget 2048 − 64), t = 0.01 + 0.064 + 0.064 = 0.138 s, so
+    # 0.64 requests per pass (b = 32: 0.32 / 0.074 = 4.32/s, less)
+    shared_64 = 0.64 / 0.138
+    assert shared_64 < min(prefill_budget, decode_64)  # the separate bounds count both at once
     bound = capacity_upper_bound_rps(cost, 2, 64, 2048, 1000, 101)
-    assert bound == pytest.approx(2 * min(prefill_budget, decode_64))
-    # KV-bound: 30000 // 1101 = 27 sequences
+    assert bound == pytest.approx(2 * shared_64)
+    # KV-bound: 30000 // 1101 = 27 sequences; shared: 270 prompt tokens, t = 0.064 s
     small = AffineCost(base=0.01, per_prefill_token=1e-4, per_decode_seq=1e-3, kv_tokens=30_000)
-    assert capacity_upper_bound_rps(small, 1, 64, 2048, 1000, 101) == pytest.approx(
-        27 / (100 * (0.01 + 1e-3 * 27))
-    )
+    assert 0.27 / 0.064 < 27 / (100 * (0.01 + 1e-3 * 27))  # below the decode bound
+    assert capacity_upper_bound_rps(small, 1, 64, 2048, 1000, 101) == pytest.approx(0.27 / 0.064)
     # unchunked: up to max-batch prompts in one pass
     prefill_unchunked = 64_000 / ((0.01 + 6.4) * 1000)
     assert capacity_upper_bound_rps(cost, 1, 64, None, 1000, 1) == pytest.approx(prefill_unchunked)
