@@ -306,20 +306,21 @@ class SteadyProbe:
 
     def attempt(
         self, stream: Sequence[Request], rate: float, check: bool
-    ) -> tuple[bool, SimResult, bool]:
-        """(meets the SLO, and with `check` its backlog is not growing; the result; settled).
-        Growing: not settled after `STEADY_LIFETIMES` mean lifetimes of arrivals."""
+    ) -> tuple[bool, SimResult, bool, bool]:
+        """(meets the SLO, the result, settled, growing), the last two only with `check`
+        (else True, False). Growing: not settled after `STEADY_LIFETIMES` mean lifetimes of
+        arrivals."""
         self.evaluations += 1
         reqs = scale_stream(stream, rate)
         res = self.simulate(reqs)
         met = self.slo.met_by(res)
         if not met or not check:
-            return met, res, True
+            return met, res, True, False
         arrivals = np.fromiter((r.arrival_s for r in reqs), np.float64, len(reqs))
         if backlog_settles(arrivals, res):
-            return True, res, True
+            return True, res, True, False
         window = float(arrivals.max() - arrivals.min())
-        return window < STEADY_LIFETIMES * mean_lifetime_s(res), res, False
+        return True, res, False, window >= STEADY_LIFETIMES * mean_lifetime_s(res)
 
     def confirm(self, rate: float, res: SimResult, settled: bool) -> tuple[bool, SimResult]:
         """An inconclusive pass simulated again, once, on a stream long enough to settle:
@@ -334,12 +335,15 @@ class SteadyProbe:
         n = min(2 * need, self.max_requests)
         if n not in self._longer:
             self._longer[n] = repeated_stream(self.unit_stream, n)
-        ok, res, _ = self.attempt(self._longer[n], rate, True)
-        return ok, res
+        met, res, _, growing = self.attempt(self._longer[n], rate, True)
+        return met and not growing, res
 
     def short(self, rate: float) -> tuple[bool, SimResult, bool]:
-        """The short stream at `rate`, its backlog checked when `near`."""
-        return self.attempt(self.unit_stream, rate, self.near(rate))
+        """(meets the SLO, the result, settled) on the short stream at `rate`, its backlog
+        checked when `near`. A short stream's unsettled backlog is only inconclusive (too
+        few requests to call it growing): `confirm` decides."""
+        met, res, settled, _ = self.attempt(self.unit_stream, rate, self.near(rate))
+        return met, res, settled
 
     def holds(self, rate: float) -> tuple[bool, SimResult]:
         """Whether the SLO holds at `rate` in steady state (confirmed where inconclusive)."""
