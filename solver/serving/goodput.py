@@ -18,26 +18,21 @@ the percentile allows, the verdict cannot change.
 
 Steady state. A stream starts on an empty system, so a short one is optimistic: at high
 rates the requests in flight (`L = λ·W`, Little's law) take longer than the stream lasts to
-build up, and the stream ends while the batches, and the queue, are still growing. The
-capacity bound caps what this can overstate; below it, a probe that meets the SLO is also
-asked whether its backlog settled (`backlog_settles`: the MSER-5 truncation rule on the
-number of requests each arrival finds in the system). A probe whose backlog has not settled
-at a rate within `STEADY_BAND` of the plan's steady-state rate (`steady_rps`: the rate the
-instances sustain with every iteration meeting the TPOT target, `queueing.shared_rate_rps`)
-is inconclusive and is simulated again on a longer stream (the unit stream repeated, ×4 at a
-time, at most `STEADY_MAX_REQUESTS` requests); a rate whose backlog still grows after
-`STEADY_LIFETIMES` mean request lifetimes is not sustainable and fails. Probes far below the
-steady-state rate, and those whose backlog settled, keep the short stream's verdict, so only
-the plans that need it pay for longer streams.
-
-Streams:
-* `poisson_unit_stream(prompts, outputs, seed)`: Poisson arrivals of rate 1 (exponential
-  gaps), rescaled so that the mean gap is exactly 1 (the `n` arrival times of a Poisson
-  process conditioned on the `n`-th arrival at time `n` — same shape, no sampling error in the
-  rate), first arrival after one gap.
-* `trace_stream(rows)`: a trace as given (arrival offset s, prompt, output), sorted by arrival.
-  `unit_rate_stream` rescales any stream to mean gap 1 (a trace's shape, burstiness included,
-  is kept; rate `λ` then divides its gaps by `λ / native rate`).
+build up, and the stream ends while the batches, and the queue, are still growing. Two
+checks keep the goodput to what the plan sustains:
+* the capacity bound prices prompts and decodes on the same GPUs together
+  (`queueing.shared_rate_rps`), so the bisection never probes far above the steady state;
+* a probe near the plan's steady-state rate (within `STEADY_BAND` of `steady_rps`, the rate
+  its instances sustain with each iteration meeting the TPOT target) that meets the SLO must
+  also show a settled backlog (`backlog_settles`: the MSER-5 truncation rule on the number of
+  requests each arrival finds in the system, or a backlog level over the second half). When
+  the short stream cannot tell, the answer of the bisection is simulated again on a stream
+  of `STEADY_LIFETIMES` request lifetimes (the unit stream repeated, `repeated_stream`, at
+  most `STEADY_MAX_REQUESTS` requests), which must meet the SLO with a backlog that has
+  settled or is still filling; when it fails, the bisection goes on below with every pass
+  confirmed so (`SteadyProbe`). Probes far below the steady-state rate, those that settled
+  on the short stream and those whose lifetimes no allowed stream covers keep the short
+  stream's verdict, so only the plans that need it pay for longer streams.
 """
 
 from __future__ import annotations
@@ -178,7 +173,9 @@ def mser_truncation(series: npt.NDArray[np.float64]) -> tuple[int, int]:
 
 BACKLOG_GROWTH_TOL = 0.05
 """A backlog whose mean over the last quarter of the arrivals is within 5 % of its mean over
-the third quarter has levelled off."""
+the third quarter, plus twice the square root of the latter (the spread of a Poisson number
+of requests in the system, so that a backlog of a few requests is not called growing for
+its noise), has levelled off."""
 
 
 def backlog_settles(arrival_s: npt.NDArray[np.float64], result: SimResult) -> bool:
@@ -197,7 +194,7 @@ def backlog_settles(arrival_s: npt.NDArray[np.float64], result: SimResult) -> bo
     if q < 1:
         return False
     third, last = float(x[2 * q : 3 * q].mean()), float(x[3 * q :].mean())
-    return last <= (1.0 + BACKLOG_GROWTH_TOL) * third
+    return last <= (1.0 + BACKLOG_GROWTH_TOL) * third + 2.0 * math.sqrt(third)
 
 
 def mean_lifetime_s(result: SimResult) -> float:
@@ -323,19 +320,20 @@ class SteadyProbe:
         return True, res, False, window >= STEADY_LIFETIMES * mean_lifetime_s(res)
 
     def confirm(self, rate: float, res: SimResult, settled: bool) -> tuple[bool, SimResult]:
-        """An inconclusive pass simulated again, once, on a stream long enough to settle:
-        `STEADY_LIFETIMES` lifetimes as the short stream measured them are needed, twice that
-        is simulated (the lifetime grows as the batches fill), at most `max_requests`; a pass
-        that even `max_requests` requests cannot settle keeps its verdict."""
+        """An inconclusive pass simulated again, once, on a stream of `STEADY_LIFETIMES`
+        mean lifetimes (as the short stream measured them) of arrivals, which fails if its
+        backlog has not settled; a short stream that long already fails as it is; a pass
+        that would need more than `max_requests` requests keeps its verdict."""
         if settled:
             return True, res
         need = math.ceil(STEADY_LIFETIMES * mean_lifetime_s(res) * rate)
+        if need <= len(self.unit_stream):
+            return False, res  # long enough already, and its backlog grows
         if need > self.max_requests:
             return True, res  # out of reach: the short stream's verdict stands
-        n = min(2 * need, self.max_requests)
-        if n not in self._longer:
-            self._longer[n] = repeated_stream(self.unit_stream, n)
-        met, res, _, growing = self.attempt(self._longer[n], rate, True)
+        if need not in self._longer:
+            self._longer[need] = repeated_stream(self.unit_stream, need)
+        met, res, _, growing = self.attempt(self._longer[need], rate, True)
         return met and not growing, res
 
     def short(self, rate: float) -> tuple[bool, SimResult, bool]:
