@@ -256,7 +256,7 @@ the plan's steady-state iterations meet the TPOT target with room (10 %: about t
 error of the closed-form steady state against streams of 20,000 requests on Llama-3-8B
 instances) and the short stream's verdict stands."""
 
-STEADY_MAX_REQUESTS = 4800
+STEADY_MAX_REQUESTS = 2400
 """Longest stream an inconclusive probe is simulated on (8 × the default 600 requests)."""
 
 STEADY_LIFETIMES = 2.0
@@ -436,7 +436,9 @@ def goodput_rps(
         else:
             k_fail = k
     while True:
-        jump = max(1, math.ceil(math.log(2.0) / step))  # halve the rate, then quarter, ...
+        # halve the rate, then quarter, ...; below a failed confirmation the answer is near:
+        # one grid step, then two, four, ...
+        jump = 1 if strict else max(1, math.ceil(math.log(2.0) / step))
         while k_pass is None and probe.evaluations < max_evaluations:
             k = min(k_max, k_fail + jump)
             ok, res = run(rate_of(k))
