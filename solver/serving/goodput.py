@@ -257,7 +257,9 @@ error of the closed-form steady state against streams of 20,000 requests on Llam
 instances) and the short stream's verdict stands."""
 
 STEADY_MAX_REQUESTS = 2400
-"""Longest stream an inconclusive probe is simulated on (8 × the default 600 requests)."""
+"""Longest stream an inconclusive probe is simulated on (4 × the default 600 requests: the
+confirmations stay within a few times a probe's cost; a plan whose lifetimes need more keeps
+the short stream's verdict under the capacity bound)."""
 
 STEADY_LIFETIMES = 2.0
 """A backlog that has not settled after this many mean service lifetimes of arrivals

@@ -70,7 +70,7 @@ def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> No
         assert result.plans
         return problem, result.plans[0].estimate
 
-    # the H100 node alone carries ~363 requests/s: 400 needs more, and the cheapest way is
+    # the H100 node alone carries ~180 requests/s: 400 needs more, and the cheapest way is
     # a few cheap instances beside it, not every GPU
     problem, mix = best("min_cost", 400.0)
     groups = {i.group for i in mix.plan.instances}  # type: ignore[attr-defined]
