@@ -30,9 +30,10 @@ checks keep the goodput to what the plan sustains:
   of a few request lifetimes (the unit stream repeated, `repeated_stream`, at
   most `STEADY_MAX_REQUESTS` requests), which must meet the SLO with a backlog that has
   settled or is still filling; when it fails, the bisection goes on below with every pass
-  confirmed so (`SteadyProbe`). Probes far below the steady-state rate, those that settled
-  on the short stream and those whose lifetimes no allowed stream covers keep the short
-  stream's verdict, so only the plans that need it pay for longer streams.
+  confirmed so (`SteadyProbe`). Where no allowed stream covers the lifetimes, a pass holds
+  up to the steady-state rate. Probes far below the steady-state rate and those that
+  settled on the short stream keep the short stream's verdict, so only the plans that need
+  it pay for longer streams.
 """
 
 from __future__ import annotations
@@ -258,8 +259,8 @@ instances) and the short stream's verdict stands."""
 
 STEADY_MAX_REQUESTS = 2400
 """Longest stream an inconclusive probe is simulated on (4 × the default 600 requests: the
-confirmations stay within a few times a probe's cost; a plan whose lifetimes need more keeps
-the short stream's verdict under the capacity bound)."""
+confirmations stay within a few times a probe's cost; a plan whose lifetimes need more is
+held to its closed-form steady-state rate)."""
 
 STEADY_LIFETIMES = 2.0
 """A backlog that has not settled after this many mean service lifetimes of arrivals
@@ -337,14 +338,15 @@ class SteadyProbe:
         STEADY_LIFETIMES` mean lifetimes (as the short stream measured them) of arrivals,
         which fails if it misses the SLO or its backlog grows; a short stream that long
         already fails as it is; a pass that would need more than `max_requests` requests
-        keeps its verdict."""
+        holds up to the steady-state rate (its iterations there meet the TPOT target on
+        average; above it the mean step, which every request's TPOT averages, misses it)."""
         if settled:
             return True, res
         need = math.ceil(STEADY_STRETCH * STEADY_LIFETIMES * mean_lifetime_s(res) * rate)
         if need <= len(self.unit_stream):
             return False, res  # long enough already, and its backlog grows
-        if need > self.max_requests:
-            return True, res  # out of reach: the short stream's verdict stands
+        if need > self.max_requests:  # out of reach: the closed-form steady state decides
+            return self.steady_rps is None or rate <= self.steady_rps, res
         if need not in self._longer:
             self._longer[need] = repeated_stream(self.unit_stream, need)
         met, res, _, growing = self.attempt(self._longer[need], rate, True)
