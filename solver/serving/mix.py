@@ -132,11 +132,11 @@ def mixed_serving_search(
     per_rate = problem.workload.objective in ("min_gpus", "min_cost")
     searches = 2 * len(pools) if per_rate else len(pools)
 
-    def search(sub: ServingProblem) -> ServingSearchResult:
+    def search(sub: ServingProblem, colocated: bool = False) -> ServingSearchResult:
         res = serving_search(
             sub,
             cost_model,
-            fixed=fixed,
+            fixed={**(fixed or {}), "mode": "colocated"} if colocated else fixed,
             engines=engines,
             engine_options=engine_options,
             time_limit_s=time_limit_s / (searches + 1),
@@ -153,13 +153,15 @@ def mixed_serving_search(
         for found in search(sub).plans:
             est = found.estimate
             candidates.append(replace(est, plan=_with_group(est.plan, name)))
-        # its most efficient colocated layout, whatever the rate (a mix's building block)
+        # its most efficient colocated layout, whatever the rate (a mix's building block;
+        # searched among colocated plans, which disaggregated ones may outrank)
         efficient = (
             search(
                 replace(
                     sub,
                     workload=sub.workload.model_copy(update={"objective": "max_goodput_per_gpu"}),
-                )
+                ),
+                colocated=True,
             )
             if per_rate
             else None

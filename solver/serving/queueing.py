@@ -16,8 +16,12 @@
   prefill costs convex in the prompt (attention) Jensen's inequality keeps this optimistic.
   A colocated instance does both on the same GPUs; taking the smaller of the two (instead of
   adding them) keeps the bound valid when prefill chunks ride along with decodes at little
-  extra cost (Sarathi-Serve's piggybacking). Throughput above it is impossible, so the
-  goodput bisection never searches above it.
+  extra cost (Sarathi-Serve's piggybacking). A third, `shared_rate_rps`, prices the two on
+  the same GPUs together: in steady state every iteration's time pays for its decodes and
+  its share of the prompts (`p / (o − 1)` prompt tokens per decode token), so the rate is
+  `b / ((o − 1) · t(b, c))` at `c = b·p/(o − 1)` (or what the token budget leaves), where
+  the separate bounds price a full batch of decodes as if prompts cost nothing beside them.
+  Throughput above it is impossible, so the goodput bisection never searches above it.
 * `isolated_latency_*`: TTFT and TPOT of a request alone in the system — what the simulator
   gives as the arrival rate goes to zero (exact for costs affine in the decode context); for
   costs that do not decrease with load, no rate does better, so an SLO below them is
@@ -48,6 +52,9 @@ def _checked(cost: InstanceCost, batch: IterationBatch) -> float:
     if not (t >= 0.0 and math.isfinite(t)):
         raise ValueError(f"iteration_time_s returned {t} for {batch}")
     return t
+
+
+_UNLIMITED_TOKENS = 1 << 62  # an unchunked token budget
 
 
 def _halvings(top: int) -> list[int]:
@@ -120,6 +127,59 @@ def decode_rate_rps(
     return best
 
 
+def shared_rate_rps(
+    cost: InstanceCost,
+    max_batch_size: int,
+    chunk_size: int | None,
+    kv_tokens_per_seq: float,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+    tpot_s: float | None = None,
+) -> float:
+    """Requests per second one colocated instance can sustain when its prompts and decodes
+    share its iterations (the steady state of continuous batching).
+
+    In steady state at rate λ an instance produces `λ·(o − 1)` decode tokens and `λ·p`
+    prompt tokens per second (`p` the prompt tokens it computes). Over `n` iterations of
+    `b_i` decodes and `c_i` prompt tokens, for an iteration time convex in `(b, c)` (affine
+    and roofline `max` costs are), Jensen's inequality gives `Σ t(b_i, c_i) ≥ n·t(b̄, c̄)`, so
+    `λ ≤ min(b̄/(o − 1), c̄/p) / t(b̄, c̄)`; for each batch the best `c̄` is `b̄·p/(o − 1)` (both
+    kinds of work keep pace) capped by the token budget `chunk − b̄`. Where the scheduler runs
+    prompts without the decodes (`SchedulerPolicy.separates`) the two kinds of iteration add
+    up: `1/λ ≥ 1/decode rate + 1/prefill rate`. Evaluated over the batches `b, b/2, …, 1` of
+    the largest batch the instance holds (max batch and KV at `kv_tokens_per_seq`), at the
+    mean context `p + o/2`, like `decode_rate_rps`; with `tpot_s`, only over the batches whose
+    iteration meets it (a steady state whose mean step misses the TPOT target cannot meet
+    it: `decode_phase_bound_rps`'s argument, a near-bound under a percentile). `inf` when
+    there is nothing to decode (`o ≤ 1`: `prefill_rate_rps` bounds it)."""
+    if mean_output_tokens <= 1.0:
+        return math.inf
+    decodes = mean_output_tokens - 1.0
+    top = min(max_batch_size, int(cost.kv_capacity_tokens // max(kv_tokens_per_seq, 1.0)))
+    if top < 1:
+        return 0.0
+    policy = scheduler_of(cost)
+    budget = _UNLIMITED_TOKENS if chunk_size is None else chunk_size
+    ctx = mean_prompt_tokens + mean_output_tokens * 0.5
+    pairs_per_token = (mean_prompt_tokens + 1.0) * 0.5  # Σ_j j / p over the causal prompt
+    if policy.separates(chunk_size is not None):
+        pre = prefill_rate_rps(cost, chunk_size, top, mean_prompt_tokens)
+        dec = decode_rate_rps(cost, top, kv_tokens_per_seq, mean_prompt_tokens, mean_output_tokens)
+        return 0.0 if pre <= 0.0 or dec <= 0.0 else 1.0 / (1.0 / pre + 1.0 / dec)
+    best = 0.0
+    for b in _halvings(top):
+        room = budget - b if policy.split_prompts else max(budget - b, mean_prompt_tokens)
+        c = max(0, min(round(b * mean_prompt_tokens / decodes), int(room)))
+        seqs = max(1, round(c / max(mean_prompt_tokens, 1.0))) if c else 0
+        t = _checked(cost, IterationBatch(b, round(b * ctx), c, c * pairs_per_token, seqs))
+        if t <= 0.0:
+            return math.inf
+        if tpot_s is not None and t > tpot_s:
+            continue
+        best = max(best, min(b / decodes, c / max(mean_prompt_tokens, 1e-9)) / t)
+    return best
+
+
 def capacity_upper_bound_rps(
     cost: InstanceCost,
     count: int,
@@ -138,7 +198,35 @@ def capacity_upper_bound_rps(
     kv_seqs = int(cost.kv_capacity_tokens // hold)
     pre = prefill_rate_rps(cost, chunk_size, min(max_batch_size, kv_seqs), mean_prompt_tokens)
     dec = decode_rate_rps(cost, max_batch_size, hold, mean_prompt_tokens, mean_output_tokens)
-    return count * min(pre, dec)
+    shared = shared_rate_rps(
+        cost, max_batch_size, chunk_size, hold, mean_prompt_tokens, mean_output_tokens
+    )
+    return count * min(pre, dec, shared)
+
+
+def steady_rate_rps(
+    cost: InstanceCost,
+    count: int,
+    max_batch_size: int,
+    chunk_size: int | None,
+    mean_prompt_tokens: float,
+    mean_output_tokens: float,
+    tpot_s: float | None,
+) -> float:
+    """The rate `count` colocated instances sustain in steady state with their iterations
+    meeting the TPOT target (`shared_rate_rps` with `tpot_s`, within the capacity bound):
+    the goodput search's reference for when a probe needs a settled backlog."""
+    ub = capacity_upper_bound_rps(
+        cost, count, max_batch_size, chunk_size, mean_prompt_tokens, mean_output_tokens
+    )
+    if tpot_s is None or ub <= 0.0:
+        return ub
+    one, stages = pipeline_engines(cost)
+    hold = kv_tokens_per_seq(one, mean_prompt_tokens, mean_output_tokens, colocated=True)
+    shared = shared_rate_rps(
+        one, max_batch_size, chunk_size, hold, mean_prompt_tokens, mean_output_tokens, tpot_s
+    )
+    return min(ub, count * stages * shared)
 
 
 def capacity_upper_bound_disaggregated_rps(

@@ -84,6 +84,8 @@ from solver.serving.evaluate import (
 from solver.serving.goodput import (
     GoodputResult,
     SLOTarget,
+    colocated_probe,
+    disaggregated_probe,
     goodput_colocated,
     goodput_disaggregated,
     mean_lengths,
@@ -583,17 +585,13 @@ def _unit_goodput(
         cand.layout.tensor, cand.layout.pipeline, cand.layout.expert, cand.layout.precision, tier
     )
     if cand.mode == "colocated":
-        if rate is not None:
-            sim = simulate_colocated(
-                scale_stream(ctx.stream, rate),
-                decode_cost,
-                cand.replicas,
-                cand.max_batch,
-                cand.chunk,
-                stop=ctx.slo.stop_rule(len(ctx.stream)),
+        if rate is not None:  # in steady state (`SteadyProbe`), as the bisection would judge it
+            probe, _ = colocated_probe(
+                ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo
             )
-            ctx.stats.solver_calls += 1
-            return ctx.slo.met_by(sim)
+            ok = probe.holds(rate)[0]
+            ctx.stats.solver_calls += probe.evaluations
+            return ok
         res = goodput_colocated(
             ctx.stream,
             decode_cost,
@@ -609,18 +607,13 @@ def _unit_goodput(
         pre = cand.prefill
         prefill_cost = ctx.costs.get(pre.tensor, pre.pipeline, pre.expert, pre.precision, tier)
         if rate is not None:
-            sim = simulate_disaggregated(
-                scale_stream(ctx.stream, rate),
-                prefill_cost,
-                cand.prefill_count,
-                cand.prefill_chunk,
-                decode_cost,
-                cand.decode_count,
-                cand.max_batch,
-                stop=ctx.slo.stop_rule(len(ctx.stream)),
-            )
-            ctx.stats.solver_calls += 1
-            return ctx.slo.met_by(sim)
+            probe, _ = disaggregated_probe(
+                ctx.stream, prefill_cost, cand.prefill_count, cand.prefill_chunk,
+                decode_cost, cand.decode_count, cand.max_batch, ctx.slo,
+            )  # fmt: skip
+            ok = probe.holds(rate)[0]
+            ctx.stats.solver_calls += probe.evaluations
+            return ok
         res = goodput_disaggregated(
             ctx.stream,
             prefill_cost,

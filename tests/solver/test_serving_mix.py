@@ -70,9 +70,10 @@ def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> No
         assert result.plans
         return problem, result.plans[0].estimate
 
-    # the H100 node alone carries ~363 requests/s: 400 needs more, and the cheapest way is
-    # a few cheap instances beside it, not every GPU
-    problem, mix = best("min_cost", 400.0)
+    # in steady state the H100 node alone carries ~180 requests/s, the A100 node ~66 and the
+    # L40S node ~53: 190 needs more than the H100s, and the cheapest way is a few cheap
+    # instances beside them, not every GPU
+    problem, mix = best("min_cost", 190.0)
     groups = {i.group for i in mix.plan.instances}  # type: ignore[attr-defined]
     assert "h100" in groups and len(groups) >= 2
     assert mix.metrics.gpus_used < 24  # type: ignore[attr-defined]
