@@ -74,12 +74,25 @@ def test_the_cheapest_mix_for_a_rate_uses_cheap_groups_beside_a_fast_one() -> No
     # L40S node ~53: 190 needs more than the H100s, and the cheapest way is a few cheap
     # instances beside them, not every GPU
     problem, mix = best("min_cost", 190.0)
-    groups = {i.group for i in mix.plan.instances}  # type: ignore[attr-defined]
+    # the groups it uses: an instance's own, or those its pipeline stages span
+    groups = {
+        g
+        for i in mix.plan.instances  # type: ignore[attr-defined]
+        for g in ([i.group] if i.group is not None else i.stage_groups or [])
+    }
     assert "h100" in groups and len(groups) >= 2
     assert mix.metrics.gpus_used < 24  # type: ignore[attr-defined]
     assert mix.feasible  # type: ignore[attr-defined]
     prices = {"h100": 4.0, "a100": 1.5, "l40s": 1.0}
-    expected = sum(i.num_gpus * prices[i.group] for i in mix.plan.instances)  # type: ignore[attr-defined]
+
+    def price(i: object) -> float:
+        """One replica's GPUs at their groups' prices (a stage: tensor × expert GPUs)."""
+        if i.group is not None:  # type: ignore[attr-defined]
+            return float(i.parallelism.num_gpus * prices[i.group])  # type: ignore[attr-defined]
+        stage = i.parallelism.tensor * i.parallelism.expert  # type: ignore[attr-defined]
+        return float(sum(stage * prices[g] for g in i.stage_groups))  # type: ignore[attr-defined]
+
+    expected = sum(i.count * price(i) for i in mix.plan.instances)  # type: ignore[attr-defined]
     assert mix.metrics.price_per_hour == pytest.approx(expected)  # type: ignore[attr-defined]
     # per GPU, one group alone is best: a mix never wins max_goodput_per_gpu
     _, per_gpu = best("max_goodput_per_gpu", None)
