@@ -201,22 +201,38 @@ class InstanceCosts:
         """The cost model's cost of one pipeline stage holding `layers` on `pool` (without
         the engine's host cost: `staged` adds it once for the instance); raises
         InfeasiblePlan (cached)."""
-        key = (tensor, expert, precision, tier, pool, layers)
+        return self._raw_cost(tensor, 1, expert, precision, tier, pool, layers)
+
+    def _raw_cost(
+        self,
+        tensor: int,
+        pipeline: int,
+        expert: int,
+        precision: str,
+        tier: str,
+        group: str | None,
+        layers: tuple[int, int] | None = None,
+    ) -> InstanceCost:
+        """The cost model's instance cost on the pool `group` names (the whole cluster for
+        None), all layers or `layers` only, without the engine's host cost; raises
+        InfeasiblePlan (cached)."""
+        key = (tensor, pipeline, expert, precision, tier, group, layers)
         hit = self._raw.get(key)
         if hit is None:
             wl = self.problem.workload
+            extra = {} if layers is None else {"layers": layers}
             try:
                 hit = self.cost_model.instance_cost(
                     self.problem.model,
-                    self.problem.pool(pool),
+                    self.problem.pool(group),
                     tensor,
-                    1,
+                    pipeline,
                     expert,
                     precision,  # type: ignore[arg-type]
                     kv_format(wl, precision),  # type: ignore[arg-type]
                     memory_utilization=self.problem.memory_utilization,
                     kv_transfer_tier=tier,  # type: ignore[arg-type]
-                    layers=layers,
+                    **extra,
                 )
             except InfeasiblePlan as exc:
                 hit = exc
@@ -345,24 +361,13 @@ class InstanceCosts:
         key = (tensor, pipeline, expert, precision, tier, group)
         hit = self._cache.get(key)
         if hit is None:
-            wl = self.problem.workload
             try:
-                hit = self.cost_model.instance_cost(
-                    self.problem.model,
-                    self.problem.pool(group),
-                    tensor,
-                    pipeline,
-                    expert,
-                    precision,  # type: ignore[arg-type]
-                    kv_format(wl, precision),  # type: ignore[arg-type]
-                    memory_utilization=self.problem.memory_utilization,
-                    kv_transfer_tier=tier,  # type: ignore[arg-type]
-                )
+                raw = self._raw_cost(tensor, pipeline, expert, precision, tier, group)
             except InfeasiblePlan as exc:
                 hit = exc
             else:
                 engine = self.problem.engine_profile
-                hit = EngineInstanceCost(hit, engine.host(), engine.scheduler())
+                hit = EngineInstanceCost(raw, engine.host(), engine.scheduler())
             self._cache[key] = hit
         if isinstance(hit, InfeasiblePlan):
             raise hit
