@@ -17,6 +17,7 @@ from sqlmodel import Session, col, select
 
 from app.db.models import (
     ACTIVE_STATUSES,
+    DEFAULT_TENANT,
     TERMINAL_STATUSES,
     DeliveryStatus,
     IdempotencyKeyRecord,
@@ -49,14 +50,16 @@ def create_search(
     idempotency_key: str | None = None,
     body_hash: str | None = None,
     callback_url: str | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> SearchRecord:
-    """Store a new queued search and return it.
+    """Store a new queued search of `tenant` and return it.
 
     With `idempotency_key`, the key row (with `body_hash`) and, with `callback_url`, the
     search's webhook delivery are stored in the same transaction. When another request
     stored the key first the transaction is rolled back (no search is stored) and
     `IntegrityError` propagates: read the winner with `get_idempotency_key`."""
     record = SearchRecord(
+        tenant=tenant,
         request=request,
         problem=problem,
         request_hash=request_hash,
@@ -70,7 +73,7 @@ def create_search(
     try:
         if idempotency_key is not None:
             session.flush()  # the search row first: the key row references it
-            _insert_key(session, idempotency_key, record.id, body_hash or "")
+            _insert_key(session, tenant, idempotency_key, record.id, body_hash or "")
         session.commit()
     except IntegrityError:
         session.rollback()
@@ -93,34 +96,38 @@ def find_duplicate(*, session: Session, request_hash: str) -> SearchRecord | Non
     return session.exec(query).first()
 
 
-def get_idempotency_key(*, session: Session, key: str) -> IdempotencyKeyRecord | None:
-    """The stored row of an idempotency key, read fresh, or None."""
-    query = select(IdempotencyKeyRecord).where(col(IdempotencyKeyRecord.key) == key)
+def get_idempotency_key(
+    *, session: Session, key: str, tenant: str = DEFAULT_TENANT
+) -> IdempotencyKeyRecord | None:
+    """The stored row of a tenant's idempotency key, read fresh, or None."""
+    query = select(IdempotencyKeyRecord).where(
+        col(IdempotencyKeyRecord.tenant) == tenant, col(IdempotencyKeyRecord.key) == key
+    )
     return session.exec(query.execution_options(populate_existing=True)).first()
 
 
 def claim_idempotency_key(
-    *, session: Session, key: str, search_id: str, body_hash: str
+    *, session: Session, key: str, search_id: str, body_hash: str, tenant: str = DEFAULT_TENANT
 ) -> IdempotencyKeyRecord:
     """Store `key` → `search_id`; when the key is already stored (a concurrent request won),
     return the stored row instead (its search and body hash may differ)."""
     try:
-        _insert_key(session, key, search_id, body_hash)
+        _insert_key(session, tenant, key, search_id, body_hash)
         session.commit()
     except IntegrityError:
         session.rollback()
-    row = get_idempotency_key(session=session, key=key)
+    row = get_idempotency_key(session=session, key=key, tenant=tenant)
     if row is None:  # the winner's search (and its key) was deleted meanwhile
         raise LookupError(f"idempotency key {key!r} vanished")
     return row
 
 
-def _insert_key(session: Session, key: str, search_id: str, body_hash: str) -> None:
+def _insert_key(session: Session, tenant: str, key: str, search_id: str, body_hash: str) -> None:
     """A Core INSERT: a duplicate key fails in the database (the unique constraint decides
     races), whatever rows this session has loaded."""
     session.execute(
         insert(IdempotencyKeyRecord).values(
-            key=key, search_id=search_id, body_hash=body_hash, created_at=utcnow()
+            tenant=tenant, key=key, search_id=search_id, body_hash=body_hash, created_at=utcnow()
         )
     )
 

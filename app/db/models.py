@@ -1,7 +1,10 @@
 """Database tables: one row per search, one row per ranked plan of a search, one row per
-measured run of a plan, one row per `Idempotency-Key` seen on `POST /v1/searches`, one row
-per webhook delivery (one event of one search to one callback URL) and one row per HTTP
-attempt of a delivery.
+measured run of a plan, one row per `Idempotency-Key` a tenant sent on `POST /v1/searches`,
+one row per webhook delivery (one event of one search to one callback URL), one row per HTTP
+attempt of a delivery and one row per API key.
+
+Every search and measurement belongs to a tenant (`DEFAULT_TENANT` when authentication is
+off); plans, deliveries and attempts belong to their search's tenant.
 
 The Alembic revision in `app/migrations/versions/` creates exactly these tables; a test
 compares the migrated schema with this metadata, so change both together.
@@ -46,6 +49,12 @@ TERMINAL_STATUSES = (
 )
 
 
+DEFAULT_TENANT = "default"
+"""The tenant of every row stored with authentication off (and of rows stored before
+revision 0005)."""
+TENANT_MAX_LENGTH = 100
+
+
 def utcnow() -> datetime:
     """Timezone-aware current time (UTC)."""
     return datetime.now(UTC)
@@ -63,9 +72,16 @@ class SearchRecord(SQLModel, table=True):
         Index("ix_searches_status", "status"),
         Index("ix_searches_created_at", "created_at"),
         Index("ix_searches_request_hash", "request_hash"),
+        Index("ix_searches_tenant_created_at", "tenant", "created_at"),
+        Index("ix_searches_status_lease_expires_at", "status", "lease_expires_at"),
     )
 
     id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    tenant: str = Field(
+        default=DEFAULT_TENANT,
+        sa_column=Column(String(TENANT_MAX_LENGTH), nullable=False, server_default=DEFAULT_TENANT),
+    )
+    """The tenant that submitted the search; only its keys see the search and its plans."""
     status: str = Field(
         default=SearchStatus.QUEUED.value, sa_column=Column(String(16), nullable=False)
     )
@@ -92,6 +108,13 @@ class SearchRecord(SQLModel, table=True):
     )
     attempts: int = Field(default=0, nullable=False)
     """Times a worker has started this search."""
+    lease_owner: str | None = Field(default=None, sa_column=Column(String(100), nullable=True))
+    """The replica that claimed the search and runs it (None while queued)."""
+    lease_expires_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    """Until when the owner's claim holds; the owner's heartbeat pushes it forward, and
+    another replica may take the search over once it has passed."""
 
 
 class PlanRecord(SQLModel, table=True):
@@ -128,9 +151,15 @@ class MeasurementRecord(SQLModel, table=True):
     __table_args__ = (
         Index("ix_measurements_plan_id_created_at", "plan_id", "created_at"),
         Index("ix_measurements_accelerator_id", "accelerator_id"),
+        Index("ix_measurements_tenant_created_at", "tenant", "created_at"),
     )
 
     id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    tenant: str = Field(
+        default=DEFAULT_TENANT,
+        sa_column=Column(String(TENANT_MAX_LENGTH), nullable=False, server_default=DEFAULT_TENANT),
+    )
+    """The tenant that posted the measurement (it feeds only that tenant's calibration)."""
     plan_id: str = Field(
         sa_column=Column(String(36), ForeignKey("plans.id", ondelete="CASCADE"), nullable=False)
     )
@@ -163,11 +192,16 @@ CALLBACK_URL_MAX_LENGTH = 2048
 
 class IdempotencyKeyRecord(SQLModel, table=True):
     """An `Idempotency-Key` of `POST /v1/searches`: the search it answered and a hash of the
-    request body it came with. The key is the primary key, so two concurrent requests with
-    one key cannot both store it (the loser reads the winner's row)."""
+    request body it came with. (tenant, key) is the primary key: two concurrent requests of
+    one tenant with one key cannot both store it (the loser reads the winner's row), and
+    tenants' keys never meet."""
 
     __tablename__ = "idempotency_keys"
 
+    tenant: str = Field(
+        default=DEFAULT_TENANT,
+        sa_column=Column(String(TENANT_MAX_LENGTH), primary_key=True),
+    )
     key: str = Field(sa_column=Column(String(IDEMPOTENCY_KEY_MAX_LENGTH), primary_key=True))
     search_id: str = Field(
         sa_column=Column(String(36), ForeignKey("searches.id", ondelete="CASCADE"), nullable=False)
@@ -242,3 +276,42 @@ class WebhookAttemptRecord(SQLModel, table=True):
     """The receiver's HTTP status (None: no response)."""
     error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     """Why the attempt failed (connection error, timeout, non-2xx), None when it succeeded."""
+
+
+class ApiKeyScope(StrEnum):
+    """What a key may do: `read` (GET), `write` (read + submit, cancel, measure, delete its
+    tenant's data), `admin` (write + manage keys of every tenant)."""
+
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+
+class ApiKeyRecord(SQLModel, table=True):
+    """An API key: only the SHA-256 of the secret is stored (keys are 256-bit random tokens,
+    so a fast hash suffices; the secret is shown once, at creation)."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (
+        Index("ix_api_keys_key_hash", "key_hash", unique=True),
+        Index("ix_api_keys_tenant", "tenant"),
+    )
+
+    id: str = Field(default_factory=new_id, sa_column=Column(String(36), primary_key=True))
+    tenant: str = Field(sa_column=Column(String(TENANT_MAX_LENGTH), nullable=False))
+    name: str | None = Field(default=None, sa_column=Column(String(200), nullable=True))
+    """A label for people (who or what uses the key)."""
+    prefix: str = Field(sa_column=Column(String(16), nullable=False))
+    """The first characters of the secret, shown in listings to tell keys apart."""
+    key_hash: str = Field(sa_column=Column(String(64), nullable=False))
+    """Hex SHA-256 of the whole secret."""
+    scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=Column(DateTime(timezone=True), nullable=False)
+    )
+    revoked_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
+    last_used_at: datetime | None = Field(
+        default=None, sa_column=Column(DateTime(timezone=True), nullable=True)
+    )
