@@ -97,11 +97,39 @@ def search(
     Returns:
         SearchResult with plans best first (empty when nothing fits; see `stats.pruned`).
     """
+    top, stats, monitor = search_top(
+        problem,
+        cost_model,
+        constraints,
+        top_k=top_k,
+        progress=progress,
+        should_stop=should_stop,
+        solver=solver,
+    )
+    return finish(top, stats, monitor, problem=problem)
+
+
+def search_top(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    *,
+    top_k: int = 10,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    solver: PartitionSolver | None = None,
+    select_blocks: Callable[[list[Block]], list[Block]] | None = None,
+) -> tuple[TopK, SearchStats, Monitor]:
+    """`search` before ranking: the top-k, the counts and the monitor. `select_blocks`
+    keeps a part of the space's blocks (a shard, `solver.search.shards`); the top-k is then
+    exact over that part."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
     solver = solver or default_solver()
     stats = SearchStats()
     blocks = list(candidate_blocks(problem, constraints))
+    if select_blocks is not None:
+        blocks = select_blocks(blocks)
     monitor = Monitor(
         constraints.time_limit_s, progress, should_stop, sum(blk.size for blk in blocks)
     )
@@ -109,8 +137,16 @@ def search(
     try:
         if is_lazy_capable(cost_model):
             _lazy(problem, cost_model, blocks, stats, monitor, top, solver)
-            return finish(top, stats, monitor, problem=problem)
-        screened = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
+            return top, stats, monitor
+        screened = screen(
+            problem,
+            cost_model,
+            constraints,
+            stats,
+            monitor,
+            memory_bound=True,
+            blocks=blocks if select_blocks is not None else None,
+        )
         screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
         for i, item in enumerate(screened):
             monitor.poll(report=True)
@@ -131,7 +167,7 @@ def search(
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
-    return finish(top, stats, monitor, problem=problem)
+    return top, stats, monitor
 
 
 def _lazy(

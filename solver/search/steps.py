@@ -143,9 +143,11 @@ def screen(
     monitor: Monitor,
     *,
     memory_bound: bool,
+    blocks: Iterable[Block] | None = None,
 ) -> list[Screened]:
     """Every candidate that passes check(), profile() and (if `memory_bound`) the memory
-    lower bound, with its step-time lower bound. Counts go to `stats`."""
+    lower bound, with its step-time lower bound. Counts go to `stats`. `blocks` limits the
+    candidates to those blocks' (default: the whole space)."""
     out: list[Screened] = []
     ext: Any = cost_model  # the optional protocols' methods, used only when offered
     keyed = isinstance(cost_model, KeyedTrainingCostModel)
@@ -153,7 +155,12 @@ def screen(
     grouped = memory_bound and bounded
     group_fits: dict[tuple[Any, ...], bool] = {}
     usable = problem.usable_memory_bytes * (1.0 + BOUND_SAFETY)
-    for i, cand in enumerate(candidates(problem, constraints)):
+    keys = (
+        candidates(problem, constraints)
+        if blocks is None
+        else (key for blk in blocks for slot in blk.slots for key in block_keys(blk, slot))
+    )
+    for i, cand in enumerate(keys):
         stats.enumerated += 1
         if i % _POLL_EVERY == 0:
             monitor.poll(report=i > 0)
