@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_SQLITE_PATH = Path("var") / "meshplan.db"
@@ -27,6 +27,30 @@ class Settings(BaseSettings):
     search_executor: Literal["process", "thread"] = "process"
     """`process`: a spawn-context process pool (the solver is CPU-bound Python and would
     contend with the API for the GIL); `thread`: a thread pool (tests, tiny deployments)."""
+    executor: Literal["local", "ray"] = "local"
+    """Where searches run: `local` (this process's pool, of kind `search_executor`) or `ray`
+    (Ray tasks on the cluster at `ray_address`; `app.services.executors`)."""
+    ray_address: str | None = Field(
+        default=None, validation_alias=AliasChoices("RAY_ADDRESS", "MESHPLAN_RAY_ADDRESS")
+    )
+    """Ray cluster to join (`RAY_ADDRESS`, Ray's own variable); unset or `local`: start a
+    local Ray with `ray_num_cpus` CPUs."""
+    ray_num_cpus: int | None = Field(default=None, ge=1)
+    """CPUs of the local Ray started when `ray_address` is unset (None: Ray's default)."""
+    search_shards: int = Field(default=0, ge=0, le=1024)
+    """Shards one large training search is split into on Ray (0: the cluster's CPUs)."""
+    shard_min_candidates: int = Field(default=5000, ge=1)
+    """A search with fewer candidates than this runs whole in one Ray task."""
+    replica_id: str | None = None
+    """This replica's lease owner name (default: hostname-pid-random, new at every start; a
+    fixed one lets a restarted replica take its own searches back at once)."""
+    lease_s: float = Field(default=30.0, gt=0)
+    """How long a claim on a search holds without a heartbeat; a dead replica's searches
+    are taken over this long after its last heartbeat."""
+    heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    """Time between two lease renewals of the searches this replica holds (< `lease_s`)."""
+    lease_scan_interval_s: float = Field(default=2.0, gt=0)
+    """Time between two scans for queued searches nobody holds and expired leases."""
     default_search_time_limit_s: float = Field(default=60.0, gt=0)
     """Search time limit when the request gives none."""
     max_search_time_limit_s: float = Field(default=600.0, gt=0)

@@ -180,22 +180,34 @@ def searches_with_status(*, session: Session, statuses: Sequence[str]) -> list[S
     return list(session.exec(query).all())
 
 
-def _update(session: Session, search_id: str, statuses: Sequence[str], **values: Any) -> bool:
-    statement = (
-        update(SearchRecord)
-        .where(col(SearchRecord.id) == search_id, col(SearchRecord.status).in_(list(statuses)))
-        .values(**values)
+def _update(
+    session: Session,
+    search_id: str,
+    statuses: Sequence[str],
+    owner: str | None = None,
+    **values: Any,
+) -> bool:
+    """Conditional update of one search in `statuses` (and leased by `owner` when given)."""
+    statement = update(SearchRecord).where(
+        col(SearchRecord.id) == search_id, col(SearchRecord.status).in_(list(statuses))
     )
+    if owner is not None:
+        statement = statement.where(col(SearchRecord.lease_owner) == owner)
+    statement = statement.values(**values)
     result = cast(CursorResult[Any], session.execute(statement))
     return result.rowcount == 1
 
 
-def start_search(*, session: Session, search_id: str, now: datetime | None = None) -> bool:
-    """queued → running (attempts + 1). False when the search is no longer queued."""
+def start_search(
+    *, session: Session, search_id: str, now: datetime | None = None, owner: str | None = None
+) -> bool:
+    """queued → running (attempts + 1). False when the search is no longer queued (or no
+    longer leased by `owner`)."""
     changed = _update(
         session,
         search_id,
         [SearchStatus.QUEUED.value],
+        owner,
         status=SearchStatus.RUNNING.value,
         started_at=now or utcnow(),
         finished_at=None,
@@ -206,21 +218,34 @@ def start_search(*, session: Session, search_id: str, now: datetime | None = Non
 
 
 def update_progress(
-    *, session: Session, search_id: str, evaluated: int, total: int | None
+    *, session: Session, search_id: str, evaluated: int, total: int | None, owner: str | None = None
 ) -> str | None:
-    """Write progress of a running search; returns the search's current status."""
+    """Write progress of a running search; returns the search's current status
+    (`LEASE_LOST` when `owner` no longer holds it)."""
     values: dict[str, Any] = {"progress_evaluated": evaluated}
     if total is not None:
         values["progress_total"] = total
-    _update(session, search_id, [SearchStatus.RUNNING.value], **values)
+    _update(session, search_id, [SearchStatus.RUNNING.value], owner, **values)
     session.commit()
-    return current_status(session=session, search_id=search_id)
+    return current_status(session=session, search_id=search_id, owner=owner)
 
 
-def current_status(*, session: Session, search_id: str) -> str | None:
-    """The stored status, read fresh from the database."""
-    query = select(SearchRecord.status).where(col(SearchRecord.id) == search_id)
-    return session.exec(query).first()
+LEASE_LOST = "lease_lost"
+"""`current_status` of a search another replica has taken over (never stored)."""
+
+
+def current_status(*, session: Session, search_id: str, owner: str | None = None) -> str | None:
+    """The stored status, read fresh from the database; `LEASE_LOST` when `owner` is given
+    and no longer holds the search's lease."""
+    query = select(SearchRecord.status, SearchRecord.lease_owner).where(
+        col(SearchRecord.id) == search_id
+    )
+    row = session.exec(query).first()
+    if row is None:
+        return None
+    if owner is not None and row[1] != owner:
+        return LEASE_LOST
+    return row[0]
 
 
 def finish_search(
@@ -233,8 +258,10 @@ def finish_search(
     plans: Sequence[PlanRecord] = (),
     progress_evaluated: int | None = None,
     progress_total: int | None = None,
+    owner: str | None = None,
 ) -> str | None:
-    """Store the outcome and the plans in one transaction.
+    """Store the outcome and the plans in one transaction (only while `owner`, when given,
+    holds the lease: a replica that lost it writes nothing).
 
     A running search takes `status`; a search cancelled meanwhile stays cancelled but keeps
     the plans found before the cancel. Returns the final status (None: search deleted)."""
@@ -243,9 +270,10 @@ def finish_search(
         values["progress_evaluated"] = progress_evaluated
     if progress_total is not None:
         values["progress_total"] = progress_total
-    if _update(session, search_id, [SearchStatus.RUNNING.value], status=status.value, **values):
+    running, cancelled = [SearchStatus.RUNNING.value], [SearchStatus.CANCELLED.value]
+    if _update(session, search_id, running, owner, status=status.value, **values):
         final: str | None = status.value
-    elif _update(session, search_id, [SearchStatus.CANCELLED.value], **values):
+    elif _update(session, search_id, cancelled, owner, **values):
         final = SearchStatus.CANCELLED.value
     else:
         session.rollback()
@@ -274,12 +302,20 @@ def mark_cancelled_finished(*, session: Session, search_id: str) -> None:
     session.commit()
 
 
-def requeue_search(*, session: Session, search_id: str, forget_attempt: bool = False) -> bool:
-    """running → queued (a service restart or shutdown interrupted it)."""
-    values: dict[str, Any] = {"status": SearchStatus.QUEUED.value, "started_at": None}
+def requeue_search(
+    *, session: Session, search_id: str, forget_attempt: bool = False, owner: str | None = None
+) -> bool:
+    """running → queued (a service restart or shutdown interrupted it); the lease is
+    released so that any replica may claim it."""
+    values: dict[str, Any] = {
+        "status": SearchStatus.QUEUED.value,
+        "started_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
     if forget_attempt:
         values["attempts"] = SearchRecord.attempts - 1
-    changed = _update(session, search_id, [SearchStatus.RUNNING.value], **values)
+    changed = _update(session, search_id, [SearchStatus.RUNNING.value], owner, **values)
     session.commit()
     return changed
 

@@ -826,12 +826,43 @@ def run_problem(
     *,
     progress: ProgressFn,
     should_stop: Callable[[], bool],
+    homogeneous_search: Callable[..., Any] | None = None,
 ) -> SearchOutcome:
-    """Run the search a stored problem describes (the worker's job)."""
+    """Run the search a stored problem describes (the worker's job). `homogeneous_search`
+    replaces `solver.search` for training on one node group (a sharded search on Ray)."""
     if (problem.get("workload") or {}).get("kind") == "serving":
         from app.services import serving
 
         return serving.run_problem(problem, progress=progress, should_stop=should_stop)
+    training, cost_model, constraints = training_inputs(problem)
+    started = time.perf_counter()
+    if training.cluster.is_homogeneous:
+        run = homogeneous_search or solver.search
+    else:
+        run = solver.mixed_search
+    result = run(
+        training,
+        cost_model,
+        constraints,
+        top_k=int(problem.get("top_k", 10)),
+        progress=progress,
+        should_stop=should_stop,
+    )
+    stats = result.stats.to_dict()
+    stats.setdefault("wall_time_s", time.perf_counter() - started)
+    plans = [_ranked_plan_dict(p) for p in result.plans]
+    if not plans and not should_stop():
+        raise NoFeasiblePlan(
+            _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
+        )
+    return SearchOutcome(plans=plans, stats=stats)
+
+
+def training_inputs(
+    problem: dict[str, Any],
+) -> tuple[TrainingProblem, TrainingCostModel, SearchConstraints]:
+    """The training problem (with MoE placement load factors), cost model and constraints
+    of a stored search problem."""
     constraints = SearchConstraints.model_validate(problem["constraints"])
     training = training_problem(problem)
     if training.model.moe is not None:
@@ -850,24 +881,7 @@ def run_problem(
     cost_model = build_cost_model(
         CostModelRef(name=ref.get("name", DEFAULT_COST_MODEL), config=ref.get("config"))
     )
-    started = time.perf_counter()
-    run = solver.search if training.cluster.is_homogeneous else solver.mixed_search
-    result = run(
-        training,
-        cost_model,
-        constraints,
-        top_k=int(problem.get("top_k", 10)),
-        progress=progress,
-        should_stop=should_stop,
-    )
-    stats = result.stats.to_dict()
-    stats.setdefault("wall_time_s", time.perf_counter() - started)
-    plans = [_ranked_plan_dict(p) for p in result.plans]
-    if not plans and not should_stop():
-        raise NoFeasiblePlan(
-            _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
-        )
-    return SearchOutcome(plans=plans, stats=stats)
+    return training, cost_model, constraints
 
 
 def training_problem(problem: dict[str, Any]) -> TrainingProblem:

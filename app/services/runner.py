@@ -16,9 +16,17 @@ Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
   their problem JSON; anything else is logged and stored as a generic problem.
 - A clean shutdown sets a stop event: running searches stop and go back to `queued`
   (their attempt is not counted), queued futures are dropped; both resume at next start.
-- `recover()` at startup: `queued` searches are submitted again; `running` ones (their
-  process died) are re-queued while attempts < `max_attempts`, else marked failed with
-  "interrupted by a service restart". Nothing is lost.
+- Several replicas may share one database: a replica claims a search with a lease before
+  its pool gets it (`app.db.leases`), a heartbeat renews the leases it holds and a scan
+  claims searches nobody holds (`app.services.leases`); a worker writes progress and its
+  outcome only while its replica holds the lease, so a replica that lost it (another took
+  the search over) stops at its next progress write and writes nothing.
+- `recover()` at startup is that scan: `queued` searches nobody holds are claimed and
+  submitted; `running` ones whose lease passed (their replica died) are re-queued while
+  attempts < `max_attempts`, else marked failed with "interrupted by a service restart";
+  another replica's live searches are left alone. Nothing is lost.
+- Where workers run is a plug-in (`settings.executor`): `local` is the pool above, `ray`
+  runs searches as Ray tasks (`app.services.executors`).
 - Listeners (`add_listener`, e.g. the webhook dispatcher's `notify`) are called with the
   search id whenever a search may have reached its end in this process: a worker returned
   or crashed, a cancel finished a search that never ran, recovery failed one. They must be
@@ -44,9 +52,10 @@ from sqlmodel import Session
 
 from app.core.config import Settings
 from app.core.problems import make_problem, problem_from_error
-from app.db import crud
+from app.db import crud, leases
 from app.db.models import TERMINAL_STATUSES, PlanRecord, SearchStatus
 from app.db.session import make_engine
+from app.services.leases import LeaseKeeper
 from specs.errors import PlannerError
 
 logger = logging.getLogger(__name__)
@@ -97,15 +106,17 @@ def execute_search(
     stop_event: _StopEvent,
     progress_interval_s: float,
     run: Callable[..., Any] | None = None,
+    owner: str | None = None,
 ) -> str | None:
-    """Run one stored search to its end; returns the final status (never raises)."""
+    """Run one stored search to its end; returns the final status (never raises). With an
+    `owner`, every write is conditional on that replica still holding the lease."""
     from app.services import planning
 
     run_problem = run or planning.run_problem
     with Session(engine, expire_on_commit=False) as session:
         if stop_event.is_set():
             return crud.current_status(session=session, search_id=search_id)
-        if not crud.start_search(session=session, search_id=search_id):
+        if not crud.start_search(session=session, search_id=search_id, owner=owner):
             status = crud.current_status(session=session, search_id=search_id)
             if status == SearchStatus.CANCELLED.value:
                 crud.mark_cancelled_finished(session=session, search_id=search_id)
@@ -114,7 +125,7 @@ def execute_search(
         assert record is not None
         problem = dict(record.problem)
 
-    state = _WorkerState(search_id, engine, stop_event, progress_interval_s)
+    state = _WorkerState(search_id, engine, stop_event, progress_interval_s, owner)
     try:
         outcome = run_problem(problem, progress=state.progress, should_stop=state.should_stop)
     except PlannerError as exc:
@@ -125,7 +136,9 @@ def execute_search(
     if stop_event.is_set() and not state.cancelled:
         # a clean shutdown interrupted the search: it runs again at the next start
         with Session(engine) as session:
-            crud.requeue_search(session=session, search_id=search_id, forget_attempt=True)
+            crud.requeue_search(
+                session=session, search_id=search_id, forget_attempt=True, owner=owner
+            )
             return crud.current_status(session=session, search_id=search_id)
     plans = [
         PlanRecord(
@@ -150,6 +163,7 @@ def execute_search(
             plans=plans,
             progress_evaluated=state.evaluated,
             progress_total=state.total,
+            owner=owner,
         )
 
 
@@ -159,6 +173,7 @@ class _WorkerState:
     engine: Engine
     stop_event: _StopEvent
     progress_interval_s: float
+    owner: str | None = None
     evaluated: int = 0
     total: int | None = None
     cancelled: bool = False
@@ -175,7 +190,11 @@ class _WorkerState:
             self._last_check = now
             with Session(self.engine) as session:
                 status = crud.update_progress(
-                    session=session, search_id=self.search_id, evaluated=evaluated, total=total
+                    session=session,
+                    search_id=self.search_id,
+                    evaluated=evaluated,
+                    total=total,
+                    owner=self.owner,
                 )
             self.cancelled = status != SearchStatus.RUNNING.value
 
@@ -186,7 +205,9 @@ class _WorkerState:
         if now - self._last_check >= _STOP_CHECK_S:
             self._last_check = now
             with Session(self.engine) as session:
-                status = crud.current_status(session=session, search_id=self.search_id)
+                status = crud.current_status(
+                    session=session, search_id=self.search_id, owner=self.owner
+                )
             self.cancelled = status != SearchStatus.RUNNING.value
         return self.cancelled
 
@@ -200,6 +221,7 @@ class _WorkerState:
                 error=problem,
                 progress_evaluated=self.evaluated,
                 progress_total=self.total,
+                owner=self.owner,
             )
 
 
@@ -227,7 +249,9 @@ def _warm_worker(hold_s: float) -> None:
     time.sleep(hold_s)
 
 
-def _process_entry(search_id: str, database_url: str, progress_interval_s: float) -> str | None:
+def _process_entry(
+    search_id: str, database_url: str, progress_interval_s: float, owner: str | None = None
+) -> str | None:
     engine = _PROCESS_ENGINES.get(database_url)
     if engine is None:
         engine = _PROCESS_ENGINES[database_url] = make_engine(database_url)
@@ -236,6 +260,7 @@ def _process_entry(search_id: str, database_url: str, progress_interval_s: float
         engine=engine,
         stop_event=_PROCESS_STOP,
         progress_interval_s=progress_interval_s,
+        owner=owner,
     )
 
 
@@ -257,6 +282,14 @@ class SearchRunner:
         self._executor: Executor | None = None
         self._stop_event: _StopEvent = threading.Event()
         self._listeners: list[Callable[[str], None]] = []
+        self.replica_id = settings.replica_id or leases.new_replica_id()
+        self._plugin: Any = None  # the Ray executor when settings.executor == "ray"
+        self._keeper = LeaseKeeper(
+            heartbeat=self.heartbeat,
+            scan=self.scan,
+            heartbeat_interval_s=settings.heartbeat_interval_s,
+            scan_interval_s=settings.lease_scan_interval_s,
+        )
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         """Call `listener(search_id)` whenever a search may have finished."""
@@ -276,7 +309,13 @@ class SearchRunner:
     def start(self) -> None:
         """Create the pool (process pools start their workers lazily)."""
         workers = self.settings.search_workers
-        if self.kind == "process":
+        if self.settings.executor == "ray":
+            from app.services.executors import RayExecutor
+
+            self._stop_event = threading.Event()
+            self._plugin = RayExecutor(self.settings)
+            self._executor = self._plugin
+        elif self.kind == "process":
             context = multiprocessing.get_context("spawn")
             self._stop_event = context.Event()
             self._executor = ProcessPoolExecutor(
@@ -306,13 +345,24 @@ class SearchRunner:
                 return
             if search_id in self._futures:
                 return
+            with Session(self.engine) as session:
+                if not leases.claim(
+                    session=session,
+                    search_id=search_id,
+                    owner=self.replica_id,
+                    lease_s=self.settings.lease_s,
+                ):
+                    return  # another replica holds it, or it is no longer queued
             future: Future[str | None]
-            if self.kind == "process":
+            if self._plugin is not None:
+                future = self._plugin.submit_search(search_id, self.replica_id)
+            elif self.kind == "process":
                 future = self._executor.submit(
                     _process_entry,
                     search_id,
                     self.settings.database_url,
                     self.settings.progress_interval_s,
+                    self.replica_id,
                 )
             else:
                 future = self._executor.submit(
@@ -321,6 +371,7 @@ class SearchRunner:
                     engine=self.engine,
                     stop_event=self._stop_event,
                     progress_interval_s=self.settings.progress_interval_s,
+                    owner=self.replica_id,
                 )
             self._futures[search_id] = future
         future.add_done_callback(functools.partial(self._done, search_id))
@@ -362,37 +413,53 @@ class SearchRunner:
         return True
 
     def recover(self) -> RecoveryReport:
-        """Resume what a previous process left: queued → submit; running → re-queue, or
-        fail after `max_attempts` runs."""
-        requeued, failed = [], []
+        """Resume what dead replicas (or this one's previous process) left, then keep doing
+        so: the first scan now, the lease keeper's from here on."""
+        report = self.scan()
+        self._keeper.start()
+        return report
+
+    def heartbeat(self) -> int:
+        """Renew the leases of the searches this replica runs or has queued."""
         with Session(self.engine) as session:
-            queued = crud.searches_with_status(
-                session=session, statuses=[SearchStatus.QUEUED.value]
+            return leases.renew(
+                session=session,
+                owner=self.replica_id,
+                search_ids=self.active(),
+                lease_s=self.settings.lease_s,
             )
-            running = crud.searches_with_status(
-                session=session, statuses=[SearchStatus.RUNNING.value]
+
+    def scan(self) -> RecoveryReport:
+        """Claim searches nobody holds (as many as the pool has room for: two per worker)
+        and submit them; fail taken-over ones that have had `max_attempts` runs."""
+        if self._stop_event.is_set():
+            return RecoveryReport(requeued=[], failed=[])
+        active = self.active()
+        with Session(self.engine) as session:
+            found = leases.claim_available(
+                session=session,
+                owner=self.replica_id,
+                lease_s=self.settings.lease_s,
+                limit=2 * self.settings.search_workers - len(active),
+                max_attempts=self.settings.max_attempts,
+                exclude=active,
             )
-            for record in running:
-                if record.attempts >= self.settings.max_attempts:
-                    crud.fail_search(
-                        session=session,
-                        search_id=record.id,
-                        error=interrupted_problem(record.id, record.attempts),
-                    )
-                    failed.append(record.id)
-                    logger.warning(
-                        "search %s failed: interrupted %d times", record.id, record.attempts
-                    )
-                elif crud.requeue_search(session=session, search_id=record.id):
-                    requeued.append(record.id)
-            resubmit = [r.id for r in queued] + requeued
-        for search_id in resubmit:
+            failed = []
+            for search_id, attempts in found.exhausted:
+                if crud.fail_search(
+                    session=session,
+                    search_id=search_id,
+                    error=interrupted_problem(search_id, attempts),
+                ):
+                    failed.append(search_id)
+                    logger.warning("search %s failed: interrupted %d times", search_id, attempts)
+        for search_id in found.claimed:
             self.submit(search_id)
         for search_id in failed:
             self._notify(search_id)
-        if resubmit or failed:
-            logger.info("recovered %d searches, failed %d", len(resubmit), len(failed))
-        return RecoveryReport(requeued=resubmit, failed=failed)
+        if found.claimed or failed:
+            logger.info("claimed %d searches, failed %d", len(found.claimed), len(failed))
+        return RecoveryReport(requeued=found.claimed, failed=failed)
 
     async def wait(self, search_id: str, timeout_s: float) -> str | None:
         """Wait up to `timeout_s` for the search to finish; returns its status."""
@@ -414,8 +481,11 @@ class SearchRunner:
     def shutdown(self) -> None:
         """Stop running searches (they return to `queued`) and drop queued futures."""
         self._stop_event.set()
+        self._keeper.stop()
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             self._futures.clear()
+        with Session(self.engine) as session:
+            leases.release(session=session, owner=self.replica_id)
