@@ -69,9 +69,9 @@ def test_searches_run_as_ray_tasks_and_shard_exactly(settings_factory: Any, tiny
 
 @pytest.mark.usefixtures("local_ray")
 def test_a_sharded_search_reports_progress_by_shard() -> None:
+    from app.core.config import Settings
     from app.schemas import SearchCreate
     from app.services import executors, planning
-    from app.core.config import Settings
 
     problem = planning.prepare_search(SearchCreate.model_validate(MEDIUM), Settings()).problem
     training, cost_model, constraints = planning.training_inputs(problem)
