@@ -4,7 +4,6 @@ the plans the local pool stores."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,17 +20,6 @@ MEDIUM = {
     "workload": {"kind": "training", "global_batch_size": 256, "sequence_length": 4096},
     "top_k": 12,
 }
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    from app.services.executors import init_ray
-
-    init_ray(None, num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _plans(client: Any, search_id: str) -> list[dict[str, Any]]:
