@@ -114,7 +114,7 @@ def _sharded(
     from solver.space import count_candidates
 
     total = count_candidates(training, constraints)
-    count = shards or int(ray.cluster_resources().get("CPU", 1))
+    count = shards or int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
     if count < 2 or total < shard_min_candidates:
         return solver.search(
             training,
