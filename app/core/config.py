@@ -37,8 +37,10 @@ class Settings(BaseSettings):
     local Ray with `ray_num_cpus` CPUs."""
     ray_num_cpus: int | None = Field(default=None, ge=1)
     """CPUs of the local Ray started when `ray_address` is unset (None: Ray's default)."""
-    search_shards: int = Field(default=0, ge=0, le=1024)
-    """Shards one large training search is split into on Ray (0: the cluster's CPUs)."""
+    search_shards: int = Field(default=1, ge=0, le=1024)
+    """Shards one large training search is split into on Ray (1: none, 0: the cluster's
+    CPUs). Off by default: on 2 CPUs a default-space search (1-2 s, branch-and-bound skips
+    >99 % of it) runs slower split than whole (`bench/sharded_search.py`)."""
     shard_min_candidates: int = Field(default=5000, ge=1)
     """A search with fewer candidates than this runs whole in one Ray task."""
     replica_id: str | None = None
