@@ -193,56 +193,76 @@ def start_service(workdir: Path, app_dir: Path) -> tuple[subprocess.Popen[bytes]
     return process, f"http://127.0.0.1:{port}"
 
 
-def wait_ready(url: str, timeout_s: float = 60.0) -> float:
-    """Seconds until the service answers `/v1/health/ready` 200 (or `/v1/health`, for a
-    service without readiness)."""
+def wait_for(url: str, path: str, timeout_s: float = 60.0) -> float:
+    """Seconds until `GET path` answers 200."""
     began = time.monotonic()
     deadline = began + timeout_s
     while time.monotonic() < deadline:
         try:
-            r = httpx.get(f"{url}/v1/health/ready", timeout=2)
-            if r.status_code == 404:
-                r = httpx.get(f"{url}/v1/health", timeout=2)
-            if r.status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return time.monotonic() - began
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
-    raise SystemExit(f"the service at {url} was not ready within {timeout_s} s")
+        time.sleep(0.05)
+    raise SystemExit(f"{url}{path} did not answer 200 within {timeout_s} s")
 
 
-def seed_search(url: str) -> str:
-    """One finished search whose plans the `plans` phases read."""
+def wait_ready(url: str, timeout_s: float = 60.0) -> float:
+    """Seconds until `/v1/health/ready` answers 200 (`/v1/health` for a service without
+    readiness)."""
+    try:
+        missing = httpx.get(f"{url}/v1/health/ready", timeout=2).status_code == 404
+    except httpx.HTTPError:
+        missing = False
+    return wait_for(url, "/v1/health" if missing else "/v1/health/ready", timeout_s)
+
+
+def seed_search(url: str) -> dict[str, Any]:
+    """One finished search (whose plans the `plans` phases read)."""
     r = httpx.post(f"{url}/v1/searches?wait=30", json=SEARCH_BODY, timeout=60)
     r.raise_for_status()
-    return str(r.json()["id"])
+    body: dict[str, Any] = r.json()
+    return body
 
 
-def print_table(rows: list[Phase]) -> None:
-    print(f"{'mode':<10} {'op':<9} {'clients':>7} {'requests':>8} {'errors':>6} "
-          f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  statuses")  # fmt: skip
-    for row in rows:
-        lat = [x * 1000 for x in row.latencies]
-        statuses = " ".join(f"{k}:{v}" for k, v in sorted(row.statuses.items()))
-        print(
-            f"{row.mode:<10} {row.op:<9} "
-            f"{row.clients:>7} {len(lat):>8} {row.errors:>6} {percentile(lat, 50):>8.1f} "
-            f"{percentile(lat, 99):>8.1f} {max(lat) if lat else float('nan'):>8.1f}  {statuses}"
-        )
+def queue_wait_s(search: dict[str, Any]) -> float:
+    """created_at → started_at of a search, in seconds."""
+    from datetime import datetime
+
+    created = datetime.fromisoformat(search["created_at"])
+    started = datetime.fromisoformat(search["started_at"])
+    return (started - created).total_seconds()
+
+
+HEADER = (
+    f"{'mode':<7} {'op':<9} {'clients':>7} {'requests':>8} {'errors':>6} "
+    f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  statuses"
+)
+
+
+def format_row(row: Phase) -> str:
+    lat = [x * 1000 for x in row.latencies]
+    statuses = " ".join(f"{k}:{v}" for k, v in sorted(row.statuses.items()))
+    return (
+        f"{row.mode:<7} {row.op:<9} {row.clients:>7} {len(lat):>8} {row.errors:>6} "
+        f"{percentile(lat, 50):>8.1f} {percentile(lat, 99):>8.1f} "
+        f"{max(lat) if lat else float('nan'):>8.1f}  {statuses}"
+    )
 
 
 async def main_async(args: argparse.Namespace, url: str, search_id: str) -> list[Phase]:
+    """Every phase, each row printed when its phase ends."""
     ops = operations(search_id)
     rows: list[Phase] = []
+    print(HEADER, flush=True)
     for clients in args.clients:
-        for op in args.ops:
-            send, expected = ops[op]
-            result = await run_phase(url, "single", clients, args.requests,
-                                     [(op, send, expected)], args.timeout)  # fmt: skip
-            rows.extend(result.values())
-        mixed = [(op, *ops[op]) for op in args.ops]
-        result = await run_phase(url, "mixed", clients, args.requests, mixed, args.timeout)
-        rows.extend(result.values())
+        plan = [("single", [(op, *ops[op])]) for op in args.ops]
+        plan.append(("mixed", [(op, *ops[op]) for op in args.ops]))
+        for mode, phase_ops in plan:
+            result = await run_phase(url, mode, clients, args.requests, phase_ops, args.timeout)
+            for phase in result.values():
+                print(format_row(phase), flush=True)
+                rows.append(phase)
     return rows
 
 
@@ -268,14 +288,22 @@ def main() -> int:
         else:
             process, url = start_service(Path(tmp), args.app_dir)
         try:
-            ready_s = wait_ready(url)
+            live_s = wait_for(url, "/v1/health")
             began = time.perf_counter()
-            search_id = seed_search(url)
-            first_search_s = time.perf_counter() - began
-            print(f"service {url}: ready after {ready_s:.2f} s; first search end to end "
-                  f"{first_search_s:.2f} s; {os.cpu_count()} CPUs")  # fmt: skip
-            rows = asyncio.run(main_async(args, url, search_id))
-            print_table(rows)
+            first = seed_search(url)  # sent as soon as liveness answers: during warm-up
+            first_s = time.perf_counter() - began
+            ready_s = live_s + wait_ready(url)
+            began = time.perf_counter()
+            later = seed_search(url)
+            later_s = time.perf_counter() - began
+            print(
+                f"service {url} ({os.cpu_count()} CPUs): live after {live_s:.2f} s, ready after "
+                f"{ready_s:.2f} s; search sent at liveness: started {queue_wait_s(first):.3f} s "
+                f"after submission, {first_s:.2f} s end to end; after ready: started "
+                f"{queue_wait_s(later):.3f} s after submission, {later_s:.2f} s end to end",
+                flush=True,
+            )
+            rows = asyncio.run(main_async(args, url, str(later["id"])))
             errors = sum(r.errors for r in rows)
             print(f"total errors: {errors}")
             return 1 if errors else 0

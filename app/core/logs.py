@@ -54,7 +54,9 @@ def configure_logging(log_format: Literal["json", "text"], level: str) -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        # uvicorn's own handlers would print every record a second time, unformatted
+        # uvicorn's own handlers would print its records unformatted: hand them to ours
+        # (a logger uvicorn silenced, e.g. the access log under --no-access-log, stays so)
         uvicorn_logger = logging.getLogger(name)
-        uvicorn_logger.handlers.clear()
-        uvicorn_logger.propagate = True
+        if uvicorn_logger.handlers:
+            uvicorn_logger.handlers.clear()
+            uvicorn_logger.propagate = True

@@ -34,7 +34,9 @@ def test_metrics_latency_problems_queue_and_searches(client, tiny) -> None:
     assert samples[("meshplan_http_request_duration_seconds_count", read)] == 3
     missing = (("method", "GET"), ("route", "/v1/searches/{search_id}"), ("status", "404"))
     assert samples[("meshplan_http_request_duration_seconds_count", missing)] == 1
-    assert samples[("meshplan_http_problems_total", (("status", "404"), ("type", "not-found")))] == 1
+    assert (
+        samples[("meshplan_http_problems_total", (("status", "404"), ("type", "not-found")))] == 1
+    )
     assert (
         samples[("meshplan_http_problems_total", (("status", "422"), ("type", "invalid-input")))]
         == 1
@@ -95,8 +97,11 @@ def test_json_log_lines_carry_the_request_id(client, tiny, caplog) -> None:
                 json={
                     "model": {"preset": "llama3-70b"},
                     "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]},
-                    "workload": {"kind": "training", "global_batch_size": 1024,
-                                 "sequence_length": 4096},
+                    "workload": {
+                        "kind": "training",
+                        "global_batch_size": 1024,
+                        "sequence_length": 4096,
+                    },
                     "plan": {"parallelism": {"data": 2, "tensor": 8, "pipeline": 4}},
                 },
                 headers={"X-Request-ID": "req-abc-123"},
@@ -142,4 +147,3 @@ def test_settings_log_format(monkeypatch) -> None:
 
     with pytest.raises(pydantic.ValidationError):
         Settings()
-
