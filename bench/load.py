@@ -14,7 +14,12 @@ Targets (issue 13, on 2 cores): 0 errors; at 64 clients p99 <= 50 ms for health 
 <= 1 s for estimate. Bounded: at most `clients x requests` requests per phase, each with a
 `--timeout`; the service it started is stopped at the end.
 
-Usage: `python bench/load.py [--clients 1,16,64,256] [--requests 5] [--url http://127.0.0.1:8000]`.
+Each row also gives the CPU the API process spent per request over its phase (when the
+bench started the service): on a machine shared with other work the latencies measure the
+contention too, the CPU cost does not.
+
+Usage: `python bench/load.py [--clients 1,16,64,256] [--requests 5] [--search-requests 1]
+[--url http://127.0.0.1:8000]`.
 """
 
 from __future__ import annotations
@@ -184,12 +189,12 @@ def start_service(workdir: Path, app_dir: Path) -> tuple[subprocess.Popen[bytes]
         "MESHPLAN_LOG_LEVEL": "WARNING",
         **GENEROUS_LIMITS,
     }
-    log = open(workdir / "service.log", "wb")  # noqa: SIM115 - closed with the process
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log"],
-        cwd=app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    with open(workdir / "service.log", "wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
+             "--port", str(port), "--no-access-log"],
+            cwd=app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     return process, f"http://127.0.0.1:{port}"
 
 
@@ -250,18 +255,44 @@ def format_row(row: Phase) -> str:
     )
 
 
-async def main_async(args: argparse.Namespace, url: str, search_id: str) -> list[Phase]:
-    """Every phase, each row printed when its phase ends."""
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux /proc), None if unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def main_async(
+    args: argparse.Namespace, url: str, search_id: str, pid: int | None
+) -> list[Phase]:
+    """Every phase, each row printed when its phase ends. Search submissions come last at
+    each client count (the searches they queue keep the workers busy afterwards) and send
+    `--search-requests` each."""
     ops = operations(search_id)
     rows: list[Phase] = []
-    print(HEADER, flush=True)
+    print(HEADER + "  (api cpu ms/request: CPU of the API process over the phase)", flush=True)
+    order = [op for op in args.ops if op != "search"] + [op for op in args.ops if op == "search"]
     for clients in args.clients:
-        plan = [("single", [(op, *ops[op])]) for op in args.ops]
-        plan.append(("mixed", [(op, *ops[op]) for op in args.ops]))
+        plan = [("single", [(op, *ops[op])]) for op in order]
+        plan.insert(len(order) - ("search" in order), ("mixed", [(op, *ops[op]) for op in order]))
         for mode, phase_ops in plan:
-            result = await run_phase(url, mode, clients, args.requests, phase_ops, args.timeout)
+            searches = mode == "single" and phase_ops[0][0] == "search"
+            requests = args.search_requests if searches else args.requests
+            before = cpu_seconds(pid)
+            result = await run_phase(url, mode, clients, requests, phase_ops, args.timeout)
+            after = cpu_seconds(pid)
+            total = sum(len(p.latencies) for p in result.values())
+            cpu = (
+                f"  api cpu {(after - before) * 1000 / total:.2f} ms/request"
+                if before is not None and after is not None and total
+                else ""
+            )
             for phase in result.values():
-                print(format_row(phase), flush=True)
+                print(format_row(phase) + cpu, flush=True)
                 rows.append(phase)
     return rows
 
@@ -271,6 +302,9 @@ def main() -> int:
     parser.add_argument("--clients", default="1,16,64,256",
                         type=lambda s: [int(x) for x in s.split(",")])  # fmt: skip
     parser.add_argument("--requests", type=int, default=5, help="requests per client per phase")
+    parser.add_argument(
+        "--search-requests", type=int, default=1, help="search submissions per client"
+    )
     parser.add_argument("--ops", default="health,estimate,plans,search",
                         type=lambda s: s.split(","))  # fmt: skip
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
@@ -278,8 +312,10 @@ def main() -> int:
     parser.add_argument("--app-dir", type=Path, default=ROOT,
                         help="checkout whose app the started service runs (default: this one)")  # fmt: skip
     args = parser.parse_args()
-    if not 1 <= args.requests <= 100 or max(args.clients) > 1024:
-        raise SystemExit("bounded: --requests 1..100, at most 1024 clients")
+    if not (1 <= args.requests <= 100 and 1 <= args.search_requests <= 100):
+        raise SystemExit("bounded: --requests and --search-requests 1..100")
+    if max(args.clients) > 1024:
+        raise SystemExit("bounded: at most 1024 clients")
     process = None
     with tempfile.TemporaryDirectory(prefix="meshplan-load-") as tmp:
         if args.url:
@@ -303,7 +339,8 @@ def main() -> int:
                 f"{queue_wait_s(later):.3f} s after submission, {later_s:.2f} s end to end",
                 flush=True,
             )
-            rows = asyncio.run(main_async(args, url, str(later["id"])))
+            pid = process.pid if process is not None else None
+            rows = asyncio.run(main_async(args, url, str(later["id"]), pid))
             errors = sum(r.errors for r in rows)
             print(f"total errors: {errors}")
             return 1 if errors else 0
