@@ -9,10 +9,12 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from app import __version__
+from app.api import metrics as service_metrics
 from app.api.etag import ETagMiddleware
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
 from app.api.routes import (
@@ -27,6 +29,7 @@ from app.api.routes import (
     searches,
 )
 from app.core.config import Settings
+from app.core.logs import configure_logging
 from app.db import migrate
 from app.db.session import make_engine
 from app.services import planning
@@ -48,7 +51,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url)
+        # sync handlers run on anyio's worker threads (40 by default); the pool holds a
+        # connection for each, so none waits for one (issue 13, app.db.session)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        engine = make_engine(
+            settings.database_url,
+            pool_size=settings.api_threads,
+            max_overflow=settings.db_pool_overflow,
+            pool_timeout_s=settings.db_pool_timeout_s,
+        )
         try:
             if settings.run_migrations:
                 migrate.upgrade(engine)
@@ -57,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runner.start()
             webhooks = WebhookDispatcher(settings, engine, searches.webhook_search_view)
             runner.add_listener(webhooks.notify)
+            runner.add_listener(service_metrics.search_finished_listener(app.state.metrics, engine))
             app.state.engine = engine
             app.state.runner = runner
             app.state.webhooks = webhooks
@@ -77,10 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.metrics = service_metrics.Metrics(app)
     install_problem_handlers(app)
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
+    app.add_middleware(service_metrics.MetricsMiddleware, metrics=app.state.metrics)
+    app.include_router(service_metrics.router)
     for module in (
         health,
         catalog,
@@ -106,4 +121,12 @@ def _docstring_summaries(router: APIRouter) -> None:
                 route.summary = doc.splitlines()[0].rstrip(".")
 
 
-app = create_app()
+def create_service() -> FastAPI:
+    """The app `uvicorn app.main:app` serves: settings from the environment, logs in
+    `MESHPLAN_LOG_FORMAT` with request ids."""
+    settings = Settings()
+    configure_logging(settings.log_format, settings.log_level)
+    return create_app(settings)
+
+
+app = create_service()

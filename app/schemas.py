@@ -257,6 +257,18 @@ class HealthPublic(BaseModel):
     """`sqlite` or `postgresql`."""
 
 
+class ReadinessPublic(BaseModel):
+    """`GET /v1/health/ready` when ready (a 503 `not-ready` problem carries the same
+    `checks` otherwise)."""
+
+    status: Literal["ready"] = "ready"
+    version: str
+    database: str
+    checks: dict[str, Any]
+    """`database` (`ok`, `latency_ms`, `error`), `workers` (executor, `workers`,
+    `warm_workers`, `warm`, `active`), `database_pool` (size, checked out, overflow)."""
+
+
 class AcceleratorList(BaseModel):
     items: list[AcceleratorSpec]
 

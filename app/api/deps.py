@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -28,9 +28,16 @@ def get_runner(request: Request) -> SearchRunner:
     return runner
 
 
-def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Session]:
-    with Session(engine, expire_on_commit=False) as session:
+async def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> AsyncIterator[Session]:
+    """A session for one request. Async, so that its close (which returns the connection to
+    the pool) runs on the event loop: a sync dependency's teardown needs a free worker
+    thread, and with every thread waiting for a connection none is returned (FastAPI
+    issue #3205). The session connects lazily, at its first query, in the handler's thread."""
+    session = Session(engine, expire_on_commit=False)
+    try:
         yield session
+    finally:
+        session.close()
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.logs import request_id_var
 from app.core.problems import (
     PROBLEM_CONTENT_TYPE,
     internal_problem,
@@ -189,6 +190,7 @@ class RequestContextMiddleware:
                 message = {**message, "headers": [*message.get("headers", []), id_header]}
             await send(message)
 
+        token = request_id_var.set(request_id)  # log records carry it (app.core.logs)
         try:
             await self.app(scope, receive, send_with_id)
         except Exception:
@@ -202,6 +204,8 @@ class RequestContextMiddleware:
                 internal_problem(instance=scope.get("path"), request_id=request_id),
                 [id_header],
             )
+        finally:
+            request_id_var.reset(token)
 
 
 class BodyLimitMiddleware:

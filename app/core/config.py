@@ -93,6 +93,19 @@ class Settings(BaseSettings):
     run_migrations: bool = True
     """Run `alembic upgrade head` at startup."""
     log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    """`json`: one JSON object a line with the request id (`app.core.logs`); `text` for a
+    terminal."""
+    api_threads: int = Field(default=128, ge=8, le=1024)
+    """Worker threads of the API process for sync route handlers (anyio's default is 40;
+    requests beyond them wait for a thread, never for an error). The database pool holds
+    as many connections plus `db_pool_overflow`, so no handler waits for a connection."""
+    db_pool_overflow: int = Field(default=32, ge=0)
+    """Connections beyond `api_threads` (runner, webhooks, readiness)."""
+    db_pool_timeout_s: float = Field(default=10.0, gt=0)
+    """Longest wait for a pooled database connection."""
+    readiness_timeout_s: float = Field(default=2.0, gt=0)
+    """`GET /v1/health/ready` answers 503 when its database check takes longer."""
 
     @property
     def database_kind(self) -> str:

@@ -35,17 +35,35 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-def make_engine(database_url: str) -> Engine:
-    """An engine for `database_url`; creates the directory of a SQLite file if needed."""
+def make_engine(
+    database_url: str, *, pool_size: int = 10, max_overflow: int = 10, pool_timeout_s: float = 30.0
+) -> Engine:
+    """An engine for `database_url`; creates the directory of a SQLite file if needed.
+
+    The API process sizes the pool to its threads (`Settings.api_threads`): a handler
+    that waited for a connection while holding a thread could wait for its own pool
+    (issue 13: 40 threads, 15 connections, 30 s waits and 500s at 64 clients)."""
     url = make_url(normalize_database_url(database_url))
     if url.get_backend_name() == "sqlite":
         database = url.database
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_timeout=pool_timeout_s,
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=pool_timeout_s,
+    )
 
 
 def database_kind(engine: Engine) -> str:

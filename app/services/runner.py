@@ -27,6 +27,11 @@ Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
   another replica's live searches are left alone. Nothing is lost.
 - Where workers run is a plug-in (`settings.executor`): `local` is the pool above, `ray`
   runs searches as Ray tasks (`app.services.executors`).
+- Warm-up (issue 13): a spawned worker imports the solver (about 3.5 s on 2 cores) before
+  its first search. `start()` has every worker run a no-op after its initializer;
+  `pool_state()["warm"]` turns true when all have, and readiness reports it. Until then a
+  submitted search runs on a thread of the API process (which has the solver imported
+  already), so it starts at once rather than after the imports.
 - Listeners (`add_listener`, e.g. the webhook dispatcher's `notify`) are called with the
   search id whenever a search may have reached its end in this process: a worker returned
   or crashed, a cancel finished a search that never ran, recovery failed one. They must be
@@ -40,6 +45,7 @@ import functools
 import gc
 import logging
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -243,10 +249,11 @@ def _init_process(stop_event: Any, plugin_allowlist: list[str], log_level: str) 
     gc.freeze()
 
 
-def _warm_worker(hold_s: float) -> None:
+def _warm_worker(hold_s: float) -> int:
     """A no-op that keeps one worker busy briefly, so that `start()` spawns every worker
-    (and runs its initializer) before the first search arrives."""
+    (and runs its initializer) before the first search arrives; returns the worker's pid."""
     time.sleep(hold_s)
+    return os.getpid()
 
 
 def _process_entry(
@@ -290,6 +297,8 @@ class SearchRunner:
             heartbeat_interval_s=settings.heartbeat_interval_s,
             scan_interval_s=settings.lease_scan_interval_s,
         )
+        self._warm_futures: list[Future[int]] = []
+        self._warming_threads: ThreadPoolExecutor | None = None
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         """Call `listener(search_id)` whenever a search may have finished."""
@@ -330,8 +339,10 @@ class SearchRunner:
             )
             # Spawn and initialise every worker now: a first search must not pay for
             # interpreter start-up and imports (about 0.7 s).
-            for _ in range(workers):
-                self._executor.submit(_warm_worker, 0.2)
+            self._warm_futures = [self._executor.submit(_warm_worker, 0.2) for _ in range(workers)]
+            self._warming_threads = ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="meshplan-warmup-search"
+            )
         else:
             self._stop_event = threading.Event()
             self._executor = ThreadPoolExecutor(
@@ -356,6 +367,15 @@ class SearchRunner:
             future: Future[str | None]
             if self._plugin is not None:
                 future = self._plugin.submit_search(search_id, self.replica_id)
+            elif self.kind == "process" and not self.warm and self._warming_threads is not None:
+                future = self._warming_threads.submit(
+                    execute_search,
+                    search_id,
+                    engine=self.engine,
+                    stop_event=self._stop_event,
+                    progress_interval_s=self.settings.progress_interval_s,
+                    owner=self.replica_id,
+                )
             elif self.kind == "process":
                 future = self._executor.submit(
                     _process_entry,
@@ -461,18 +481,44 @@ class SearchRunner:
             logger.info("claimed %d searches, failed %d", len(found.claimed), len(failed))
         return RecoveryReport(requeued=found.claimed, failed=failed)
 
+    def _current_status(self, search_id: str) -> str | None:
+        with Session(self.engine) as session:
+            return crud.current_status(session=session, search_id=search_id)
+
     async def wait(self, search_id: str, timeout_s: float) -> str | None:
         """Wait up to `timeout_s` for the search to finish; returns its status."""
         deadline = time.monotonic() + timeout_s
         while True:
-            with Session(self.engine) as session:
-                status = crud.current_status(session=session, search_id=search_id)
+            status = await asyncio.to_thread(self._current_status, search_id)
             if status is None or status in TERMINAL_STATUSES:
                 return status
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return status
             await asyncio.sleep(min(_WAIT_POLL_S, remaining))
+
+    @property
+    def warm(self) -> bool:
+        """Every worker has started and run its initializer (always true for threads)."""
+        return all(f.done() for f in self._warm_futures)
+
+    def pool_state(self) -> dict[str, Any]:
+        """Executor kind, workers, how many are warm, searches held (no database access)."""
+        warm_workers = (
+            sum(1 for f in self._warm_futures if f.done())
+            if self._warm_futures
+            else self.settings.search_workers
+        )
+        with self._lock:
+            active = len(self._futures)
+        return {
+            "executor": self.kind,
+            "workers": self.settings.search_workers,
+            "warm_workers": warm_workers,
+            "warm": self.warm,
+            "active": active,
+            "stopping": self._stop_event.is_set(),
+        }
 
     def active(self) -> list[str]:
         with self._lock:
@@ -485,7 +531,13 @@ class SearchRunner:
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+        warming, self._warming_threads = self._warming_threads, None
+        if warming is not None:
+            warming.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             self._futures.clear()
-        with Session(self.engine) as session:
-            leases.release(session=session, owner=self.replica_id)
+        try:
+            with Session(self.engine) as session:
+                leases.release(session=session, owner=self.replica_id)
+        except Exception:  # the database is gone: the leases expire by themselves
+            logger.warning("could not give back this replica's leases", exc_info=True)

@@ -1,21 +1,108 @@
-"""Liveness and database check."""
+"""Liveness (`GET /v1/health`) and readiness (`GET /v1/health/ready`).
+
+Liveness never touches the database or a worker thread: it answers from the event loop
+whatever the load (issue 13: behind 64 clients it waited 30 s for a pooled connection and
+answered 500). Readiness checks the database with `SELECT 1` under
+`Settings.readiness_timeout_s`, on threads of its own (not the API's, which may all be
+busy), and reports the search worker pool (warm-up) and the database pool; it answers 503
+`not-ready` (a problem with the same checks) until everything is up.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Request
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
 from app import __version__
-from app.api.deps import SessionDep
+from app.api.deps import EngineDep, RunnerDep, SettingsDep
+from app.api.problems import ProblemResponse, problem_response
+from app.core.problems import make_problem
 from app.db.session import database_kind
-from app.schemas import HealthPublic
+from app.schemas import HealthPublic, ReadinessPublic
 
 router = APIRouter(tags=["health"])
 
+_READY_THREADS = anyio.CapacityLimiter(4)
+"""Threads for readiness checks alone: a probe must not queue behind busy API threads."""
+
 
 @router.get("/v1/health", response_model=HealthPublic)
-def read_health(session: SessionDep) -> HealthPublic:
-    """Service status, version and database kind."""
-    session.exec(text("SELECT 1"))  # type: ignore[call-overload]
-    bind = session.get_bind()
-    return HealthPublic(version=__version__, database=database_kind(bind.engine))
+async def read_health(engine: EngineDep) -> HealthPublic:
+    """Liveness: the process answers (no database access); version and database kind."""
+    return HealthPublic(version=__version__, database=database_kind(engine))
+
+
+def _database_check(engine: Engine) -> None:
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+def pool_state(engine: Engine) -> dict[str, Any]:
+    """Connections of the SQLAlchemy pool: configured size, checked out, overflow."""
+    pool: Any = engine.pool
+    state: dict[str, Any] = {"class": type(pool).__name__}
+    for name in ("size", "checkedout", "overflow", "checkedin"):
+        method = getattr(pool, name, None)
+        if callable(method):
+            state[name] = int(method())
+    return state
+
+
+async def check_database(engine: Engine, timeout_s: float) -> dict[str, Any]:
+    """`{"ok", "latency_ms", "error"}` of a `SELECT 1` bounded by `timeout_s`."""
+    began = time.perf_counter()
+    error: str | None = None
+    with anyio.move_on_after(timeout_s) as scope:
+        try:
+            await anyio.to_thread.run_sync(
+                _database_check, engine, limiter=_READY_THREADS, abandon_on_cancel=True
+            )
+        except Exception as exc:  # any driver error means: not ready
+            error = f"{type(exc).__name__}: {exc}"[:300]
+    if scope.cancelled_caught:
+        error = f"no answer within {timeout_s} s"
+    return {
+        "ok": error is None,
+        "latency_ms": round((time.perf_counter() - began) * 1000, 2),
+        "error": error,
+    }
+
+
+@router.get(
+    "/v1/health/ready",
+    response_model=ReadinessPublic,
+    responses={503: {"description": "not ready: database unreachable or workers warming up"}},
+)
+async def read_readiness(
+    request: Request, settings: SettingsDep, engine: EngineDep, runner: RunnerDep
+) -> ReadinessPublic | ProblemResponse:
+    """Readiness: database reachable, search workers warm; 503 problem otherwise."""
+    database = await check_database(engine, settings.readiness_timeout_s)
+    workers = runner.pool_state()
+    checks = {"database": database, "workers": workers, "database_pool": pool_state(engine)}
+    if database["ok"] and workers["warm"]:
+        return ReadinessPublic(version=__version__, database=database_kind(engine), checks=checks)
+    reasons = []
+    if not database["ok"]:
+        reasons.append(f"database: {database['error']}")
+    if not workers["warm"]:
+        reasons.append(
+            f"search workers warming up ({workers['warm_workers']} of {workers['workers']} ready)"
+        )
+    return problem_response(
+        make_problem(
+            status=503,
+            slug="not-ready",
+            title="Not ready",
+            detail="; ".join(reasons),
+            instance=request.url.path,
+            checks=checks,
+        ),
+        headers={"Retry-After": "1"},
+    )
