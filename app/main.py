@@ -13,9 +13,11 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from app import __version__
+from app.api.auth import rate_buckets
 from app.api.etag import ETagMiddleware
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
 from app.api.routes import (
+    admin,
     calibration,
     catalog,
     estimate,
@@ -77,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.rate_buckets = rate_buckets(settings)
     install_problem_handlers(app)
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
@@ -91,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         measurements,
         calibration,
         placements,
+        admin,
     ):
         _docstring_summaries(module.router)
         app.include_router(module.router)
