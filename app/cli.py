@@ -481,9 +481,18 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     workers: Annotated[int, typer.Option(help="Uvicorn worker processes.")] = 1,
 ) -> None:
-    """Serve the HTTP API (database from MESHPLAN_DATABASE_URL, default ./var/meshplan.db)."""
+    """Serve the HTTP API (database from MESHPLAN_DATABASE_URL, default ./var/meshplan.db).
+
+    With MESHPLAN_AUTH=off it refuses a non-loopback --host unless MESHPLAN_ALLOW_OPEN=1."""
     import uvicorn
 
+    from app.api.auth import open_bind_refusal
+    from app.core.config import Settings
+
+    refusal = open_bind_refusal(Settings(), host)
+    if refusal is not None:
+        err_console.print(f"[red]error[/red]: {refusal}", highlight=False)
+        raise typer.Exit(ERROR_EXIT)
     uvicorn.run("app.main:app", host=host, port=port, workers=workers)
 
 
@@ -842,6 +851,110 @@ def estimate(
             )
     if not result.feasible:
         raise typer.Exit(INFEASIBLE_EXIT)
+
+
+# ---- API keys (straight on the database of MESHPLAN_DATABASE_URL) ------------------------
+keys_cli = typer.Typer(
+    help="Make, list and revoke API keys (on the database of MESHPLAN_DATABASE_URL).",
+    no_args_is_help=True,
+)
+cli.add_typer(keys_cli, name="keys")
+
+
+@contextmanager
+def _key_session() -> Iterator[Any]:
+    from sqlmodel import Session
+
+    from app.core.config import Settings
+    from app.db import migrate as db_migrate
+    from app.db.session import make_engine
+
+    engine = make_engine(Settings().database_url)
+    try:
+        db_migrate.upgrade(engine)  # a fresh database gets its tables first
+        with Session(engine, expire_on_commit=False) as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+@keys_cli.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="Tenant the key acts for.")],
+    scope: Annotated[
+        list[str], typer.Option(help="read, write or admin (repeatable; write implies read).")
+    ],
+    name: Annotated[str | None, typer.Option(help="A label: who or what uses the key.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Make a key and print its secret (shown this once only)."""
+    from pydantic import ValidationError
+
+    from app.api.routes.admin import ApiKeyCreate, key_public
+    from app.db import api_keys
+
+    try:
+        body = ApiKeyCreate.model_validate({"tenant": tenant, "scopes": scope, "name": name})
+    except ValidationError as exc:
+        err_console.print(f"[red]error[/red]: {exc.errors()[0]['msg']}", highlight=False)
+        raise typer.Exit(ERROR_EXIT) from None
+    with _key_session() as session:
+        record, secret = api_keys.create_key(
+            session=session, tenant=body.tenant, scopes=[s.value for s in body.scopes], name=name
+        )
+    if json_out:
+        _dump({**key_public(record), "secret": secret})
+        return
+    typer.echo(secret)
+    err_console.print(
+        f"key {record.id} of tenant {record.tenant!r} ({', '.join(record.scopes)}); "
+        "the secret above is not shown again",
+        highlight=False,
+    )
+
+
+@keys_cli.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """List keys (id, tenant, scopes, prefix, created, revoked)."""
+    from app.api.routes.admin import key_public
+    from app.db import api_keys
+
+    with _key_session() as session:
+        rows = [key_public(r) for r in api_keys.list_keys(session=session, tenant=tenant)]
+    if json_out:
+        _dump(rows)
+        return
+    table = Table("id", "tenant", "name", "scopes", "prefix", "created", "revoked")
+    for row in rows:
+        table.add_row(
+            row["id"],
+            row["tenant"],
+            row["name"] or "",
+            ",".join(row["scopes"]),
+            row["prefix"],
+            str(row["created_at"]),
+            str(row["revoked_at"] or ""),
+        )
+    console.print(table)
+
+
+@keys_cli.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="Id of the key.")]) -> None:
+    """Revoke a key: it answers 401 from the next request on."""
+    from app.db import api_keys
+
+    with _key_session() as session:
+        if not api_keys.revoke_key(session=session, key_id=key_id):
+            known = api_keys.get_key(session=session, key_id=key_id) is not None
+            err_console.print(
+                f"[red]error[/red]: key {key_id} is {'already revoked' if known else 'unknown'}",
+                highlight=False,
+            )
+            raise typer.Exit(ERROR_EXIT)
+    typer.echo(f"revoked {key_id}")
 
 
 def main() -> None:

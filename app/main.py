@@ -15,9 +15,11 @@ from fastapi.routing import APIRoute
 
 from app import __version__
 from app.api import metrics as service_metrics
+from app.api.auth import rate_buckets
 from app.api.etag import ETagMiddleware
 from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
 from app.api.routes import (
+    admin,
     calibration,
     catalog,
     estimate,
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = service_metrics.Metrics(app)
+    app.state.rate_buckets = rate_buckets(settings)
     install_problem_handlers(app)
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
@@ -106,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         measurements,
         calibration,
         placements,
+        admin,
     ):
         _docstring_summaries(module.router)
         app.include_router(module.router)

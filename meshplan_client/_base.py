@@ -74,6 +74,13 @@ def resolve_base_url(base_url: str | None) -> str:
     return (base_url or os.environ.get("MESHPLAN_URL") or DEFAULT_URL).rstrip("/")
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """`Authorization: Bearer <key>` for `api_key`, else `$MESHPLAN_API_KEY`; none without
+    either (a service with MESHPLAN_AUTH=off needs none)."""
+    key = api_key or os.environ.get("MESHPLAN_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def json_body(response: httpx.Response) -> Any:
     """The JSON of a 2xx answer (None when empty); a non-JSON answer is an error."""
     if not response.content:

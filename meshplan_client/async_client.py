@@ -33,6 +33,7 @@ from meshplan_client._base import (
     ModelArg,
     SSEDecoder,
     apply_event,
+    auth_headers,
     cache_key,
     json_body,
     next_page_params,
@@ -75,6 +76,7 @@ class AsyncMeshplanClient:
         headers: Mapping[str, str] | None = None,
         retries: int = 2,
         retry_backoff_s: float = 0.25,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = resolve_base_url(base_url)
         self.timeout = timeout
@@ -85,7 +87,12 @@ class AsyncMeshplanClient:
             base_url=self.base_url,
             timeout=timeout,
             transport=transport,
-            headers={"User-Agent": user_agent(), "Accept": "application/json", **(headers or {})},
+            headers={
+                "User-Agent": user_agent(),
+                "Accept": "application/json",
+                **auth_headers(api_key),
+                **(headers or {}),
+            },
         )
 
     # ---- plumbing ------------------------------------------------------------------------

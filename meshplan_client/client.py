@@ -32,6 +32,7 @@ from meshplan_client._base import (
     ModelArg,
     SSEDecoder,
     apply_event,
+    auth_headers,
     cache_key,
     json_body,
     next_page_params,
@@ -71,6 +72,8 @@ class MeshplanClient:
         retries: resends after a connection failure, for idempotent calls only (GETs,
             DELETE, pure computations, and `create_search` with an `idempotency_key`).
         retry_backoff_s: first pause between resends (doubling each time).
+        api_key: an API key sent as `Authorization: Bearer <key>` (default
+            `$MESHPLAN_API_KEY`; none needed when the service runs with MESHPLAN_AUTH=off).
 
     Errors come as `MeshplanError` subclasses carrying the service's RFC 9457 problem.
     GETs of a search or plan are re-validated with `If-None-Match` when the service sends
@@ -86,6 +89,7 @@ class MeshplanClient:
         headers: Mapping[str, str] | None = None,
         retries: int = 2,
         retry_backoff_s: float = 0.25,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = resolve_base_url(base_url)
         self.timeout = timeout
@@ -96,7 +100,12 @@ class MeshplanClient:
             base_url=self.base_url,
             timeout=timeout,
             transport=transport,
-            headers={"User-Agent": user_agent(), "Accept": "application/json", **(headers or {})},
+            headers={
+                "User-Agent": user_agent(),
+                "Accept": "application/json",
+                **auth_headers(api_key),
+                **(headers or {}),
+            },
         )
 
     # ---- plumbing ------------------------------------------------------------------------

@@ -91,7 +91,8 @@ async def planner_error_handler(request: Request, exc: Exception) -> ProblemResp
     assert isinstance(exc, PlannerError)
     if exc.status >= 500:
         logger.error("request %s: %s", _request_id(request), exc.detail)
-    return problem_response(problem_from_error(exc, instance=_instance(request)))
+    headers = getattr(exc, "headers", None)  # e.g. WWW-Authenticate, Retry-After
+    return problem_response(problem_from_error(exc, instance=_instance(request)), headers=headers)
 
 
 async def validation_error_handler(request: Request, exc: Exception) -> ProblemResponse:

@@ -90,6 +90,27 @@ class Settings(BaseSettings):
     sse_max_duration_s: float = Field(default=300.0, gt=0)
     """An `/events` stream ends (without `done`) after this long; clients reconnect with
     `Last-Event-ID`. Bounds how long an open stream can hold up a graceful shutdown."""
+    # ---- keys, tenants and limits (app.api.auth, app.api.limits) ----
+    auth: Literal["on", "off"] = "off"
+    """`on`: every tenant-data request needs `Authorization: Bearer <key>`. `off` (the
+    default, so `make serve` on loopback works as before): every request is tenant
+    `default` with all scopes; `meshplan serve` then refuses a non-loopback `--host` unless
+    `allow_open`."""
+    allow_open: bool = False
+    """Let `meshplan serve` bind a non-loopback address with auth off."""
+    admin_key: SecretStr | None = None
+    """Bootstrap key: admin of `admin_tenant` (compared in constant time; never stored)."""
+    admin_tenant: str = Field(default="admin", min_length=1, max_length=64)
+    """Tenant the bootstrap admin key acts for."""
+    rate_limit_per_s: float = Field(default=50.0, gt=0)
+    """Requests per second each key (with auth off: each client address) may make on
+    average (token bucket refill rate, per process)."""
+    rate_limit_burst: int = Field(default=100, ge=1)
+    """Requests a key may make at once before the rate applies (token bucket size)."""
+    tenant_max_active_searches: int = Field(default=16, ge=1)
+    """Queued plus running searches one tenant may have; more answer 429."""
+    max_queued_searches: int = Field(default=256, ge=1)
+    """Queued searches of all tenants together; more answer 503 (the queue is full)."""
     run_migrations: bool = True
     """Run `alembic upgrade head` at startup."""
     log_level: str = "INFO"

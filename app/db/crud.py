@@ -82,11 +82,15 @@ def create_search(
     return record
 
 
-def find_duplicate(*, session: Session, request_hash: str) -> SearchRecord | None:
-    """The newest queued, running or succeeded search with this request hash, or None."""
+def find_duplicate(
+    *, session: Session, request_hash: str, tenant: str = DEFAULT_TENANT
+) -> SearchRecord | None:
+    """The newest queued, running or succeeded search of `tenant` with this request hash,
+    or None (a tenant is never answered with another tenant's search)."""
     query = (
         select(SearchRecord)
         .where(
+            col(SearchRecord.tenant) == tenant,
             col(SearchRecord.request_hash) == request_hash,
             col(SearchRecord.status).in_(list(DEDUPLICABLE_STATUSES)),
         )
@@ -140,9 +144,27 @@ def page_after_search(created_at: datetime, search_id: str) -> Any:
     )
 
 
-def get_search(*, session: Session, search_id: str) -> SearchRecord | None:
-    """One search, or None."""
-    return session.get(SearchRecord, search_id)
+def get_search(
+    *, session: Session, search_id: str, tenant: str | None = None
+) -> SearchRecord | None:
+    """One search, or None; with `tenant`, None as well when another tenant owns it (the
+    service's own workers pass no tenant)."""
+    record = session.get(SearchRecord, search_id)
+    if record is None or (tenant is not None and record.tenant != tenant):
+        return None
+    return record
+
+
+def count_searches(*, session: Session, statuses: Sequence[str], tenant: str | None = None) -> int:
+    """How many searches (of `tenant`, or of everyone) are in one of `statuses`."""
+    count = (
+        select(func.count())
+        .select_from(SearchRecord)
+        .where(col(SearchRecord.status).in_(list(statuses)))
+    )
+    if tenant is not None:
+        count = count.where(col(SearchRecord.tenant) == tenant)
+    return int(session.exec(count).one())
 
 
 def list_searches(
@@ -152,13 +174,18 @@ def list_searches(
     offset: int,
     status: str | None = None,
     after: tuple[datetime, str] | None = None,
+    tenant: str | None = None,
 ) -> tuple[list[SearchRecord], int]:
-    """A page of searches, newest first (ties by id, descending), and the total count.
+    """A page of searches (of `tenant`, when given), newest first (ties by id, descending),
+    and the total count.
 
     `after` = (created_at, id) of the last row of the previous page (keyset pagination:
     rows inserted meanwhile never shift the pages); the total ignores it."""
     query = select(SearchRecord)
     count = select(func.count()).select_from(SearchRecord)
+    if tenant is not None:
+        query = query.where(col(SearchRecord.tenant) == tenant)
+        count = count.where(col(SearchRecord.tenant) == tenant)
     if status is not None:
         query = query.where(col(SearchRecord.status) == status)
         count = count.where(col(SearchRecord.status) == status)
@@ -354,9 +381,12 @@ def list_plans(
     return list(session.exec(query).all()), int(session.exec(count).one())
 
 
-def get_plan(*, session: Session, plan_id: str) -> PlanRecord | None:
-    """One plan, or None."""
-    return session.get(PlanRecord, plan_id)
+def get_plan(*, session: Session, plan_id: str, tenant: str | None = None) -> PlanRecord | None:
+    """One plan, or None; with `tenant`, None as well when its search is another tenant's."""
+    plan = session.get(PlanRecord, plan_id)
+    if plan is None or tenant is None:
+        return plan
+    return plan if get_search(session=session, search_id=plan.search_id, tenant=tenant) else None
 
 
 def create_measurement(
@@ -370,9 +400,11 @@ def create_measurement(
     peak_memory_gib: float | list[float] | None = None,
     notes: str | None = None,
     measured_at: datetime | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> MeasurementRecord:
-    """Store a measured run of `plan` and return it."""
+    """Store a measured run of `plan` by `tenant` and return it."""
     record = MeasurementRecord(
+        tenant=tenant,
         plan_id=plan.id,
         search_id=plan.search_id,
         accelerator_id=accelerator_id,
@@ -390,34 +422,42 @@ def create_measurement(
 
 
 def list_measurements(
-    *, session: Session, plan_id: str, limit: int = 100, offset: int = 0
+    *,
+    session: Session,
+    plan_id: str,
+    limit: int = 100,
+    offset: int = 0,
+    tenant: str | None = None,
 ) -> tuple[list[MeasurementRecord], int]:
-    """A plan's measurements, oldest first, and their total count."""
+    """A plan's measurements (those of `tenant`, when given), oldest first, and their
+    total count."""
+    where = [col(MeasurementRecord.plan_id) == plan_id]
+    if tenant is not None:
+        where.append(col(MeasurementRecord.tenant) == tenant)
     query = (
         select(MeasurementRecord)
-        .where(col(MeasurementRecord.plan_id) == plan_id)
+        .where(*where)
         .order_by(col(MeasurementRecord.created_at), col(MeasurementRecord.id))
         .offset(offset)
         .limit(limit)
     )
-    count = (
-        select(func.count())
-        .select_from(MeasurementRecord)
-        .where(col(MeasurementRecord.plan_id) == plan_id)
-    )
+    count = select(func.count()).select_from(MeasurementRecord).where(*where)
     return list(session.exec(query).all()), int(session.exec(count).one())
 
 
 def calibration_rows(
-    *, session: Session, accelerator_id: str
+    *, session: Session, accelerator_id: str, tenant: str = DEFAULT_TENANT
 ) -> list[tuple[MeasurementRecord, PlanRecord, SearchRecord]]:
-    """Every measurement taken on `accelerator_id` with its plan and search, in a stable
-    order (by id), for fitting the calibrated cost model."""
+    """Every measurement `tenant` took on `accelerator_id` with its plan and search, in a
+    stable order (by id), for fitting that tenant's calibrated cost model."""
     query = (
         select(MeasurementRecord, PlanRecord, SearchRecord)
         .join(PlanRecord, col(PlanRecord.id) == col(MeasurementRecord.plan_id))
         .join(SearchRecord, col(SearchRecord.id) == col(PlanRecord.search_id))
-        .where(col(MeasurementRecord.accelerator_id) == accelerator_id)
+        .where(
+            col(MeasurementRecord.accelerator_id) == accelerator_id,
+            col(MeasurementRecord.tenant) == tenant,
+        )
         .order_by(col(MeasurementRecord.id))
     )
     return [(m, p, s) for m, p, s in session.exec(query).all()]

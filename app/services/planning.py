@@ -29,6 +29,7 @@ import hardware_catalog
 import solver
 from app.core.config import Settings
 from app.db import crud
+from app.db.models import DEFAULT_TENANT
 from app.exports.registry import FORMATS, LAUNCHES, WRAPPERS
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
 from cost_models import registry
@@ -474,9 +475,11 @@ def _training_workload(workload: Any) -> TrainingWorkload:
     return workload
 
 
-def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str, Any]:
-    """Price one plan (`POST /v1/estimate`); `session` gives a `calibrated` cost model its
-    stored measurements. Serving workloads go to `app.services.serving`."""
+def estimate(
+    body: EstimateRequest, session: Session | None = None, *, tenant: str = DEFAULT_TENANT
+) -> dict[str, Any]:
+    """Price one plan (`POST /v1/estimate`); `session` gives a `calibrated` cost model the
+    stored measurements of `tenant`. Serving workloads go to `app.services.serving`."""
     if isinstance(body.workload, ServingWorkload):
         from app.services import serving
 
@@ -506,7 +509,7 @@ def estimate(body: EstimateRequest, session: Session | None = None) -> dict[str,
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes if constraints else False,
     )
     _check_stage_layers(body.plan.stage_layers, model.num_layers, "plan.stage_layers")
-    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster, session)
+    ref, calibration = calibrated_cost_model_ref(body.cost_model, cluster, session, tenant=tenant)
     cost_model = build_cost_model(ref)
     problem = with_placement_load_factors(problem, [body.plan.parallelism.expert])
     result, warnings = estimate_with_warnings(problem, cost_model, body.plan, cluster=body.cluster)
@@ -712,10 +715,14 @@ class PreparedSearch:
 
 
 def prepare_search(
-    body: SearchCreate, settings: Settings, session: Session | None = None
+    body: SearchCreate,
+    settings: Settings,
+    session: Session | None = None,
+    *,
+    tenant: str = DEFAULT_TENANT,
 ) -> PreparedSearch:
     """Resolve and validate a search request synchronously (422 before anything is stored);
-    `session` gives a `calibrated` cost model its stored measurements."""
+    `session` gives a `calibrated` cost model the stored measurements of `tenant`."""
     if body.top_k > settings.max_top_k:
         raise InputError(
             f"top_k must be between 1 and {settings.max_top_k} (got {body.top_k})",
@@ -779,7 +786,7 @@ def prepare_search(
     )
     framework_options(constraints)  # a pinned framework among the listed ones
     cost_ref, calibration = calibrated_cost_model_ref(
-        body.cost_model or CostModelRef(), cluster, session
+        body.cost_model or CostModelRef(), cluster, session, tenant=tenant
     )
     assert cost_ref is not None
     cost_model = build_cost_model(cost_ref)
@@ -992,14 +999,16 @@ class _Samples:
     plan_ids: list[str]
 
 
-def _calibration_samples(session: Session | None, accelerator_id: str) -> _Samples:
-    """The stored measurements on `accelerator_id` as fit samples (rows whose stored problem
+def _calibration_samples(
+    session: Session | None, accelerator_id: str, tenant: str = DEFAULT_TENANT
+) -> _Samples:
+    """The stored measurements of `tenant` on `accelerator_id` as fit samples (rows whose stored problem
     or plan no longer validates are skipped and logged)."""
     out = _Samples([], [], [])
     if session is None:
         return out
     for measurement, plan, search in crud.calibration_rows(
-        session=session, accelerator_id=accelerator_id
+        session=session, accelerator_id=accelerator_id, tenant=tenant
     ):
         try:
             sample = CalibrationSample(
@@ -1028,8 +1037,10 @@ def current_calibration(
     base: AnalyticalConfig | None = None,
     *,
     field: str = "accelerator",
+    tenant: str = DEFAULT_TENANT,
 ) -> dict[str, Any]:
-    """The calibrated model's fit for one accelerator from every stored measurement on it
+    """The calibrated model's fit for one accelerator from every measurement `tenant` stored
+    on it
     (cached per measurement set and base config). 422 naming `field` for an unknown id."""
     try:
         accelerator = hardware_catalog.get_accelerator(accelerator_id)
@@ -1039,7 +1050,7 @@ def current_calibration(
             errors=[_field_error(field, "unknown accelerator", accelerator_id, exc.detail)],
         ) from exc
     base = base or AnalyticalConfig()
-    data = _calibration_samples(session, accelerator.id)
+    data = _calibration_samples(session, accelerator.id, tenant)
     key = canonical_hash(
         {
             "accelerator": accelerator.id,
@@ -1108,6 +1119,7 @@ def calibrated_cost_model_ref(
     session: Session | None,
     *,
     field: str = "cost_model",
+    tenant: str = DEFAULT_TENANT,
 ) -> tuple[CostModelRef | None, dict[str, Any] | None]:
     """A `calibrated` reference without `config.parameters` → the same reference with the
     current fit's parameters filled in (the fit of the cluster's accelerator), and the fit's
@@ -1133,7 +1145,7 @@ def calibrated_cost_model_ref(
     accelerator_id = cluster.accelerator.id
     model = build_cost_model(ref, field=field)  # 422 for a bad `base` before any fitting
     assert isinstance(model, CalibratedTrainingCostModel)
-    summary = current_calibration(session, accelerator_id, model.config.base)
+    summary = current_calibration(session, accelerator_id, model.config.base, tenant=tenant)
     filled = CostModelRef(name=ref.name, config=summary["cost_model"]["config"])
     return filled, {k: v for k, v in summary.items() if k not in ("cost_model", "samples")}
 

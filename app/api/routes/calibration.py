@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from app.api.auth import Reader
 from app.api.deps import SessionDep
 from app.schemas import CalibrationPublic
 from app.services import planning
@@ -16,6 +17,7 @@ router = APIRouter(tags=["calibration"])
 @router.get("/v1/calibration", response_model=CalibrationPublic)
 def read_calibration(
     session: SessionDep,
+    principal: Reader,
     accelerator: Annotated[
         str,
         Query(
@@ -23,5 +25,5 @@ def read_calibration(
         ),
     ],
 ) -> dict[str, Any]:
-    """The calibrated model's fit to every measured run on one accelerator."""
-    return planning.current_calibration(session, accelerator)
+    """The calibrated model's fit to the caller's tenant's measured runs on one accelerator."""
+    return planning.current_calibration(session, accelerator, tenant=principal.tenant)

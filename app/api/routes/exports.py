@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from app.api.auth import Reader
 from app.api.deps import SessionDep
 from app.db import crud
 from app.exports import FORMATS, export_plan
@@ -16,7 +17,9 @@ router = APIRouter(tags=["exports"])
 
 
 @router.get("/v1/plans/{plan_id}/export/{format}")
-def export(plan_id: str, format: str, request: Request, session: SessionDep) -> dict[str, Any]:
+def export(
+    plan_id: str, format: str, request: Request, session: SessionDep, principal: Reader
+) -> dict[str, Any]:
     """Render a plan for a launcher: Megatron-LM, torchtitan, DeepSpeed, vLLM, SGLang, Slurm
     or Kubernetes.
 
@@ -28,7 +31,7 @@ def export(plan_id: str, format: str, request: Request, session: SessionDep) -> 
     jobset), `image` and `router_image` (kubernetes), `cpus_per_task` and `time` (slurm). A plan the format cannot express is a 422 problem naming the rule; an
     unknown format is a 422 listing the formats.
     """
-    record = crud.get_plan(session=session, plan_id=plan_id)
+    record = crud.get_plan(session=session, plan_id=plan_id, tenant=principal.tenant)
     if record is None:
         raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
     search = crud.get_search(session=session, search_id=record.search_id)

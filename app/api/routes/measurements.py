@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response, status
 from sqlmodel import Session
 
+from app.api.auth import Reader, Writer
 from app.api.deps import SessionDep
 from app.db import crud
 from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
@@ -52,9 +53,12 @@ def measurement_public(record: MeasurementRecord) -> dict[str, Any]:
     }
 
 
-def _load_plan(session: Session, plan_id: str) -> tuple[PlanRecord, SearchRecord]:
-    plan = crud.get_plan(session=session, plan_id=plan_id)
-    search = crud.get_search(session=session, search_id=plan.search_id) if plan else None
+def _load_plan(session: Session, plan_id: str, tenant: str) -> tuple[PlanRecord, SearchRecord]:
+    """The plan and its search, or 404 when either is unknown or another tenant's."""
+    plan = crud.get_plan(session=session, plan_id=plan_id, tenant=tenant)
+    search = (
+        crud.get_search(session=session, search_id=plan.search_id, tenant=tenant) if plan else None
+    )
     if plan is None or search is None:
         raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
     return plan, search
@@ -145,10 +149,14 @@ def _check_memory(
     status_code=status.HTTP_201_CREATED,
 )
 def create_measurement(
-    plan_id: str, body: MeasurementCreate, response: Response, session: SessionDep
+    plan_id: str,
+    body: MeasurementCreate,
+    response: Response,
+    session: SessionDep,
+    principal: Writer,
 ) -> dict[str, Any]:
     """Record a measured run of a plan (step time or throughput, peak memory)."""
-    plan, search = _load_plan(session, plan_id)
+    plan, search = _load_plan(session, plan_id, principal.tenant)
     problem = search.problem
     workload = problem["workload"]
     if workload.get("kind") == "serving":
@@ -175,6 +183,7 @@ def create_measurement(
         peak_memory_gib=body.peak_memory_gib,
         notes=body.notes,
         measured_at=_utc(body.measured_at),
+        tenant=principal.tenant,
     )
     response.headers["Location"] = f"/v1/plans/{plan_id}/measurements/{record.id}"
     return measurement_public(record)
@@ -184,21 +193,24 @@ def create_measurement(
 def list_measurements(
     plan_id: str,
     session: SessionDep,
+    principal: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
     """List a plan's measurements, oldest first."""
-    _load_plan(session, plan_id)
+    _load_plan(session, plan_id, principal.tenant)
     rows, total = crud.list_measurements(
-        session=session, plan_id=plan_id, limit=limit, offset=offset
+        session=session, plan_id=plan_id, limit=limit, offset=offset, tenant=principal.tenant
     )
     return {"items": [measurement_public(r) for r in rows], "total": total}
 
 
 @router.get("/v1/plans/{plan_id}/measurements/{measurement_id}", response_model=MeasurementPublic)
-def read_measurement(plan_id: str, measurement_id: str, session: SessionDep) -> dict[str, Any]:
+def read_measurement(
+    plan_id: str, measurement_id: str, session: SessionDep, principal: Reader
+) -> dict[str, Any]:
     """Read one measurement of a plan."""
     record = session.get(MeasurementRecord, measurement_id)
-    if record is None or record.plan_id != plan_id:
+    if record is None or record.plan_id != plan_id or record.tenant != principal.tenant:
         raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}", id=measurement_id)
     return measurement_public(record)

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.auth import Reader
 from solver.formulations.expert_placement import solve_expert_placement
 from specs.placement import ExpertPlacementAnswer, ExpertPlacementRequest
 
@@ -13,7 +14,7 @@ router = APIRouter(tags=["expert-placements"])
 
 
 @router.post("/v1/expert-placements", response_model=ExpertPlacementAnswer)
-def create_expert_placement(body: ExpertPlacementRequest) -> dict[str, Any]:
+def create_expert_placement(body: ExpertPlacementRequest, _principal: Reader) -> dict[str, Any]:
     """Place experts and redundant copies on ranks to balance token load (CP-SAT)."""
     result = solve_expert_placement(body)
     answer = result.to_dict()

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.auth import Reader
 from app.api.deps import SessionDep
 from app.db import crud
 from app.db.models import PlanRecord
@@ -35,9 +36,9 @@ def plan_public(record: PlanRecord) -> dict[str, Any]:
 
 
 @router.get("/v1/plans/{plan_id}", response_model=PlanPublic)
-def read_plan(plan_id: str, session: SessionDep) -> dict[str, Any]:
+def read_plan(plan_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
     """Read one plan."""
-    record = crud.get_plan(session=session, plan_id=plan_id)
+    record = crud.get_plan(session=session, plan_id=plan_id, tenant=principal.tenant)
     if record is None:
         raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
     return plan_public(record)

@@ -1,14 +1,19 @@
 """Plan searches: create (optionally waiting), read, list, cancel and read their plans;
 the scheduler-facing parts of the API live here too.
 
+- Tenants (`app.api.auth`): every read and write below sees only the caller's tenant; a
+  search of another tenant answers 404, as an unknown id does.
 - `Idempotency-Key` on `POST /v1/searches` (at most 255 visible ASCII characters, one
-  namespace for all clients, kept forever): the first request stores key → (search, SHA-256
+  namespace per tenant, kept forever): the first request stores key → (search, SHA-256
   of the canonical JSON of the validated body) in the transaction that stores the search;
   a later request with the key and an equal body gets that search (answered as a creation
   would be, plus `Idempotent-Replayed: true`), with another body a 409 problem
   (`idempotency-key-reused`). Concurrent requests with one key store one search: the key
   is a primary key, the loser's transaction rolls back and it answers the winner's search.
-- Deduplication: a request whose resolved problem (`request_hash`: model, cluster,
+- Limits (`app.api.limits`): a tenant with `tenant_max_active_searches` queued or running
+  searches gets 429, and with `max_queued_searches` queued in all a creation gets 503, both
+  with `Retry-After` (replays and deduplicated answers create nothing and pass).
+- Deduplication (within the caller's tenant): a request whose resolved problem (`request_hash`: model, cluster,
   workload, constraints, objective, top_k, cost model with its version and config) equals
   a queued, running or succeeded search gets that search at once, with
   `X-Meshplan-Deduplicated: <id>` (and its `callback_url`, if any, is subscribed to that
@@ -43,10 +48,14 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
+from app.api.auth import Reader, Writer
 from app.api.deps import EngineDep, RunnerDep, SessionDep, SettingsDep
+from app.api.limits import QueueFull, TenantQuotaExceeded
 from app.api.routes.plans import plan_public
+from app.core.config import Settings
 from app.db import crud
 from app.db.models import (
+    ACTIVE_STATUSES,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     TERMINAL_STATUSES,
     IdempotencyKeyRecord,
@@ -160,8 +169,9 @@ def delivery_public(
     }
 
 
-def _load(session: Session, search_id: str) -> SearchRecord:
-    record = crud.get_search(session=session, search_id=search_id)
+def _load(session: Session, search_id: str, tenant: str | None) -> SearchRecord:
+    """The search, or 404 when it is unknown or another tenant's (`tenant` None: any)."""
+    record = crud.get_search(session=session, search_id=search_id, tenant=tenant)
     if record is None:
         raise NotFound(f"no search with id {search_id!r}", id=search_id)
     return record
@@ -292,6 +302,33 @@ def _replay(row: IdempotencyKeyRecord, body_hash: str) -> tuple[str, str]:
     return row.search_id, "replayed"
 
 
+_QUEUE_RETRY_S = 5.0
+"""`Retry-After` of a full queue or quota: about how long a small search takes to leave it."""
+
+
+def _check_capacity(session: Session, settings: Settings, tenant: str) -> None:
+    """429 when `tenant` already has its cap of active searches, 503 when the global queue
+    is full. Checked before a search is stored; concurrent requests may overshoot a cap by
+    the number of requests in flight (at most a few), never without bound."""
+    active = crud.count_searches(session=session, statuses=ACTIVE_STATUSES, tenant=tenant)
+    if active >= settings.tenant_max_active_searches:
+        raise TenantQuotaExceeded(
+            f"tenant {tenant!r} has {active} queued or running searches, its limit "
+            f"(MESHPLAN_TENANT_MAX_ACTIVE_SEARCHES={settings.tenant_max_active_searches}); "
+            "wait for one to finish or cancel one",
+            retry_after_s=_QUEUE_RETRY_S,
+            limit=settings.tenant_max_active_searches,
+        )
+    queued = crud.count_searches(session=session, statuses=[SearchStatus.QUEUED.value])
+    if queued >= settings.max_queued_searches:
+        raise QueueFull(
+            f"the service has {queued} queued searches, its limit "
+            f"(MESHPLAN_MAX_QUEUED_SEARCHES={settings.max_queued_searches}); retry later",
+            retry_after_s=_QUEUE_RETRY_S,
+            limit=settings.max_queued_searches,
+        )
+
+
 def _webhooks_notify(request: Request) -> None:
     dispatcher = getattr(request.app.state, "webhooks", None)
     if dispatcher is not None:
@@ -305,11 +342,14 @@ def _webhooks_notify(request: Request) -> None:
     responses={
         201: {"model": SearchPublic, "description": "finished within ?wait"},
         409: {"description": "Idempotency-Key sent before with another body"},
+        429: {"description": "rate limit or the tenant's active-search quota (Retry-After)"},
+        503: {"description": "the search queue is full (Retry-After)"},
     },
 )
 async def create_search(
     body: SearchCreate,
     request: Request,
+    principal: Writer,
     response: Response,
     settings: SettingsDep,
     engine: EngineDep,
@@ -350,24 +390,31 @@ async def create_search(
             "webhooks; it is not set",
         )
     body_hash = canonical_hash(body.model_dump(mode="json"))
+    tenant = principal.tenant
 
     def resolve() -> tuple[str, str]:
         """(search id, how): created, replayed or deduplicated."""
         with Session(engine, expire_on_commit=False) as session:
             if key is not None:
-                row = crud.get_idempotency_key(session=session, key=key)
+                row = crud.get_idempotency_key(session=session, key=key, tenant=tenant)
                 if row is not None:
                     return _replay(row, body_hash)
-            prepared = planning.prepare_search(body, settings, session)
+            prepared = planning.prepare_search(body, settings, session, tenant=tenant)
             duplicate = (
-                crud.find_duplicate(session=session, request_hash=prepared.request_hash)
+                crud.find_duplicate(
+                    session=session, request_hash=prepared.request_hash, tenant=tenant
+                )
                 if dedupe
                 else None
             )
             if duplicate is not None:
                 if key is not None:
                     row = crud.claim_idempotency_key(
-                        session=session, key=key, search_id=duplicate.id, body_hash=body_hash
+                        session=session,
+                        key=key,
+                        search_id=duplicate.id,
+                        body_hash=body_hash,
+                        tenant=tenant,
                     )
                     if row.search_id != duplicate.id or row.body_hash != body_hash:
                         return _replay(row, body_hash)  # a concurrent request won the key
@@ -376,6 +423,7 @@ async def create_search(
                         session=session, search_id=duplicate.id, url=body.callback_url
                     )
                 return duplicate.id, "deduplicated"
+            _check_capacity(session, settings, tenant)
             try:
                 record = crud.create_search(
                     session=session,
@@ -387,9 +435,14 @@ async def create_search(
                     idempotency_key=key,
                     body_hash=body_hash,
                     callback_url=body.callback_url,
+                    tenant=tenant,
                 )
             except IntegrityError:
-                row = crud.get_idempotency_key(session=session, key=key) if key else None
+                row = (
+                    crud.get_idempotency_key(session=session, key=key, tenant=tenant)
+                    if key
+                    else None
+                )
                 if row is None:
                     raise
                 return _replay(row, body_hash)  # a concurrent request stored the key first
@@ -404,7 +457,7 @@ async def create_search(
 
     def load() -> dict[str, Any]:
         with Session(engine, expire_on_commit=False) as session:
-            return _public_with_count(session, _load(session, search_id))
+            return _public_with_count(session, _load(session, search_id, tenant))
 
     public = await run_in_threadpool(load)
     response.headers["Location"] = f"/v1/searches/{search_id}"
@@ -420,6 +473,7 @@ async def create_search(
 @router.get("/v1/searches", response_model=SearchList)
 def list_searches(
     session: SessionDep,
+    principal: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
     cursor: Annotated[
@@ -437,6 +491,7 @@ def list_searches(
         offset=offset,
         status=status_filter.value if status_filter else None,
         after=_search_after(cursor) if cursor is not None else None,
+        tenant=principal.tenant,
     )
     more, rows = len(rows) > limit, rows[:limit]
     return {
@@ -449,15 +504,18 @@ def list_searches(
 
 
 @router.get("/v1/searches/{search_id}", response_model=SearchPublic)
-def read_search(search_id: str, session: SessionDep) -> dict[str, Any]:
+def read_search(search_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
     """Read a search: status, progress, stats, error and webhook deliveries."""
-    return _public_with_count(session, _load(session, search_id), deliveries=True)
+    record = _load(session, search_id, principal.tenant)
+    return _public_with_count(session, record, deliveries=True)
 
 
 @router.get("/v1/searches/{search_id}/deliveries", response_model=DeliveryList)
-def list_search_deliveries(search_id: str, session: SessionDep) -> dict[str, Any]:
+def list_search_deliveries(
+    search_id: str, session: SessionDep, principal: Reader
+) -> dict[str, Any]:
     """List a search's webhook deliveries with every attempt."""
-    _load(session, search_id)
+    _load(session, search_id, principal.tenant)
     items = [
         delivery_public(d, a) for d, a in crud.list_deliveries(session=session, search_id=search_id)
     ]
@@ -468,6 +526,7 @@ def list_search_deliveries(search_id: str, session: SessionDep) -> dict[str, Any
 def list_search_plans(
     search_id: str,
     session: SessionDep,
+    principal: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
     cursor: Annotated[
@@ -476,7 +535,7 @@ def list_search_plans(
 ) -> dict[str, Any]:
     """List a search's plans, best first."""
     _no_offset_with_cursor(cursor, offset)
-    _load(session, search_id)
+    _load(session, search_id, principal.tenant)
     rows, total = crud.list_plans(
         session=session,
         search_id=search_id,
@@ -518,6 +577,7 @@ async def search_events(
     request: Request,
     settings: SettingsDep,
     engine: EngineDep,
+    principal: Reader,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamingResponse:
     """Stream a search's progress as Server-Sent Events until it finishes.
@@ -533,11 +593,11 @@ async def search_events(
 
     def snapshot() -> SearchRecord | None:
         with Session(engine, expire_on_commit=False) as session:
-            return crud.get_search(session=session, search_id=search_id)
+            return crud.get_search(session=session, search_id=search_id, tenant=principal.tenant)
 
     def final_json() -> str:
         with Session(engine, expire_on_commit=False) as session:
-            record = _load(session, search_id)
+            record = _load(session, search_id, principal.tenant)
             public = _public_with_count(session, record, deliveries=True)
         return SearchPublic.model_validate(public).model_dump_json()
 
@@ -588,9 +648,11 @@ async def search_events(
 
 
 @router.delete("/v1/searches/{search_id}", response_model=SearchPublic)
-def cancel_search(search_id: str, session: SessionDep, runner: RunnerDep) -> dict[str, Any]:
+def cancel_search(
+    search_id: str, session: SessionDep, runner: RunnerDep, principal: Writer
+) -> dict[str, Any]:
     """Cancel a queued or running search (409 once it has finished)."""
-    record = _load(session, search_id)
+    record = _load(session, search_id, principal.tenant)
     if not runner.cancel(search_id):
         session.refresh(record)
         raise Conflict(

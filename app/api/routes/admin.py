@@ -1,0 +1,118 @@
+"""Key management (`/v1/admin/api-keys`, admin scope) and `GET /v1/whoami` (any key).
+
+An admin key manages the keys of every tenant. The secret of a new key is in the creation
+answer only; listings show its first characters (`prefix`)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Response, status
+from pydantic import BaseModel, Field
+
+from app.api.auth import Admin, Reader
+from app.api.deps import SessionDep, SettingsDep
+from app.db import api_keys
+from app.db.models import TENANT_MAX_LENGTH, ApiKeyRecord, ApiKeyScope
+from specs.errors import NotFound
+
+router = APIRouter(tags=["keys"])
+
+TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""Tenant names: letters, digits, `.`, `_`, `-` (safe in logs, URLs and shells)."""
+
+
+class WhoAmI(BaseModel):
+    tenant: str
+    scopes: list[str]
+    key_id: str | None = Field(description="None with auth off; `bootstrap` for the admin key.")
+    auth: bool = Field(description="Whether the service checks keys (MESHPLAN_AUTH=on).")
+
+
+class ApiKeyCreate(BaseModel):
+    tenant: str = Field(min_length=1, max_length=TENANT_MAX_LENGTH, pattern=TENANT_PATTERN)
+    scopes: list[ApiKeyScope] = Field(min_length=1, max_length=3)
+    name: str | None = Field(default=None, max_length=200)
+
+
+class ApiKeyPublic(BaseModel):
+    id: str
+    tenant: str
+    name: str | None
+    prefix: str
+    scopes: list[str]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyPublic):
+    secret: str = Field(description="The key itself: shown once, store it now.")
+
+
+class ApiKeyList(BaseModel):
+    items: list[ApiKeyPublic]
+    total: int
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def key_public(record: ApiKeyRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "name": record.name,
+        "prefix": record.prefix,
+        "scopes": list(record.scopes),
+        "created_at": _utc(record.created_at),
+        "revoked_at": _utc(record.revoked_at),
+    }
+
+
+@router.get("/v1/whoami", response_model=WhoAmI)
+def whoami(principal: Reader, settings: SettingsDep) -> dict[str, Any]:
+    """The tenant, scopes and key id the request acts with."""
+    return {
+        "tenant": principal.tenant,
+        "scopes": sorted(principal.scopes, key=[s.value for s in ApiKeyScope].index),
+        "key_id": principal.key_id,
+        "auth": settings.auth == "on",
+    }
+
+
+@router.post(
+    "/v1/admin/api-keys", response_model=ApiKeyCreated, status_code=status.HTTP_201_CREATED
+)
+def create_api_key(
+    body: ApiKeyCreate, response: Response, session: SessionDep, _admin: Admin
+) -> dict[str, Any]:
+    """Make an API key for a tenant (admin scope); the answer holds the secret, once."""
+    record, secret = api_keys.create_key(
+        session=session, tenant=body.tenant, scopes=[s.value for s in body.scopes], name=body.name
+    )
+    response.headers["Location"] = f"/v1/admin/api-keys/{record.id}"
+    return {**key_public(record), "secret": secret}
+
+
+@router.get("/v1/admin/api-keys", response_model=ApiKeyList)
+def list_api_keys(session: SessionDep, _admin: Admin, tenant: str | None = None) -> dict[str, Any]:
+    """List API keys of every tenant (or of `?tenant=`), revoked ones included."""
+    items = [key_public(r) for r in api_keys.list_keys(session=session, tenant=tenant)]
+    return {"items": items, "total": len(items)}
+
+
+@router.delete("/v1/admin/api-keys/{key_id}", response_model=ApiKeyPublic)
+def revoke_api_key(key_id: str, session: SessionDep, _admin: Admin) -> dict[str, Any]:
+    """Revoke an API key: from the next request on it answers 401."""
+    if not api_keys.revoke_key(session=session, key_id=key_id):
+        record = api_keys.get_key(session=session, key_id=key_id)
+        if record is None:
+            raise NotFound(f"no API key with id {key_id!r}", id=key_id)
+    record = api_keys.get_key(session=session, key_id=key_id)
+    assert record is not None
+    session.refresh(record)
+    return key_public(record)
