@@ -84,6 +84,14 @@ def run_search_task(
     )
 
 
+def warm_worker(plugin_allowlist: list[str]) -> None:
+    """Load the allowed cost-model plug-ins and warm the solver up in a Ray worker."""
+    from app.services import planning
+
+    planning.load_plugins(plugin_allowlist)
+    planning.warm_up()
+
+
 def run_shard_task(stored: dict[str, Any], index: int, count: int) -> Any:
     """One shard of a stored training problem (a Ray task)."""
     from app.services import planning
@@ -187,6 +195,10 @@ class RayExecutor:
             init_ray(address, settings.ray_num_cpus)
             self._started_ray = True
         self._task = ray.remote(num_cpus=1, max_retries=0)(run_search_task)
+        # import the project and warm its caches in the workers now, not in the first search
+        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        warm = ray.remote(num_cpus=1)(warm_worker)
+        self._warming = [warm.remote(settings.plugin_allowlist) for _ in range(cpus)]
         self._refs: dict[Any, Future[str | None]] = {}
         self._lock = threading.Lock()
 

@@ -14,6 +14,10 @@ def local_ray() -> Iterator[None]:
     from app.services.executors import init_ray
 
     init_ray(None, num_cpus=2)
+    from app.services.executors import warm_worker
+
+    warm = ray.remote(num_cpus=1)(warm_worker)
+    ray.get([warm.remote([]) for _ in range(2)])  # workers import the project once, here
     try:
         yield
     finally:
