@@ -198,7 +198,7 @@ def start_service(workdir: Path, app_dir: Path) -> tuple[subprocess.Popen[bytes]
     return process, f"http://127.0.0.1:{port}"
 
 
-def wait_for(url: str, path: str, timeout_s: float = 60.0) -> float:
+def wait_for(url: str, path: str, timeout_s: float = 180.0) -> float:
     """Seconds until `GET path` answers 200."""
     began = time.monotonic()
     deadline = began + timeout_s
@@ -212,7 +212,7 @@ def wait_for(url: str, path: str, timeout_s: float = 60.0) -> float:
     raise SystemExit(f"{url}{path} did not answer 200 within {timeout_s} s")
 
 
-def wait_ready(url: str, timeout_s: float = 60.0) -> float:
+def wait_ready(url: str, timeout_s: float = 180.0) -> float:
     """Seconds until `/v1/health/ready` answers 200 (`/v1/health` for a service without
     readiness)."""
     try:
