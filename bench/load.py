@@ -192,7 +192,7 @@ def start_service(workdir: Path, app_dir: Path) -> tuple[subprocess.Popen[bytes]
     with open(workdir / "service.log", "wb") as log:  # the child keeps its own descriptor
         process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-             "--port", str(port), "--no-access-log"],
+             "--port", str(port), "--no-access-log", "--timeout-keep-alive", "75"],
             cwd=app_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     return process, f"http://127.0.0.1:{port}"
