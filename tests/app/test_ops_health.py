@@ -16,13 +16,14 @@ from tests.support import TestClient
 
 
 def _break_database(engine: Any) -> None:
-    """Every new or pooled connection use fails from now on."""
-    engine.pool.dispose()
+    """Every new connection fails from now on (the listener first, then the pooled
+    connections go, so none checked in meanwhile survives)."""
 
     def refuse(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("database is gone (test)")
 
     event.listen(engine, "do_connect", refuse)
+    engine.pool.dispose()
 
 
 def test_liveness_answers_without_the_database(client) -> None:
@@ -78,13 +79,13 @@ def test_readiness_times_out_on_a_slow_database(settings_factory) -> None:
     app = create_app(settings_factory(readiness_timeout_s=0.2))
     with TestClient(app) as c:
         engine = c.app.state.engine
-        engine.pool.dispose()
 
         def slow(*_args: Any, **_kwargs: Any) -> None:
             time.sleep(1.0)
             raise RuntimeError("late")
 
         event.listen(engine, "do_connect", slow)
+        engine.pool.dispose()
         body = assert_problem(c.get("/v1/health/ready"), 503)
         assert body["checks"]["database"]["error"] == "no answer within 0.2 s"
 
