@@ -17,7 +17,7 @@ install: $(STAMP)
 
 ## Run the service on 127.0.0.1:$(PORT) with the embedded SQLite database under ./var/.
 serve: $(STAMP)
-	$(BIN)/uvicorn app.main:app --host 127.0.0.1 --port $(PORT)
+	$(BIN)/uvicorn app.main:app --host 127.0.0.1 --port $(PORT) --timeout-keep-alive 75
 
 ## The whole suite CI runs (tests marked slow are excluded; `make test-all` runs them too).
 test: $(STAMP)

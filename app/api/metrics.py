@@ -31,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE
@@ -62,10 +62,11 @@ class ServiceCollector(Collector):
                     return {}
                 statuses = [SearchStatus.QUEUED.value, SearchStatus.RUNNING.value]
                 with Session(engine) as session:
+                    status_column = col(SearchRecord.status)
                     rows = session.execute(
-                        select(SearchRecord.status, func.count())
-                        .where(SearchRecord.status.in_(statuses))  # type: ignore[attr-defined]
-                        .group_by(SearchRecord.status)
+                        select(status_column, func.count())
+                        .where(status_column.in_(statuses))
+                        .group_by(status_column)
                     ).all()
                 self._counts = dict.fromkeys(statuses, 0) | {str(s): int(n) for s, n in rows}
                 self._read_at = now

@@ -16,8 +16,8 @@ from tests.support import TestClient
 
 
 def _break_database(engine: Any) -> None:
-    """Every new or pooled connection use fails from now on (the listener first: a
-    background thread may open a connection between the two steps)."""
+    """Every new connection fails from now on (the listener first, then the pooled
+    connections go, so none checked in meanwhile survives)."""
 
     def refuse(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("database is gone (test)")
@@ -81,9 +81,8 @@ def test_readiness_times_out_on_a_slow_database(settings_factory) -> None:
         engine = c.app.state.engine
 
         def slow(*_args: Any, **_kwargs: Any) -> None:
-            time.sleep(1.0)
+            time.sleep(1.0)  # every statement, on pooled connections too
 
-        # at the statement, so that a pooled connection is as slow as a new one
         event.listen(engine, "before_cursor_execute", slow)
         body = assert_problem(c.get("/v1/health/ready"), 503)
         assert body["checks"]["database"]["error"] == "no answer within 0.2 s"
