@@ -30,6 +30,7 @@ from app.core.config import Settings
 from app.db import migrate
 from app.db.session import make_engine
 from app.services import planning
+from app.services.pool import RequestPool
 from app.services.runner import SearchRunner
 from app.services.webhooks import WebhookDispatcher
 
@@ -55,6 +56,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.plugins = planning.load_plugins(settings.plugin_allowlist)
             runner = SearchRunner(settings, engine)
             runner.start()
+            request_pool = RequestPool(
+                workers=settings.request_workers,
+                max_tasks=settings.request_worker_max_tasks,
+                max_memory_mb=settings.worker_max_memory_mb,
+                plugin_allowlist=settings.plugin_allowlist,
+                log_level=settings.log_level,
+            )
+            request_pool.start()
+            app.state.request_pool = request_pool
             webhooks = WebhookDispatcher(settings, engine, searches.webhook_search_view)
             runner.add_listener(webhooks.notify)
             app.state.engine = engine
@@ -66,6 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield
             finally:
                 runner.shutdown()
+                request_pool.stop()
                 webhooks.stop()
         finally:
             engine.dispose()
