@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_memory_mb=settings.worker_max_memory_mb,
                 plugin_allowlist=settings.plugin_allowlist,
                 log_level=settings.log_level,
+                in_process=settings.search_executor == "thread",
             )
             request_pool.start()
             app.state.request_pool = request_pool

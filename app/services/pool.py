@@ -13,7 +13,9 @@ runs the solver work of single requests (expert placements, serving estimates, .
 - `RequestPool`: a pebble process pool (per-task timeout: the worker running a task past
   its bound is killed and replaced; `max_tasks` recycles workers so their memory returns to
   the system). `await pool.run(fn, *args, timeout_s=...)` answers the result or raises
-  `WorkerTimeout`, `WorkerDied` or `MemoryError`.
+  `WorkerTimeout`, `WorkerDied` or `MemoryError`. With `in_process=True` (the service's
+  `search_executor=thread`: tests, tiny deployments) the work runs on a thread of the API
+  process instead; the timeout still answers, but the thread runs on to its end.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import logging
 import multiprocessing
 import resource
 import signal
-import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -81,8 +82,11 @@ class TrackedProcessPool(ProcessPoolExecutor):
         """pid → exit code (None while alive) of every worker this pool started."""
         return {pid: p.exitcode for pid, p in list(self.spawned.items())}
 
+    def alive_pids(self) -> list[int]:
+        return sorted(pid for pid, p in list(self.spawned.items()) if p.exitcode is None)
+
     def alive(self) -> int:
-        return sum(1 for p in list(self.spawned.values()) if p.exitcode is None)
+        return len(self.alive_pids())
 
     def kill_all(self) -> None:
         """SIGKILL every worker still alive (they ignore SIGTERM), and reap them."""
@@ -138,14 +142,17 @@ class RequestPool:
         max_memory_mb: int,
         plugin_allowlist: list[str],
         log_level: str,
+        in_process: bool = False,
     ) -> None:
-        self._lock = threading.Lock()
+        self.in_process = in_process
         self._args = (workers, max_tasks, max_memory_mb, list(plugin_allowlist), log_level)
         self._pool: ProcessPool | None = None
         self.timeouts = 0
         self.deaths = 0
 
     def start(self) -> None:
+        if self.in_process:
+            return
         workers, max_tasks, max_memory_mb, plugins, log_level = self._args
         self._pool = ProcessPool(
             max_workers=workers,
@@ -165,13 +172,19 @@ class RequestPool:
 
     def state(self) -> dict[str, Any]:
         return {
-            "running": self._pool is not None and self._pool.active,
+            "running": self.in_process or (self._pool is not None and self._pool.active),
             "timeouts": self.timeouts,
             "deaths": self.deaths,
         }
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
         """`fn(*args)` in a worker, at most `timeout_s` seconds."""
+        if self.in_process:
+            try:
+                return await asyncio.wait_for(asyncio.to_thread(fn, *args), timeout_s)
+            except TimeoutError as exc:
+                self.timeouts += 1
+                raise WorkerTimeout(f"the work took longer than {timeout_s:g} s") from exc
         pool = self._pool
         if pool is None:
             raise WorkerDied("the worker pool is not running")

@@ -349,7 +349,8 @@ class SearchRunner:
         return executor
 
     def pool_state(self) -> dict[str, Any]:
-        """`{kind, state: ok | broken | stopped, workers, alive, restarts, worker_deaths}`."""
+        """`{kind, state: ok | broken | stopped, workers, alive, worker_pids, restarts,
+        worker_deaths}` (`alive` and `worker_pids` are None / empty for a thread pool)."""
         executor = self._executor
         if executor is None:
             state = "stopped"
@@ -357,12 +358,15 @@ class SearchRunner:
             state = "broken"
         else:
             state = "ok"
-        alive = executor.alive() if isinstance(executor, TrackedProcessPool) else None
+        tracked = isinstance(executor, TrackedProcessPool)
+        alive = executor.alive() if tracked else None
+        pids = executor.alive_pids() if tracked else []
         return {
             "kind": self.kind,
             "state": state,
             "workers": self.settings.search_workers,
             "alive": alive,
+            "worker_pids": pids,
             "restarts": self._restarts,
             "worker_deaths": self._deaths,
         }
