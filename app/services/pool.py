@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import resource
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -81,6 +82,17 @@ class TrackedProcessPool(ProcessPoolExecutor):
     def exit_codes(self) -> dict[int, int | None]:
         """pid → exit code (None while alive) of every worker this pool started."""
         return {pid: p.exitcode for pid, p in list(self.spawned.items())}
+
+    def dead_codes(self, settle_s: float = 1.0) -> dict[int, int | None]:
+        """pid → exit code of the workers that died abnormally. A killed worker's pipes can
+        close (which breaks the pool) a moment before its exit status can be reaped, so this
+        polls for up to `settle_s`."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            codes = {pid: c for pid, c in self.exit_codes().items() if c not in (None, 0)}
+            if codes or time.monotonic() >= deadline:
+                return codes
+            time.sleep(0.02)
 
     def alive_pids(self) -> list[int]:
         return sorted(pid for pid, p in list(self.spawned.items()) if p.exitcode is None)

@@ -385,7 +385,7 @@ class SearchRunner:
             if self._executor is not broken or self._stop_event.is_set():
                 return self._dead_codes.get(id(broken), {})
             assert isinstance(broken, TrackedProcessPool)
-            codes = {pid: c for pid, c in broken.exit_codes().items() if c not in (None, 0)}
+            codes = broken.dead_codes()
             broken.kill_all()  # its other workers ignore the SIGTERM the stdlib sends them
             self._dead_codes[id(broken)] = codes
             self._deaths += len(codes)
@@ -402,7 +402,8 @@ class SearchRunner:
         codes = self._repair(broken)
         with self._lock:
             pid = self._worker_of.pop(search_id, None)
-        culprit = pid is not None and pid in codes
+        # the dead worker's search, or every running one when the dead worker is unknown
+        culprit = pid is None or pid in codes or not codes
         resubmit = False
         with Session(self.engine) as session:
             record = crud.get_search(session=session, search_id=search_id)
@@ -411,7 +412,7 @@ class SearchRunner:
             if record.status == SearchStatus.QUEUED.value:
                 resubmit = True
             elif record.status == SearchStatus.RUNNING.value:
-                if not culprit and pid is not None:
+                if not culprit:
                     # a bystander: its worker was stopped because another one died
                     resubmit = crud.requeue_search(
                         session=session, search_id=search_id, forget_attempt=True

@@ -32,7 +32,7 @@ def test_request_solver_work_runs_in_bounded_workers(tmp_path: Path) -> None:
     env = {
         "MESHPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'req.db'}",
         "MESHPLAN_SEARCH_WORKERS": "1",
-        "MESHPLAN_REQUEST_TIMEOUT_S": "3",
+        "MESHPLAN_REQUEST_TIMEOUT_S": "20",
     }
     server = LiveServer(env, tmp_path / "server.log").start()
     assert server.proc is not None
@@ -72,7 +72,7 @@ def test_request_solver_work_runs_in_bounded_workers(tmp_path: Path) -> None:
                 time.sleep(0.05)
             body = assert_problem(answer["r"], 504, path="/v1/estimate")
             assert body["type"].endswith("/solver-timeout")
-            assert answer["s"] < 3 + 10  # the bound, plus stopping and replacing the worker
+            assert answer["s"] < 20 + 10  # the bound, plus stopping and replacing the worker
             assert statistics.median(latencies) < 0.1, latencies
             # the replaced worker serves the next request
             again = client.post("/v1/expert-placements", json=SMALL_PLACEMENT)
