@@ -36,10 +36,12 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def placement_body(seed: int = 0) -> dict[str, Any]:
+def placement_body(seed: int = 0, experts: int = 256, ranks: int = 64) -> dict[str, Any]:
+    """Two layers of Zipf(1.4) loads over `experts` experts, on `ranks` ranks of 8 per node
+    with `ranks` redundant copies (bench.moe_placement's largest case by default)."""
     rng = random.Random(seed)
-    loads = [zipf_loads(256, 1.4, 256 * 1000, rng) for _ in range(2)]
-    return {"loads": loads, "num_ranks": 64, "ranks_per_node": 8, "num_redundant": 64}
+    loads = [zipf_loads(experts, 1.4, experts * 1000, rng) for _ in range(2)]
+    return {"loads": loads, "num_ranks": ranks, "ranks_per_node": 8, "num_redundant": ranks}
 
 
 def serving_estimate_body(instances: int) -> dict[str, Any]:
