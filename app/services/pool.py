@@ -89,7 +89,9 @@ class TrackedProcessPool(ProcessPoolExecutor):
         polls for up to `settle_s`."""
         deadline = time.monotonic() + settle_s
         while True:
-            codes = {pid: c for pid, c in self.exit_codes().items() if c not in (None, 0)}
+            codes: dict[int, int | None] = {
+                pid: c for pid, c in self.exit_codes().items() if c not in (None, 0)
+            }
             if codes or time.monotonic() >= deadline:
                 return codes
             time.sleep(0.02)
@@ -179,7 +181,7 @@ class RequestPool:
     def stop(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.stop()
+            pool.stop()  # type: ignore[no-untyped-call]
             pool.join(timeout=10)
 
     def state(self) -> dict[str, Any]:
@@ -210,5 +212,5 @@ class RequestPool:
             self.deaths += 1
             raise WorkerDied(describe_exit(exc.exitcode)) from exc
         except asyncio.CancelledError:
-            future.cancel()  # the client went away: pebble stops the worker
+            future.cancel()  # type: ignore[no-untyped-call]  # the client went away: pebble stops the worker
             raise

@@ -358,9 +358,9 @@ class SearchRunner:
             state = "broken"
         else:
             state = "ok"
-        tracked = isinstance(executor, TrackedProcessPool)
-        alive = executor.alive() if tracked else None
-        pids = executor.alive_pids() if tracked else []
+        tracked = executor if isinstance(executor, TrackedProcessPool) else None
+        alive = tracked.alive() if tracked is not None else None
+        pids = tracked.alive_pids() if tracked is not None else []
         return {
             "kind": self.kind,
             "state": state,

@@ -89,7 +89,8 @@ def test_a_serving_estimate_past_its_bound_answers_504_while_health_stays_fast(
                 time.sleep(0.05)
             body = assert_problem(answer["r"], 504, path="/v1/estimate")
             assert body["type"].endswith("/solver-timeout")
-            assert answer["s"] < 0.3 + 10  # the bound, plus stopping and replacing the worker
+            # the bound counts from when a worker takes the job (a fresh worker warms up first)
+            assert answer["s"] < 60
             assert statistics.median(latencies) < 0.1, latencies
             # the replaced worker serves the next request
             small = serving_estimate_body(8)
