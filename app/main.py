@@ -35,6 +35,7 @@ from app.core.logs import configure_logging
 from app.db import migrate
 from app.db.session import make_engine
 from app.services import planning
+from app.services.pool import RequestPool
 from app.services.runner import SearchRunner
 from app.services.webhooks import WebhookDispatcher
 
@@ -68,6 +69,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.plugins = planning.load_plugins(settings.plugin_allowlist)
             runner = SearchRunner(settings, engine)
             runner.start()
+            request_pool = RequestPool(
+                workers=settings.request_workers,
+                max_tasks=settings.request_worker_max_tasks,
+                max_memory_mb=settings.worker_max_memory_mb,
+                plugin_allowlist=settings.plugin_allowlist,
+                log_level=settings.log_level,
+                in_process=settings.search_executor == "thread",
+            )
+            request_pool.start()
+            app.state.request_pool = request_pool
             webhooks = WebhookDispatcher(settings, engine, searches.webhook_search_view)
             runner.add_listener(webhooks.notify)
             runner.add_listener(service_metrics.search_finished_listener(app.state.metrics, engine))
@@ -80,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 yield
             finally:
                 runner.shutdown()
+                request_pool.stop()
                 webhooks.stop()
         finally:
             engine.dispose()

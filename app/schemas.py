@@ -255,6 +255,9 @@ class HealthPublic(BaseModel):
     version: str
     database: str
     """`sqlite` or `postgresql`."""
+    pool: dict[str, Any] | None = None
+    """The search worker pool (`SearchRunner.pool_state()`): `state` is `ok`, `broken`
+    (a worker died and the pool is not rebuilt yet) or `stopped`."""
 
 
 class ReadinessPublic(BaseModel):

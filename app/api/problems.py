@@ -6,6 +6,10 @@
   `[{field (dotted path), rule (pydantic error type), value (the input), message}]`.
 - Starlette HTTP errors (unknown route 404, 405, ...) → problems of the same status.
 - Bodies above `max_request_bytes` → 413 (`BodyLimitMiddleware`, Content-Length and stream).
+- The database unreachable or gone (SQLAlchemy `OperationalError`, `InterfaceError`, a
+  DBAPI disconnect) → 503 `database-unavailable` with `Retry-After`; the engine's pool
+  (`pool_pre_ping` on PostgreSQL) reconnects by itself on a later request. A full disk
+  (SQLite `database or disk is full`, PostgreSQL SQLSTATE 53100) → 507 `storage-full`.
 - Anything else → a generic 500 logged with the request id (`RequestContextMiddleware`);
   no traceback reaches the client.
 """
@@ -21,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -91,8 +96,55 @@ async def planner_error_handler(request: Request, exc: Exception) -> ProblemResp
     assert isinstance(exc, PlannerError)
     if exc.status >= 500:
         logger.error("request %s: %s", _request_id(request), exc.detail)
-    headers = getattr(exc, "headers", None)  # e.g. WWW-Authenticate, Retry-After
-    return problem_response(problem_from_error(exc, instance=_instance(request)), headers=headers)
+    headers = dict(getattr(exc, "headers", None) or {})  # e.g. WWW-Authenticate
+    retry = exc.extensions.get("retry_after_s")
+    if retry is not None:
+        headers.setdefault("Retry-After", str(retry))
+    return problem_response(
+        problem_from_error(exc, instance=_instance(request)), headers=headers or None
+    )
+
+
+DATABASE_RETRY_AFTER_S = 2
+"""Seconds a client is asked to wait after a 503 for an unreachable database: about a
+reconnect attempt (psycopg's connect timeout is longer; most outages are restarts)."""
+
+
+def _disk_full(exc: DBAPIError) -> bool:
+    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    return "disk is full" in text or getattr(exc.orig, "sqlstate", None) == "53100"
+
+
+async def database_error_handler(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, DBAPIError)
+    logger.error("request %s: database error: %s", _request_id(request), exc.orig)
+    if _disk_full(exc):
+        return problem_response(
+            make_problem(
+                status=507,
+                slug="storage-full",
+                title="Storage full",
+                detail="the database could not write: its disk is full; free space on "
+                "the volume holding the database and try again",
+                instance=_instance(request),
+            )
+        )
+    if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+        return problem_response(
+            make_problem(
+                status=503,
+                slug="database-unavailable",
+                title="Database unavailable",
+                detail="the database cannot be reached right now; try again shortly",
+                instance=_instance(request),
+                retry_after_s=DATABASE_RETRY_AFTER_S,
+            ),
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+    logger.exception("request %s failed", _request_id(request), exc_info=exc)
+    return problem_response(
+        internal_problem(instance=_instance(request), request_id=_request_id(request))
+    )
 
 
 async def validation_error_handler(request: Request, exc: Exception) -> ProblemResponse:
@@ -144,6 +196,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PlannerError, planner_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(DBAPIError, database_error_handler)
 
 
 # ---- pure ASGI middlewares ----------------------------------------------------------------

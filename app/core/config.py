@@ -111,6 +111,17 @@ class Settings(BaseSettings):
     """Queued plus running searches one tenant may have; more answer 429."""
     max_queued_searches: int = Field(default=256, ge=1)
     """Queued searches of all tenants together; more answer 503 (the queue is full)."""
+    worker_max_memory_mb: int = Field(default=4096, ge=0)
+    """Address-space cap (`RLIMIT_AS`) of every worker process, in MiB (0: none); a solve
+    that needs more ends in a 507 problem (request work) or a failed search."""
+    request_workers: int = Field(default=1, ge=1, le=64)
+    """Worker processes for the solver work of single requests (expert placements, serving
+    estimates, training estimates that place experts)."""
+    request_worker_max_tasks: int = Field(default=20, ge=0)
+    """Requests a request worker serves before it is replaced (its memory returns; 0: never)."""
+    request_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest a request's solver work may run in a worker; past it the worker is killed
+    and the request answers a 503 problem."""
     run_migrations: bool = True
     """Run `alembic upgrade head` at startup."""
     log_level: str = "INFO"

@@ -32,6 +32,15 @@ Life cycle: `queued` → `running` → `succeeded` | `failed` | `cancelled`.
   `pool_state()["warm"]` turns true when all have, and readiness reports it. Until then a
   submitted search runs on a thread of the API process (which has the solver imported
   already), so it starts at once rather than after the imports.
+- Signals: workers ignore SIGINT and SIGTERM (`pool.init_worker`), so a signal to the whole
+  process group drains like a signal to the API process alone: uvicorn's shutdown calls
+  `shutdown()`, which sets the stop event.
+- A dead worker (OOM killer, `kill -9`) breaks a process pool: the first callback that sees
+  `BrokenProcessPool` kills the old pool's other workers, builds a new pool and re-submits
+  what the old one held. The search whose worker died is retried while attempts <
+  `max_attempts`, then failed with the reason (`worker process died (signal 9)`); searches
+  that only shared the pool go back to `queued` without losing an attempt.
+  `pool_state()` reports the pool (broken until rebuilt) for the health endpoint.
 - Listeners (`add_listener`, e.g. the webhook dispatcher's `notify`) are called with the
   search id whenever a search may have reached its end in this process: a worker returned
   or crashed, a cancel finished a search that never ran, recovery failed one. They must be
@@ -49,7 +58,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,6 +72,7 @@ from app.db import crud, leases
 from app.db.models import TERMINAL_STATUSES, PlanRecord, SearchStatus
 from app.db.session import make_engine
 from app.services.leases import LeaseKeeper
+from app.services.pool import TrackedProcessPool, describe_exit, init_worker
 from specs.errors import PlannerError
 
 logger = logging.getLogger(__name__)
@@ -91,6 +102,19 @@ def interrupted_problem(search_id: str, attempts: int) -> dict[str, Any]:
         detail=f"interrupted by a service restart ({attempts} attempts)",
         instance=search_instance(search_id),
         reason="interrupted by a service restart",
+        attempts=attempts,
+    )
+
+
+def worker_died_problem(search_id: str, reason: str, attempts: int) -> dict[str, Any]:
+    """The stored error of a search whose worker process died on its last attempt."""
+    return make_problem(
+        status=500,
+        slug="worker-died",
+        title="Worker process died",
+        detail=f"{reason} while running the search ({attempts} attempts)",
+        instance=search_instance(search_id),
+        reason=reason,
         attempts=attempts,
     )
 
@@ -233,12 +257,21 @@ class _WorkerState:
 
 # ---- process-pool plumbing ---------------------------------------------------------------
 _PROCESS_STOP: Any = None
+_PROCESS_STARTS: Any = None
 _PROCESS_ENGINES: dict[str, Engine] = {}
 
 
-def _init_process(stop_event: Any, plugin_allowlist: list[str], log_level: str) -> None:
-    global _PROCESS_STOP
+def _init_process(
+    stop_event: Any,
+    plugin_allowlist: list[str],
+    log_level: str,
+    starts: Any = None,
+    max_memory_mb: int = 0,
+) -> None:
+    global _PROCESS_STOP, _PROCESS_STARTS
+    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=True)
     _PROCESS_STOP = stop_event
+    _PROCESS_STARTS = starts
     logging.basicConfig(level=log_level)
     from app.services import planning
 
@@ -259,6 +292,8 @@ def _warm_worker(hold_s: float) -> int:
 def _process_entry(
     search_id: str, database_url: str, progress_interval_s: float, owner: str | None = None
 ) -> str | None:
+    if _PROCESS_STARTS is not None:  # tell the parent which worker holds this search
+        _PROCESS_STARTS.put((search_id, os.getpid()))
     engine = _PROCESS_ENGINES.get(database_url)
     if engine is None:
         engine = _PROCESS_ENGINES[database_url] = make_engine(database_url)
@@ -299,6 +334,11 @@ class SearchRunner:
         )
         self._warm_futures: list[Future[int]] = []
         self._warming_threads: ThreadPoolExecutor | None = None
+        self._starts: Any = None
+        self._worker_of: dict[str, int] = {}
+        self._dead_codes: dict[int, dict[int, int | None]] = {}
+        self._restarts = 0
+        self._deaths = 0
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         """Call `listener(search_id)` whenever a search may have finished."""
@@ -317,7 +357,6 @@ class SearchRunner:
 
     def start(self) -> None:
         """Create the pool (process pools start their workers lazily)."""
-        workers = self.settings.search_workers
         if self.settings.executor == "ray":
             from app.services.executors import RayExecutor
 
@@ -327,34 +366,138 @@ class SearchRunner:
         elif self.kind == "process":
             context = multiprocessing.get_context("spawn")
             self._stop_event = context.Event()
-            self._executor = ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=context,
-                initializer=_init_process,
-                initargs=(
-                    self._stop_event,
-                    list(self.settings.plugin_allowlist),
-                    self.settings.log_level,
-                ),
-            )
-            # Spawn and initialise every worker now: a first search must not pay for
-            # interpreter start-up and imports (about 0.7 s).
-            self._warm_futures = [self._executor.submit(_warm_worker, 0.2) for _ in range(workers)]
+            self._starts = context.SimpleQueue()
+            self._executor = self._new_process_pool()
             self._warming_threads = ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix="meshplan-warmup-search"
+                max_workers=self.settings.search_workers,
+                thread_name_prefix="meshplan-warmup-search",
             )
         else:
             self._stop_event = threading.Event()
             self._executor = ThreadPoolExecutor(
-                max_workers=workers, thread_name_prefix="meshplan-search"
+                max_workers=self.settings.search_workers, thread_name_prefix="meshplan-search"
             )
 
-    def submit(self, search_id: str) -> None:
-        """Queue a stored search for a worker (a no-op once shutting down)."""
+    def _new_process_pool(self) -> TrackedProcessPool:
+        workers = self.settings.search_workers
+        executor = TrackedProcessPool(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_process,
+            initargs=(
+                self._stop_event,
+                list(self.settings.plugin_allowlist),
+                self.settings.log_level,
+                self._starts,
+                self.settings.worker_max_memory_mb,
+            ),
+        )
+        # Spawn and initialise every worker now: a first search must not pay for
+        # interpreter start-up and imports (about 0.7 s).
+        self._warm_futures = [executor.submit(_warm_worker, 0.2) for _ in range(workers)]
+        return executor
+
+    def pool_state(self) -> dict[str, Any]:
+        """`{kind, executor, state: ok | broken | stopped, workers, warm_workers, warm,
+        active, stopping, alive, worker_pids, restarts, worker_deaths}` (`alive` and
+        `worker_pids` are None / empty for a thread pool); no database access."""
+        executor = self._executor
+        if executor is None:
+            state = "stopped"
+        elif isinstance(executor, TrackedProcessPool) and executor.broken:
+            state = "broken"
+        else:
+            state = "ok"
+        tracked = executor if isinstance(executor, TrackedProcessPool) else None
+        alive = tracked.alive() if tracked is not None else None
+        pids = tracked.alive_pids() if tracked is not None else []
+        warm_workers = (
+            sum(1 for f in self._warm_futures if f.done())
+            if self._warm_futures
+            else self.settings.search_workers
+        )
         with self._lock:
-            if self._executor is None or self._stop_event.is_set():
+            active = len(self._futures)
+        return {
+            "kind": self.kind,
+            "executor": self.kind,
+            "state": state,
+            "workers": self.settings.search_workers,
+            "warm_workers": warm_workers,
+            "warm": self.warm,
+            "active": active,
+            "stopping": self._stop_event.is_set(),
+            "alive": alive,
+            "worker_pids": pids,
+            "restarts": self._restarts,
+            "worker_deaths": self._deaths,
+        }
+
+    def _drain_starts(self) -> None:
+        """Read the (search id, worker pid) notes the workers left (caller holds the lock)."""
+        queue = self._starts
+        while queue is not None and not queue.empty():
+            search_id, pid = queue.get()
+            self._worker_of[search_id] = pid
+
+    def _repair(self, broken: Executor) -> dict[int, int | None]:
+        """Replace `broken` (once, whoever calls first); returns its workers' exit codes."""
+        with self._lock:
+            self._drain_starts()
+            if self._executor is not broken or self._stop_event.is_set():
+                return self._dead_codes.get(id(broken), {})
+            assert isinstance(broken, TrackedProcessPool)
+            codes = broken.dead_codes()
+            broken.kill_all()  # its other workers ignore the SIGTERM the stdlib sends them
+            self._dead_codes[id(broken)] = codes
+            self._deaths += len(codes)
+            try:
+                self._executor = self._new_process_pool()
+                self._restarts += 1
+            except Exception:
+                logger.exception("could not rebuild the search worker pool")
+            logger.error("a search worker died (%s); the pool was rebuilt", codes)
+            return codes
+
+    def _after_worker_death(self, search_id: str, broken: Executor) -> None:
+        """Re-queue (or fail) a search whose pool broke under it, and submit it again."""
+        codes = self._repair(broken)
+        with self._lock:
+            pid = self._worker_of.pop(search_id, None)
+        # the dead worker's search, or every running one when the dead worker is unknown
+        culprit = pid is None or pid in codes or not codes
+        resubmit = False
+        with Session(self.engine) as session:
+            record = crud.get_search(session=session, search_id=search_id)
+            if record is None:
                 return
-            if search_id in self._futures:
+            if record.status == SearchStatus.QUEUED.value:
+                resubmit = True
+            elif record.status == SearchStatus.RUNNING.value:
+                if not culprit:
+                    # a bystander: its worker was stopped because another one died
+                    resubmit = crud.requeue_search(
+                        session=session, search_id=search_id, forget_attempt=True
+                    )
+                elif record.attempts < self.settings.max_attempts:
+                    resubmit = crud.requeue_search(session=session, search_id=search_id)
+                else:
+                    reason = describe_exit(codes.get(pid) if pid is not None else None)
+                    crud.fail_search(
+                        session=session,
+                        search_id=search_id,
+                        error=worker_died_problem(search_id, reason, record.attempts),
+                    )
+                    logger.error("search %s failed: %s", search_id, reason)
+        if resubmit:
+            self.submit(search_id)
+
+    def submit(self, search_id: str) -> None:
+        """Queue a stored search for a worker (a no-op once shutting down). A pool found
+        broken (a worker died and its callback has not run yet) is rebuilt first. The search
+        is claimed with this replica's lease first: another replica's search is left alone."""
+        with self._lock:
+            if self._executor is None or self._stop_event.is_set() or search_id in self._futures:
                 return
             with Session(self.engine) as session:
                 if not leases.claim(
@@ -364,44 +507,65 @@ class SearchRunner:
                     lease_s=self.settings.lease_s,
                 ):
                     return  # another replica holds it, or it is no longer queued
-            future: Future[str | None]
-            if self._plugin is not None:
-                future = self._plugin.submit_search(search_id, self.replica_id)
-            elif self.kind == "process" and not self.warm and self._warming_threads is not None:
-                future = self._warming_threads.submit(
-                    execute_search,
-                    search_id,
-                    engine=self.engine,
-                    stop_event=self._stop_event,
-                    progress_interval_s=self.settings.progress_interval_s,
-                    owner=self.replica_id,
-                )
-            elif self.kind == "process":
-                future = self._executor.submit(
-                    _process_entry,
-                    search_id,
-                    self.settings.database_url,
-                    self.settings.progress_interval_s,
-                    self.replica_id,
-                )
-            else:
-                future = self._executor.submit(
-                    execute_search,
-                    search_id,
-                    engine=self.engine,
-                    stop_event=self._stop_event,
-                    progress_interval_s=self.settings.progress_interval_s,
-                    owner=self.replica_id,
-                )
-            self._futures[search_id] = future
-        future.add_done_callback(functools.partial(self._done, search_id))
+        for _ in range(2):
+            with self._lock:
+                executor = self._executor
+                if executor is None or self._stop_event.is_set() or search_id in self._futures:
+                    return
+                if not (isinstance(executor, TrackedProcessPool) and executor.broken):
+                    try:
+                        future = self._submit_to(executor, search_id)
+                    except BrokenProcessPool:
+                        pass
+                    else:
+                        self._futures[search_id] = future
+                        break
+            self._repair(executor)
+        else:
+            logger.error("search %s stays queued: the worker pool cannot be rebuilt", search_id)
+            return
+        future.add_done_callback(functools.partial(self._done, search_id, executor))
 
-    def _done(self, search_id: str, future: Future[str | None]) -> None:
+    def _submit_to(self, executor: Executor, search_id: str) -> Future[str | None]:
+        if self._plugin is not None:
+            future: Future[str | None] = self._plugin.submit_search(search_id, self.replica_id)
+            return future
+        if self.kind == "process" and not self.warm and self._warming_threads is not None:
+            # the spawned workers are still importing: run on a thread of this process
+            executor = self._warming_threads
+        elif self.kind == "process":
+            return executor.submit(
+                _process_entry,
+                search_id,
+                self.settings.database_url,
+                self.settings.progress_interval_s,
+                self.replica_id,
+            )
+        return executor.submit(
+            execute_search,
+            search_id,
+            engine=self.engine,
+            stop_event=self._stop_event,
+            progress_interval_s=self.settings.progress_interval_s,
+            owner=self.replica_id,
+        )
+
+    def _done(self, search_id: str, executor: Executor, future: Future[str | None]) -> None:
         with self._lock:
-            self._futures.pop(search_id, None)
+            if self._futures.get(search_id) is future:
+                del self._futures[search_id]
         if future.cancelled():
             return
         error = future.exception()
+        if isinstance(error, BrokenProcessPool) and not self._stop_event.is_set():
+            try:
+                self._after_worker_death(search_id, executor)
+            except Exception:
+                logger.exception("search %s: recovery after a worker death failed", search_id)
+            self._notify(search_id)
+            return
+        with self._lock:
+            self._worker_of.pop(search_id, None)
         if error is not None:
             logger.error("search worker for %s crashed", search_id, exc_info=error)
             if not self._stop_event.is_set():
@@ -501,24 +665,6 @@ class SearchRunner:
     def warm(self) -> bool:
         """Every worker has started and run its initializer (always true for threads)."""
         return all(f.done() for f in self._warm_futures)
-
-    def pool_state(self) -> dict[str, Any]:
-        """Executor kind, workers, how many are warm, searches held (no database access)."""
-        warm_workers = (
-            sum(1 for f in self._warm_futures if f.done())
-            if self._warm_futures
-            else self.settings.search_workers
-        )
-        with self._lock:
-            active = len(self._futures)
-        return {
-            "executor": self.kind,
-            "workers": self.settings.search_workers,
-            "warm_workers": warm_workers,
-            "warm": self.warm,
-            "active": active,
-            "stopping": self._stop_event.is_set(),
-        }
 
     def active(self) -> list[str]:
         with self._lock:

@@ -12,7 +12,10 @@ from app import __version__
 def test_health(client: Any) -> None:
     response = client.get("/v1/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "version": __version__, "database": "sqlite"}
+    body = response.json()
+    pool = body.pop("pool")
+    assert body == {"status": "ok", "version": __version__, "database": "sqlite"}
+    assert pool["kind"] == "thread" and pool["state"] == "ok" and pool["restarts"] == 0
 
 
 def test_hardware_list_has_the_contract_fields(client: Any) -> None:

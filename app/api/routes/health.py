@@ -33,9 +33,15 @@ _READY_THREADS = anyio.CapacityLimiter(4)
 
 
 @router.get("/v1/health", response_model=HealthPublic)
-async def read_health(engine: EngineDep) -> HealthPublic:
-    """Liveness: the process answers (no database access); version and database kind."""
-    return HealthPublic(version=__version__, database=database_kind(engine))
+async def read_health(engine: EngineDep, request: Request) -> HealthPublic:
+    """Liveness: the process answers (no database access); version, database kind and the
+    state of the search worker pool (`broken` until a dead worker's pool is rebuilt)."""
+    runner = getattr(request.app.state, "runner", None)
+    return HealthPublic(
+        version=__version__,
+        database=database_kind(engine),
+        pool=runner.pool_state() if runner is not None else None,
+    )
 
 
 def _database_check(engine: Engine) -> None:
@@ -86,11 +92,13 @@ async def read_readiness(
     database = await check_database(engine, settings.readiness_timeout_s)
     workers = runner.pool_state()
     checks = {"database": database, "workers": workers, "database_pool": pool_state(engine)}
-    if database["ok"] and workers["warm"]:
+    if database["ok"] and workers["warm"] and workers["state"] != "broken":
         return ReadinessPublic(version=__version__, database=database_kind(engine), checks=checks)
     reasons = []
     if not database["ok"]:
         reasons.append(f"database: {database['error']}")
+    if workers["state"] == "broken":
+        reasons.append("search worker pool broken (a worker died; it is being rebuilt)")
     if not workers["warm"]:
         reasons.append(
             f"search workers warming up ({workers['warm_workers']} of {workers['workers']} ready)"

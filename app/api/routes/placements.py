@@ -4,23 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.api.auth import Reader
-from solver.formulations.expert_placement import solve_expert_placement
+from app.api.offload import run_in_worker
 from specs.placement import ExpertPlacementAnswer, ExpertPlacementRequest
 
 router = APIRouter(tags=["expert-placements"])
 
 
 @router.post("/v1/expert-placements", response_model=ExpertPlacementAnswer)
-def create_expert_placement(body: ExpertPlacementRequest, _principal: Reader) -> dict[str, Any]:
-    """Place experts and redundant copies on ranks to balance token load (CP-SAT)."""
-    result = solve_expert_placement(body)
-    answer = result.to_dict()
-    answer.update(
-        num_ranks=body.num_ranks,
-        ranks_per_node=body.ranks_per_node,
-        slots_per_rank=body.slots_per_rank,
-    )
+async def create_expert_placement(
+    body: ExpertPlacementRequest, request: Request, _principal: Reader
+) -> dict[str, Any]:
+    """Place experts and redundant copies on ranks to balance token load (CP-SAT).
+
+    The solver runs in a request worker (`app.services.offload`), bounded in time and memory."""
+    answer: dict[str, Any] = await run_in_worker(request, "expert_placement", body)
     return answer
