@@ -16,7 +16,7 @@ the scheduler-facing parts of the API live here too.
   identical requests racing may both create one (send an Idempotency-Key for exactly-once).
 - Status of a creation, a replay or a deduplicated answer alike: `201` when `?wait` > 0
   and the search has finished, else `202`; `Location` names the search.
-- `callback_url`: see `app.services.webhooks` (refused with 422 when the service has no
+- `callback_url`: see `app.services.webhooks` and `app.services.webhook_targets` (refused with 422 when the service has no
   `MESHPLAN_WEBHOOK_SECRET`). Deliveries are listed in `GET /v1/searches/{id}` (member
   `deliveries`) and `GET /v1/searches/{id}/deliveries`.
 - `GET /v1/searches/{id}/events`: Server-Sent Events (see `search_events`).
@@ -45,6 +45,7 @@ from sqlmodel import Session
 
 from app.api.deps import EngineDep, RunnerDep, SessionDep, SettingsDep
 from app.api.routes.plans import plan_public
+from app.core.config import Settings
 from app.db import crud
 from app.db.models import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -63,6 +64,7 @@ from app.schemas import (
     SearchPublic,
 )
 from app.services import planning
+from app.services.webhook_targets import RefusedTarget, check_callback_url
 from specs.errors import Conflict, NotFound, SpecError
 from specs.plan import canonical_hash
 
@@ -292,6 +294,14 @@ def _replay(row: IdempotencyKeyRecord, body_hash: str) -> tuple[str, str]:
     return row.search_id, "replayed"
 
 
+async def _check_callback_url(url: str, settings: Settings) -> None:
+    """422 unless `url` passes the webhook target rules (resolving DNS off the event loop)."""
+    try:
+        await run_in_threadpool(check_callback_url, url, settings)
+    except RefusedTarget as exc:
+        raise SpecError("callback_url", exc.rule, url, exc.message) from None
+
+
 def _webhooks_notify(request: Request) -> None:
     dispatcher = getattr(request.app.state, "webhooks", None)
     if dispatcher is not None:
@@ -349,6 +359,8 @@ async def create_search(
             "callback_url needs the service's MESHPLAN_WEBHOOK_SECRET to sign "
             "webhooks; it is not set",
         )
+    if body.callback_url is not None:
+        await _check_callback_url(body.callback_url, settings)
     body_hash = canonical_hash(body.model_dump(mode="json"))
 
     def resolve() -> tuple[str, str]:
