@@ -694,5 +694,9 @@ class CalibrationPublic(BaseModel):
     fit leaves no degree of freedom."""
     not_fitted: dict[str, str] = Field(default_factory=dict)
     """Parameters left at their start values, each with the reason."""
+    refused: str | None = None
+    """Why the fit to these measurements was refused (`cost_models.calibrated.fit_refusal`:
+    it would leave the parameters' physical bounds, or it failed); the calibrated model then
+    prices with the base values until the outlying measurements are deleted."""
     cost_model: dict[str, Any]
     """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""
