@@ -14,7 +14,12 @@ from fastapi.routing import APIRoute
 
 from app import __version__
 from app.api.etag import ETagMiddleware
-from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
+from app.api.problems import (
+    BodyLimitMiddleware,
+    RequestContextMiddleware,
+    document_problems,
+    install_problem_handlers,
+)
 from app.api.routes import (
     calibration,
     catalog,
@@ -94,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         _docstring_summaries(module.router)
         app.include_router(module.router)
+    document_problems(app)
     return app
 
 

@@ -264,3 +264,74 @@ class BodyLimitMiddleware:
 
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable[ProblemResponse]]
+
+
+# ---- the problems in the OpenAPI document --------------------------------------------------
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An RFC 9457 problem document; extensions (errors, rule, ...) vary.",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": ["string", "null"]},
+        "errors": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["type", "title", "status", "detail"],
+    "additionalProperties": True,
+}
+_EVERY_OPERATION = {
+    500: "Unexpected failure (logged under the request id)",
+    503: "Service unavailable (database gone, queue full): retry later",
+    429: "Too many requests (rate limit): retry after Retry-After",
+}
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def _problem_statuses(path: str, method: str, operation: dict[str, Any]) -> dict[int, str]:
+    """Which problems an operation can answer, besides the ones it documents itself."""
+    out = dict(_EVERY_OPERATION)
+    if operation.get("parameters") or operation.get("requestBody") or "{" in path:
+        out[422] = "Invalid input: `errors` lists {field, rule, value, message}"
+    if "{" in path:
+        out[404] = "No such resource"
+    if operation.get("requestBody"):
+        out[413] = "Request body above the service's max_request_bytes"
+    if method in ("post", "delete", "put", "patch"):
+        out[409] = "Conflicts with the resource's state"
+    return out
+
+
+def document_problems(app: FastAPI) -> None:
+    """Make `app.openapi()` document every problem a route can answer: each operation gets
+    its 4xx/5xx statuses (`_problem_statuses`) with the `Problem` schema under
+    `application/problem+json`, and FastAPI's generic 422 (`HTTPValidationError`, which the
+    service never answers) is replaced by the problem. One place for every route."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas["Problem"] = PROBLEM_SCHEMA
+        ref = {"$ref": "#/components/schemas/Problem"}
+        for path, item in schema.get("paths", {}).items():
+            for method in _METHODS:
+                operation = item.get(method)
+                if operation is None:
+                    continue
+                responses = operation.setdefault("responses", {})
+                for status, description in _problem_statuses(path, method, operation).items():
+                    entry = responses.setdefault(str(status), {"description": description})
+                    content = entry.setdefault("content", {})
+                    if status == 422:
+                        content.pop("application/json", None)
+                    content[PROBLEM_CONTENT_TYPE] = {"schema": ref}
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

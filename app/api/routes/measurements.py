@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 from sqlmodel import Session
 
-from app.api.deps import SessionDep
+from app.api.deps import OffsetQuery, SessionDep
 from app.db import crud
 from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
 from app.schemas import MeasurementCreate, MeasurementList, MeasurementPublic
@@ -73,11 +74,17 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
                 _error("tokens_per_s", "one of step_time_s, tokens_per_s required", None, message),
             ],
         )
-    if step is None:
-        assert rate is not None
-        return tokens_per_step / rate, rate
-    if rate is None:
-        return step, tokens_per_step / step
+    if step is None or rate is None:
+        given, value = ("tokens_per_s", rate) if step is None else ("step_time_s", step)
+        assert value is not None
+        derived = tokens_per_step / value
+        if not (math.isfinite(derived) and derived > 0):
+            message = (
+                f"{given} = {value:g} gives {derived:g} for the other figure "
+                f"({tokens_per_step} tokens per step): not a finite positive number"
+            )
+            raise InputError(message, [_error(given, "finite derived rate", value, message)])
+        return (derived, value) if step is None else (value, derived)
     implied = step * rate / tokens_per_step
     if abs(implied - 1.0) > RATE_TOLERANCE:
         message = (
@@ -237,7 +244,7 @@ def list_measurements(
     plan_id: str,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
 ) -> dict[str, Any]:
     """List a plan's measurements, oldest first."""
     _load_plan(session, plan_id)

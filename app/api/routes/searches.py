@@ -43,7 +43,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app.api.deps import EngineDep, RunnerDep, SessionDep, SettingsDep
+from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.routes.plans import plan_public
 from app.core.config import Settings
 from app.db import crud
@@ -231,21 +231,24 @@ def _search_after(cursor: str) -> tuple[datetime, str]:
     payload = _decode_cursor(cursor, "s")
     try:
         created = datetime.fromisoformat(str(payload["t"]))
-        search_id = str(payload["id"])
-    except (KeyError, ValueError):
+        search_id = payload["id"]
+        if not (isinstance(search_id, str) and search_id.isascii() and len(search_id) <= 64):
+            raise ValueError("not a search id")
+        created = created if created.tzinfo else created.replace(tzinfo=UTC)
+        created = created.astimezone(UTC)
+    except (KeyError, ValueError, TypeError, OverflowError):
         raise SpecError(
             "cursor",
             "a next_cursor of a previous page of this list",
             cursor,
             "cursor is not a next_cursor this list returned",
         ) from None
-    created = created if created.tzinfo else created.replace(tzinfo=UTC)
-    return created.astimezone(UTC), search_id
+    return created, search_id
 
 
 def _plan_after(cursor: str) -> int:
     rank = _decode_cursor(cursor, "p").get("r")
-    if not isinstance(rank, int) or isinstance(rank, bool):
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= MAX_OFFSET:
         raise SpecError(
             "cursor",
             "a next_cursor of a previous page of this list",
@@ -433,7 +436,7 @@ async def create_search(
 def list_searches(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     cursor: Annotated[
         str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
     ] = None,
@@ -481,7 +484,7 @@ def list_search_plans(
     search_id: str,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     cursor: Annotated[
         str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
     ] = None,
