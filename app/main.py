@@ -17,7 +17,12 @@ from app import __version__
 from app.api import metrics as service_metrics
 from app.api.auth import rate_buckets
 from app.api.etag import ETagMiddleware
-from app.api.problems import BodyLimitMiddleware, RequestContextMiddleware, install_problem_handlers
+from app.api.problems import (
+    BodyLimitMiddleware,
+    RequestContextMiddleware,
+    document_problems,
+    install_problem_handlers,
+)
 from app.api.routes import (
     admin,
     calibration,
@@ -125,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         _docstring_summaries(module.router)
         app.include_router(module.router)
+    document_problems(app)
     return app
 
 

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     Tag,
     field_validator,
+    model_validator,
 )
 
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
@@ -109,8 +110,41 @@ ModelInput = dict[str, Any]
 """`{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
 
 
+def lone_surrogate_path(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first string (key or value) in `value` that is not valid
+    Unicode text — a lone UTF-16 surrogate such as a JSON `"\\ud800"` escape, which
+    Python's json module accepts but UTF-8 (SQLite, PostgreSQL) cannot store — or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "(body)"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            found = lone_surrogate_path(key, where) or lone_surrogate_path(item, where)
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = lone_surrogate_path(item, f"{path}.{index}" if path else str(index))
+            if found:
+                return found
+    return None
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        """422 for a lone surrogate anywhere in a request body (it would fail to store)."""
+        found = lone_surrogate_path(data)
+        if found is not None:
+            raise ValueError(f"{found}: contains a lone UTF-16 surrogate (not valid Unicode)")
+        return data
 
 
 def _default_kind(value: Any) -> Any:
@@ -709,5 +743,9 @@ class CalibrationPublic(BaseModel):
     fit leaves no degree of freedom."""
     not_fitted: dict[str, str] = Field(default_factory=dict)
     """Parameters left at their start values, each with the reason."""
+    refused: str | None = None
+    """Why the fit to these measurements was refused (`cost_models.calibrated.fit_refusal`:
+    it would leave the parameters' physical bounds, or it failed); the calibrated model then
+    prices with the base values until the outlying measurements are deleted."""
     cost_model: dict[str, Any]
     """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""

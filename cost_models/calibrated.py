@@ -83,6 +83,10 @@ unit change of the parameter's log (or of step_overhead_s / median measured step
 SIGNIFICANT_DIGITS = 6
 """Fitted values are rounded (stable hashes, readable configs); errors are computed after."""
 
+REFUSE_ERROR = 0.5
+"""A fit is refused (`fit_refusal`) when a fitted parameter ends on a bound and the fitted
+model still misses the samples by more than this mean |relative error|."""
+
 _ACCELERATOR_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
@@ -346,6 +350,8 @@ class CalibrationFit:
     """Parameters left at their start values, with the reason."""
     max_parameters: int = 0
     """How many parameters the samples support: (n − 1) // 2."""
+    refusal: str | None = None
+    """Set by the service when it refused a fit (`fit_refusal`) and serves the base values."""
 
     def config(self, base: AnalyticalConfig | None = None) -> dict[str, Any]:
         """The calibrated model's config (JSON) for these parameters, with error bars from
@@ -600,6 +606,32 @@ def fit_calibration(
         uncertainty=uncertainty,
         not_fitted=not_fitted,
         max_parameters=max_parameters,
+    )
+
+
+def fit_refusal(fit: CalibrationFit) -> str | None:
+    """Why a fit must not be served, or None. A fitted parameter pinned on a bound of
+    `ACCELERATOR_BOUNDS` / `GLOBAL_BOUNDS` means the least-squares optimum lies outside the
+    physical range; when the bounded fit still misses the samples by more than
+    `REFUSE_ERROR` on average, the measurements are not runs the model can describe (e.g. a
+    step faster than the hardware allows) and the calibrated model keeps the base values."""
+    if fit.error_after is None or fit.error_after.mean <= REFUSE_ERROR:
+        return None
+    pinned = []
+    for name in fit.fitted:
+        scope, _, param = name.rpartition(".")
+        bounds = ACCELERATOR_BOUNDS.get(param) if scope else GLOBAL_BOUNDS.get(param)
+        value = (fit.parameters.get(scope) or {}).get(param) if scope else fit.parameters.get(param)
+        if bounds is None or value is None:
+            continue
+        if any(math.isclose(float(value), b, rel_tol=1e-6, abs_tol=1e-12) for b in bounds):
+            pinned.append(f"{name} = {value:g} (bounds {bounds[0]:g}–{bounds[1]:g})")
+    if not pinned:
+        return None
+    return (
+        f"the fit would leave the physical bounds ({'; '.join(pinned)}) and still misses the "
+        f"measurements by {fit.error_after.mean:.0%} on average: the measurements are refused "
+        "and the base (analytical) values are used; delete the outlying measurements"
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
@@ -44,3 +44,10 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 RunnerDep = Annotated[SearchRunner, Depends(get_runner)]
 SessionDep = Annotated[Session, Depends(get_session)]
+
+MAX_OFFSET = 1_000_000_000
+"""Largest `?offset=` of a list (and plan rank in a cursor): far beyond any stored list, and
+well inside the 64-bit integers SQLite and PostgreSQL bind (a larger value was a 500)."""
+OffsetQuery = Annotated[
+    int, Query(ge=0, le=MAX_OFFSET, description=f"Items to skip (0..{MAX_OFFSET}).")
+]

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -173,6 +174,18 @@ async def validation_error_handler(request: Request, exc: Exception) -> ProblemR
 _HTTP_SLUGS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the app's OpenAPI document lists for this path (Starlette's own 405
+    names only the first matching route's, and FastAPI makes one route per method)."""
+    methods: set[str] = set()
+    path = request.url.path
+    for template, item in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods |= {m.upper() for m in item if m in _METHODS}
+    return sorted(methods)
+
+
 async def http_error_handler(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, StarletteHTTPException)
     status = exc.status_code
@@ -180,14 +193,16 @@ async def http_error_handler(request: Request, exc: Exception) -> ProblemRespons
     detail = exc.detail if isinstance(exc.detail, str) else phrase
     if status == 404 and detail == "Not Found":
         detail = f"no resource at {request.url.path}"
+    headers = dict(exc.headers) if exc.headers else None
     if status == 405 and detail == "Method Not Allowed":
         detail = f"{request.method} is not allowed on {request.url.path}"
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
     slug = _HTTP_SLUGS.get(status, phrase.lower().replace(" ", "-"))
     return problem_response(
         make_problem(
             status=status, slug=slug, title=phrase, detail=detail, instance=_instance(request)
         ),
-        headers=dict(exc.headers) if exc.headers else None,
+        headers=headers,
     )
 
 
@@ -322,3 +337,90 @@ class BodyLimitMiddleware:
 
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable[ProblemResponse]]
+
+
+# ---- the problems in the OpenAPI document --------------------------------------------------
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "An RFC 9457 problem document; extensions (errors, rule, ...) vary.",
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": ["string", "null"]},
+        "errors": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["type", "title", "status", "detail"],
+    "additionalProperties": True,
+}
+_EVERY_OPERATION = {
+    500: "Unexpected failure (logged under the request id)",
+    503: "Service unavailable (database gone, queue full): retry later",
+    429: "Too many requests (rate limit): retry after Retry-After",
+}
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def _problem_statuses(path: str, method: str, operation: dict[str, Any]) -> dict[int, str]:
+    """Which problems an operation can answer, besides the ones it documents itself."""
+    out = dict(_EVERY_OPERATION)
+    if operation.get("parameters") or operation.get("requestBody") or "{" in path:
+        out[422] = "Invalid input: `errors` lists {field, rule, value, message}"
+    if "{" in path:
+        out[404] = "No such resource"
+    if operation.get("requestBody"):
+        out[400] = "The body cannot be parsed (not UTF-8 / not JSON)"
+        out[413] = "Request body above the service's max_request_bytes"
+    if method in ("post", "delete", "put", "patch"):
+        out[409] = "Conflicts with the resource's state"
+    return out
+
+
+def _one_of_to_any_of(node: Any) -> None:
+    """`oneOf` without a discriminator → `anyOf`: pydantic writes tagged unions whose tag is a
+    callable (workload/plan kinds) as `oneOf`, but a training plan also validates against
+    the serving plan's schema, so "exactly one" would be a false promise."""
+    if isinstance(node, dict):
+        if "oneOf" in node and "discriminator" not in node:
+            node["anyOf"] = node.pop("oneOf")
+        for value in node.values():
+            _one_of_to_any_of(value)
+    elif isinstance(node, list):
+        for value in node:
+            _one_of_to_any_of(value)
+
+
+def document_problems(app: FastAPI) -> None:
+    """Make `app.openapi()` document every problem a route can answer: each operation gets
+    its 4xx/5xx statuses (`_problem_statuses`) with the `Problem` schema under
+    `application/problem+json`, and FastAPI's generic 422 (`HTTPValidationError`, which the
+    service never answers) is replaced by the problem. One place for every route."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas["Problem"] = PROBLEM_SCHEMA
+        ref = {"$ref": "#/components/schemas/Problem"}
+        for path, item in schema.get("paths", {}).items():
+            for method in _METHODS:
+                operation = item.get(method)
+                if operation is None:
+                    continue
+                responses = operation.setdefault("responses", {})
+                for status, description in _problem_statuses(path, method, operation).items():
+                    entry = responses.setdefault(str(status), {"description": description})
+                    content = entry.setdefault("content", {})
+                    if status == 422:
+                        content.pop("application/json", None)
+                    content[PROBLEM_CONTENT_TYPE] = {"schema": ref}
+        _one_of_to_any_of(schema)
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     webhook_secret: SecretStr | None = None
     """Key of the HMAC-SHA256 signature of webhook bodies (`X-Meshplan-Signature`). Unset:
     searches with a `callback_url` are refused (422)."""
+    webhook_allow_http: bool = False
+    """Accept `http://` callback URLs (default: `https://` only; see
+    `app.services.webhook_targets`)."""
+    webhook_allow_hosts: list[str] = Field(default_factory=list)
+    """Callback hosts exempt from the public-address rule (a JSON list, e.g.
+    `["hooks.internal", "10.0.0.5"]`): internal receivers an operator trusts."""
     webhook_max_attempts: int = Field(default=6, ge=1, le=100)
     """HTTP attempts of one webhook delivery before it is marked failed."""
     webhook_base_delay_s: float = Field(default=2.0, gt=0)

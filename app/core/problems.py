@@ -19,10 +19,22 @@ def problem_type_uri(slug: str) -> str:
     return PROBLEM_TYPE_BASE + slug
 
 
+def text(value: str) -> str:
+    """`value` as valid Unicode: lone surrogates (a JSON `"\\ud800"` escape) become their
+    `\\udXXX` escape, so a problem that echoes bad input can always be encoded as UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def to_jsonable(value: Any) -> Any:
     """Best-effort JSON-safe copy: containers recurse, non-finite floats and unknown objects
     become strings, so a problem document can always be serialised."""
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, str):
+        return text(value)
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
@@ -55,7 +67,7 @@ def make_problem(
         "type": problem_type_uri(slug),
         "title": title,
         "status": status,
-        "detail": detail,
+        "detail": text(detail),
         "instance": instance,
     }
     for key, value in extensions.items():

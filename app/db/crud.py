@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, and_, func, insert, or_, update
+from sqlalchemy import CursorResult, and_, delete, func, insert, or_, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -419,6 +419,23 @@ def create_measurement(
     session.commit()
     session.refresh(record)
     return record
+
+
+def delete_measurement(
+    *, session: Session, measurement_id: str, tenant: str = DEFAULT_TENANT
+) -> bool:
+    """Delete the measurement `measurement_id` of `tenant`; False when there is none."""
+    result = cast(
+        CursorResult[Any],
+        session.execute(
+            delete(MeasurementRecord).where(
+                col(MeasurementRecord.id) == measurement_id,
+                col(MeasurementRecord.tenant) == tenant,
+            )
+        ),
+    )
+    session.commit()
+    return bool(result.rowcount)
 
 
 def list_measurements(

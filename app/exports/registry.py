@@ -20,6 +20,7 @@ from app.exports import (
     vllm,
 )
 from app.exports.base import ExportContext, ExportResult, UnexpressiblePlan, UnknownFormat
+from app.exports.parameters import validate_options
 from app.exports.serving_groups import engine_exporter
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
@@ -203,13 +204,15 @@ def export_plan(
     options: Mapping[str, str] | None = None,
 ) -> ExportResult:
     """Render a stored plan for `fmt` (one of `FORMATS`). Raises `UnknownFormat` (422,
-    lists the formats) or `UnexpressiblePlan` (422, names the rule)."""
+    lists the formats), `SpecError` (422, a bad query parameter: `parameters.RULES`) or
+    `UnexpressiblePlan` (422, names the rule)."""
     exporter = EXPORTERS.get(fmt.lower())
     if exporter is None:
         raise UnknownFormat(
             f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}", formats=list(FORMATS)
         )
-    ctx = _check_framework(build_context(plan_record, problem, options), fmt.lower())
+    checked = validate_options(options or {})
+    ctx = _check_framework(build_context(plan_record, problem, checked), fmt.lower())
     launcher = ctx.options.get("framework", fmt.lower()) if fmt.lower() in WRAPPERS else fmt.lower()
     if (
         ctx.training is not None

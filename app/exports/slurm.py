@@ -71,7 +71,8 @@ def _header(ctx: ExportContext, nodes: int, gpus_per_node: int, what: str) -> li
         "#SBATCH --output=%x-%j.out",
     ]
     if "time" in ctx.options:
-        lines.append(f"#SBATCH --time={ctx.options['time']}")
+        # validated as a Slurm duration (app.exports.parameters); quoted all the same
+        lines.append(f"#SBATCH --time={shlex.quote(ctx.options['time'])}")
     if ctx.node_group is not None:
         lines.append(
             f"# node group {ctx.node_group} of a mixed cluster: add the --partition or "

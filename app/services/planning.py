@@ -14,6 +14,7 @@ Input errors are re-labelled with the request field they came from (`model.num_k
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import threading
@@ -41,6 +42,7 @@ from cost_models.calibrated import (
     CalibrationFit,
     CalibrationSample,
     fit_calibration,
+    fit_refusal,
 )
 from cost_models.frameworks import (
     DEFAULT_PREFERENCE,
@@ -1060,15 +1062,28 @@ def current_calibration(
     )
     with _FITS_LOCK:
         fit = _FITS.get(key)
+    refused: str | None = None
     if fit is None:
-        fit = fit_calibration(data.samples, base)
+        try:
+            fit = fit_calibration(data.samples, base)
+        except (ArithmeticError, ValueError) as exc:  # numpy's LinAlgError is a ValueError
+            refused = f"the fit failed ({type(exc).__name__}: {exc})"
+        else:
+            refused = fit_refusal(fit)
+        if refused is not None:
+            logger.warning("calibration of %s refused: %s", accelerator.id, refused)
+            fit = dataclasses.replace(
+                fit_calibration([], base), num_samples=len(data.samples), refusal=refused
+            )
         with _FITS_LOCK:
             if len(_FITS) >= _MAX_FITS:
                 _FITS.clear()
             _FITS[key] = fit
     config = fit.config(base)
     model = CalibratedTrainingCostModel(CalibratedConfig.model_validate(config))
-    if fit.num_samples == 0:
+    if fit.refusal is not None:
+        detail = f"calibration on {accelerator.id} refused: {fit.refusal}"
+    elif fit.num_samples == 0:
         detail = f"no measurements on {accelerator.id} yet: priced exactly as the analytical model"
     else:
         assert fit.error_before is not None and fit.error_after is not None
@@ -1087,6 +1102,7 @@ def current_calibration(
         "uncertainty": {name: dict(values) for name, values in fit.uncertainty.items()},
         "not_fitted": dict(fit.not_fitted),
         "measurements_hash": key[:16],
+        "refused": fit.refusal,
         "detail": detail,
         "samples": [
             {
@@ -1100,8 +1116,8 @@ def current_calibration(
                 data.measurement_ids,
                 data.plan_ids,
                 data.samples,
-                fit.residuals_before,
-                fit.residuals,
+                fit.residuals_before or (None,) * len(data.samples),
+                fit.residuals or (None,) * len(data.samples),
                 strict=True,
             )
         ],

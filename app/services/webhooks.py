@@ -21,6 +21,11 @@ The signature covers the body only (as the issue asks); the body carries the sea
 `finished_at`, so a receiver can refuse stale replays by comparing it, or the timestamp
 header, with its clock. HMAC is RFC 2104; `verify_signature` compares in constant time.
 
+Targets: `app.services.webhook_targets` checks the URL again before every attempt (https,
+public addresses only unless allow-listed) and pins the connection to the checked address;
+redirects are not followed. An attempt records its status code and a short error class
+(`HTTP 500`, `timeout`, `connect-error`, `refused (<rule>): ...`), never the receiver's body.
+
 Retries: a non-2xx answer, a timeout or a connection error schedules the next attempt after
 `webhook_base_delay_s · 2^(n−1)` seconds (n = failed attempts so far), capped at
 `webhook_max_delay_s` — the usual exponential backoff (RFC 6298 §5.5 doubles the
@@ -60,6 +65,7 @@ from app import __version__
 from app.core.config import Settings
 from app.db import crud
 from app.db.models import SearchRecord, WebhookDeliveryRecord
+from app.services.webhook_targets import RefusedTarget, pin_target
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +111,27 @@ def backoff_delay_s(failures: int, base_s: float, cap_s: float) -> float:
     return float(min(cap_s, base_s * 2.0 ** min(failures - 1, 60)))
 
 
+def classify_status(status_code: int) -> str:
+    """The error of a non-2xx answer: its status only, never the receiver's body (a body
+    shown in the API would make webhooks an SSRF oracle)."""
+    if 300 <= status_code < 400:
+        return f"HTTP {status_code} (redirect not followed)"
+    return f"HTTP {status_code}"
+
+
+def classify_exception(exc: httpx.HTTPError) -> str:
+    """A short class of a transport failure (timeout, connect, TLS, protocol), no details."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "tls-error" if "SSL" in str(exc) or "certificate" in str(exc) else "connect-error"
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.LocalProtocolError):
+        return "protocol-error"
+    if isinstance(exc, httpx.NetworkError):
+        return "network-error"
+    return "transport-error"
+
+
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
@@ -136,6 +163,8 @@ class WebhookDispatcher:
         self._client = httpx.Client(
             timeout=httpx.Timeout(self.settings.webhook_timeout_s),
             follow_redirects=False,
+            # no connection reuse: each attempt connects to the address just checked
+            limits=httpx.Limits(max_keepalive_connections=0),
             headers={"User-Agent": f"meshplan-webhooks/{__version__}"},
         )
         self._executor = ThreadPoolExecutor(
@@ -267,15 +296,22 @@ class WebhookDispatcher:
         status_code: int | None = None
         error: str | None
         try:
-            response = client.post(delivery.url, content=body, headers=headers)
-            status_code = response.status_code
-            if 200 <= status_code < 300:
-                error = None
-            else:
-                excerpt = response.text[:_ERROR_EXCERPT].strip()
-                error = f"HTTP {status_code}" + (f": {excerpt}" if excerpt else "")
-        except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"[:_ERROR_EXCERPT] or type(exc).__name__
+            target = pin_target(delivery.url, self.settings)
+        except RefusedTarget as exc:
+            target = None
+            error = f"refused ({exc.rule}): {exc.message}"[:_ERROR_EXCERPT]
+        if target is not None:
+            try:
+                response = client.post(
+                    target.url,
+                    content=body,
+                    headers={**headers, **target.headers},
+                    extensions=target.extensions,
+                )
+                status_code = response.status_code
+                error = None if 200 <= status_code < 300 else classify_status(status_code)
+            except httpx.HTTPError as exc:
+                error = classify_exception(exc)
         duration = time.perf_counter() - started
         number = delivery.attempt_count + 1
         next_at: datetime | None = None

@@ -42,6 +42,8 @@ MAX_ATTEMPTS = 4
 SLOW_TOP_K = 9
 """Searches asking for this many plans run slowly (see `slow_marked_searches`)."""
 SLOW_START_S = 0.8
+FAILURE_BODY = b"internal admin token: s3cr3t-RECEIVER-BODY"
+"""What the receiver answers with its failures: it must never show in the API."""
 
 
 def small(**extra: Any) -> dict[str, Any]:
@@ -109,7 +111,7 @@ class LiveServer:
 
 class Receiver:
     """Records every POST: arrival time, headers, raw body. `url(name, fail=N)`: the first
-    N requests to that path get a 503."""
+    N requests to that path get a 500 whose body is `FAILURE_BODY`."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -131,11 +133,11 @@ class Receiver:
                         }
                     )
                     fail = len(seen) <= receiver.failures.get(name, 0)
-                self.send_response(503 if fail else 204)
+                self.send_response(500 if fail else 204)
                 if fail:
-                    self.send_header("Content-Length", "9")
+                    self.send_header("Content-Length", str(len(FAILURE_BODY)))
                     self.end_headers()
-                    self.wfile.write(b"try later")
+                    self.wfile.write(FAILURE_BODY)
                 else:
                     self.end_headers()
 
@@ -175,6 +177,10 @@ def server_settings(db: Path, **overrides: Any) -> Settings:
         "webhook_poll_interval_s": 0.2,
         "sse_poll_interval_s": 0.05,
         "sse_heartbeat_s": 0.2,
+        # the receiver is on loopback: allow-listed (the public-address rule is tested in
+        # test_webhook_targets.py)
+        "webhook_allow_http": True,
+        "webhook_allow_hosts": ["127.0.0.1"],
     }
     values.update(overrides)
     return Settings(**values)
@@ -393,9 +399,11 @@ def test_webhook_is_signed_and_retried_with_backoff(api: httpx.Client, receiver:
     [delivery] = deliveries_settled(api, search["id"])
     assert delivery["status"] == "delivered" and delivery["event"] == "search.succeeded"
     assert delivery["url"] == url and delivery["attempt_count"] == 3
-    assert [a["status_code"] for a in delivery["attempts"]] == [503, 503, 204]
+    assert [a["status_code"] for a in delivery["attempts"]] == [500, 500, 204]
     assert [a["number"] for a in delivery["attempts"]] == [1, 2, 3]
-    assert delivery["attempts"][0]["error"].startswith("HTTP 503")
+    assert delivery["attempts"][0]["error"] == "HTTP 500"  # the status, never the body
+    assert FAILURE_BODY.decode() not in api.get(f"/v1/searches/{search['id']}").text
+    assert FAILURE_BODY.decode() not in api.get(f"/v1/searches/{search['id']}/deliveries").text
     assert delivery["attempts"][2]["error"] is None and delivery["delivered_at"] is not None
 
     got = receiver.received("retry")
@@ -434,7 +442,7 @@ def test_webhook_gives_up_after_the_last_attempt(api: httpx.Client) -> None:
     assert delivery["status"] == "failed" and delivery["attempt_count"] == MAX_ATTEMPTS
     assert delivery["delivered_at"] is None and delivery["next_attempt_at"] is None
     assert all(
-        a["status_code"] is None and "ConnectError" in a["error"] for a in delivery["attempts"]
+        a["status_code"] is None and a["error"] == "connect-error" for a in delivery["attempts"]
     )
     times = [datetime.fromisoformat(a["attempted_at"]) for a in delivery["attempts"]]
     gaps = [(b - a).total_seconds() for a, b in zip(times, times[1:], strict=False)]
@@ -531,7 +539,7 @@ def test_pending_deliveries_resume_after_a_restart(tmp_path: Path, receiver: Rec
     with LiveServer(server_settings(db)) as server:
         [delivery] = deliveries_settled(server.client, search["id"])
     assert delivery["status"] == "delivered"
-    assert [a["status_code"] for a in delivery["attempts"]] == [503, 204]
+    assert [a["status_code"] for a in delivery["attempts"]] == [500, 204]
     assert len(receiver.received("restart")) == 2
 
 

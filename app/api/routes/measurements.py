@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Query, Response, status
 from sqlmodel import Session
 
 from app.api.auth import Reader, Writer
-from app.api.deps import SessionDep
+from app.api.deps import OffsetQuery, SessionDep
 from app.db import crud
 from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
 from app.schemas import MeasurementCreate, MeasurementList, MeasurementPublic
@@ -77,11 +78,17 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
                 _error("tokens_per_s", "one of step_time_s, tokens_per_s required", None, message),
             ],
         )
-    if step is None:
-        assert rate is not None
-        return tokens_per_step / rate, rate
-    if rate is None:
-        return step, tokens_per_step / step
+    if step is None or rate is None:
+        given, value = ("tokens_per_s", rate) if step is None else ("step_time_s", step)
+        assert value is not None
+        derived = tokens_per_step / value
+        if not (math.isfinite(derived) and derived > 0):
+            message = (
+                f"{given} = {value:g} gives {derived:g} for the other figure "
+                f"({tokens_per_step} tokens per step): not a finite positive number"
+            )
+            raise InputError(message, [_error(given, "finite derived rate", value, message)])
+        return (derived, value) if step is None else (value, derived)
     implied = step * rate / tokens_per_step
     if abs(implied - 1.0) > RATE_TOLERANCE:
         message = (
@@ -98,6 +105,57 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
             ],
         )
     return step, rate
+
+
+def compute_floor_s(plan_metrics: dict[str, Any], problem: dict[str, Any]) -> float | None:
+    """The least time a step of the plan can take: its model FLOPs per GPU (the plan's
+    `model_tflops_per_gpu` × `step_time_s`, the cost model's 6·N·tokens-style count without
+    recomputation, `cost_models.analytical.training.estimate`) at the highest dense peak of
+    its accelerators (catalog `peak_tflops` of the workload's precision, BF16/FP16 and, for
+    FP8 training, FP8). No GPU computes faster than its peak, so a shorter measured step is
+    not a run of this plan. None when the plan lacks the figures."""
+    try:
+        flops_per_gpu = (
+            float(plan_metrics["model_tflops_per_gpu"]) * 1e12 * float(plan_metrics["step_time_s"])
+        )
+        precision = str(problem["workload"].get("precision", "bf16"))
+        keys = {precision, "bf16", "fp16"}
+        peaks = [
+            float(value) * 1e12
+            for group in problem["cluster"]["groups"]
+            for key, value in (group["accelerator"].get("peak_tflops") or {}).items()
+            if key in keys and value
+        ]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not peaks or not flops_per_gpu > 0:
+        return None
+    return flops_per_gpu / max(peaks)
+
+
+def _check_floor(
+    body: MeasurementCreate, step_time_s: float, tokens_per_step: int, floor_s: float | None
+) -> None:
+    """422 naming the field given (step_time_s and/or tokens_per_s) when the step is faster
+    than the compute floor; the problem carries `compute_floor_s` and `max_tokens_per_s`."""
+    if floor_s is None or step_time_s >= floor_s:
+        return
+    max_rate = tokens_per_step / floor_s
+    message = (
+        f"a step of {step_time_s:.6g} s is below this plan's compute floor of {floor_s:.6g} s "
+        f"(its model FLOPs per GPU at the accelerator's dense peak), i.e. more than "
+        f"{max_rate:.6g} tokens/s: not a physical run of this plan"
+    )
+    errors = []
+    if body.step_time_s is not None:
+        errors.append(
+            _error("step_time_s", f">= compute floor {floor_s:.6g} s", step_time_s, message)
+        )
+    if body.tokens_per_s is not None:
+        errors.append(
+            _error("tokens_per_s", f"<= {max_rate:.6g} (compute floor)", body.tokens_per_s, message)
+        )
+    raise InputError(message, errors, compute_floor_s=floor_s, max_tokens_per_s=max_rate)
 
 
 def _check_memory(
@@ -167,6 +225,7 @@ def create_measurement(
     accelerator = problem["cluster"]["groups"][0]["accelerator"]
     tokens_per_step = int(workload["global_batch_size"]) * int(workload["sequence_length"])
     step_time_s, tokens_per_s = _rates(body, tokens_per_step)
+    _check_floor(body, step_time_s, tokens_per_step, compute_floor_s(plan.metrics, problem))
     _check_memory(
         body.peak_memory_gib,
         float(accelerator["memory_gib"]),
@@ -195,7 +254,7 @@ def list_measurements(
     session: SessionDep,
     principal: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
 ) -> dict[str, Any]:
     """List a plan's measurements, oldest first."""
     _load_plan(session, plan_id, principal.tenant)
@@ -214,3 +273,36 @@ def read_measurement(
     if record is None or record.plan_id != plan_id or record.tenant != principal.tenant:
         raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}", id=measurement_id)
     return measurement_public(record)
+
+
+@router.delete(
+    "/v1/plans/{plan_id}/measurements/{measurement_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+def delete_measurement(
+    plan_id: str, measurement_id: str, session: SessionDep, principal: Writer
+) -> Response:
+    """Delete one of the tenant's measurements of a plan (its calibrated fit no longer
+    counts it); 404 when the plan has no such measurement of this tenant."""
+    record = session.get(MeasurementRecord, measurement_id)
+    if record is None or record.plan_id != plan_id or record.tenant != principal.tenant:
+        raise NotFound(f"no measurement {measurement_id!r} of plan {plan_id!r}", id=measurement_id)
+    crud.delete_measurement(session=session, measurement_id=measurement_id, tenant=principal.tenant)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete(
+    "/v1/measurements/{measurement_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+)
+def delete_measurement_by_id(
+    measurement_id: str, session: SessionDep, principal: Writer
+) -> Response:
+    """Delete one of the tenant's measurements by its id alone; 404 when there is none."""
+    if not crud.delete_measurement(
+        session=session, measurement_id=measurement_id, tenant=principal.tenant
+    ):
+        raise NotFound(f"no measurement {measurement_id!r}", id=measurement_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -21,7 +21,7 @@ the scheduler-facing parts of the API live here too.
   identical requests racing may both create one (send an Idempotency-Key for exactly-once).
 - Status of a creation, a replay or a deduplicated answer alike: `201` when `?wait` > 0
   and the search has finished, else `202`; `Location` names the search.
-- `callback_url`: see `app.services.webhooks` (refused with 422 when the service has no
+- `callback_url`: see `app.services.webhooks` and `app.services.webhook_targets` (refused with 422 when the service has no
   `MESHPLAN_WEBHOOK_SECRET`). Deliveries are listed in `GET /v1/searches/{id}` (member
   `deliveries`) and `GET /v1/searches/{id}/deliveries`.
 - `GET /v1/searches/{id}/events`: Server-Sent Events (see `search_events`).
@@ -49,7 +49,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
 from app.api.auth import Reader, Writer
-from app.api.deps import EngineDep, RunnerDep, SessionDep, SettingsDep
+from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.limits import QueueFull, TenantQuotaExceeded
 from app.api.routes.plans import plan_public
 from app.core.config import Settings
@@ -72,6 +72,7 @@ from app.schemas import (
     SearchPublic,
 )
 from app.services import planning
+from app.services.webhook_targets import RefusedTarget, check_callback_url
 from specs.errors import Conflict, NotFound, SpecError
 from specs.plan import canonical_hash
 
@@ -239,21 +240,24 @@ def _search_after(cursor: str) -> tuple[datetime, str]:
     payload = _decode_cursor(cursor, "s")
     try:
         created = datetime.fromisoformat(str(payload["t"]))
-        search_id = str(payload["id"])
-    except (KeyError, ValueError):
+        search_id = payload["id"]
+        if not (isinstance(search_id, str) and search_id.isascii() and len(search_id) <= 64):
+            raise ValueError("not a search id")
+        created = created if created.tzinfo else created.replace(tzinfo=UTC)
+        created = created.astimezone(UTC)
+    except (KeyError, ValueError, TypeError, OverflowError):
         raise SpecError(
             "cursor",
             "a next_cursor of a previous page of this list",
             cursor,
             "cursor is not a next_cursor this list returned",
         ) from None
-    created = created if created.tzinfo else created.replace(tzinfo=UTC)
-    return created.astimezone(UTC), search_id
+    return created, search_id
 
 
 def _plan_after(cursor: str) -> int:
     rank = _decode_cursor(cursor, "p").get("r")
-    if not isinstance(rank, int) or isinstance(rank, bool):
+    if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank <= MAX_OFFSET:
         raise SpecError(
             "cursor",
             "a next_cursor of a previous page of this list",
@@ -329,6 +333,14 @@ def _check_capacity(session: Session, settings: Settings, tenant: str) -> None:
         )
 
 
+async def _check_callback_url(url: str, settings: Settings) -> None:
+    """422 unless `url` passes the webhook target rules (resolving DNS off the event loop)."""
+    try:
+        await run_in_threadpool(check_callback_url, url, settings)
+    except RefusedTarget as exc:
+        raise SpecError("callback_url", exc.rule, url, exc.message) from None
+
+
 def _webhooks_notify(request: Request) -> None:
     dispatcher = getattr(request.app.state, "webhooks", None)
     if dispatcher is not None:
@@ -389,6 +401,8 @@ async def create_search(
             "callback_url needs the service's MESHPLAN_WEBHOOK_SECRET to sign "
             "webhooks; it is not set",
         )
+    if body.callback_url is not None:
+        await _check_callback_url(body.callback_url, settings)
     body_hash = canonical_hash(body.model_dump(mode="json"))
     tenant = principal.tenant
 
@@ -475,7 +489,7 @@ def list_searches(
     session: SessionDep,
     principal: Reader,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     cursor: Annotated[
         str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
     ] = None,
@@ -528,7 +542,7 @@ def list_search_plans(
     session: SessionDep,
     principal: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     cursor: Annotated[
         str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
     ] = None,

@@ -1,0 +1,149 @@
+"""schemathesis over the service's own OpenAPI document, in process (ASGI, no network): every
+operation with generated valid and invalid inputs, all checks (no 5xx, responses that match
+their documented schema and status codes, content types, ...), then the stateful phase
+(links between operations) — with bounded searches (1 s limits, thread executor) and a few
+examples per operation so the module stays within about two minutes on two cores.
+
+Plus the regressions the fuzzer found, each pinned by a plain test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from app_support import assert_problem, error_fields
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+
+from app.core.config import Settings
+from app.main import create_app
+
+EXAMPLES_PER_OPERATION = 5
+EXCLUDED_CHECKS = [positive_data_acceptance, negative_data_rejection]
+"""Every check runs (no 5xx, response schemas, status codes, content types, headers, Allow
+on 405, ...) except two about *which* inputs are accepted: the service refuses, with a 422
+naming the rule, inputs that the JSON schema cannot describe (a tensor degree that does not
+divide the heads, a model without dimensions when no preset is named, physics floors), and
+it accepts pydantic's lax JSON coercions (`false` for 0, `"2"` for 2) on purpose."""
+
+
+def _settings(db: Path) -> Settings:
+    return Settings(
+        database_url=f"sqlite:///{db}",
+        search_executor="thread",
+        search_workers=2,
+        default_search_time_limit_s=1.0,
+        max_search_time_limit_s=1.0,
+        max_wait_s=1.0,
+        max_top_k=5,
+        progress_interval_s=0.05,
+    )
+
+
+_DB = Path("/tmp") / f"meshplan-fuzz-{__import__('os').getpid()}.db"
+APP = create_app(_settings(_DB))
+schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def started() -> Iterator[None]:
+    """Run the app's lifespan (migrations, runner) once; schemathesis then calls it."""
+    with TestClient(APP):
+        yield
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{_DB}{suffix}").unlink(missing_ok=True)
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_every_operation_is_fuzz_clean(case: Any) -> None:
+    case.call_and_validate(excluded_checks=EXCLUDED_CHECKS)
+
+
+# ---- regressions found by the fuzzer ------------------------------------------------------
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(APP) as test_client:
+        yield test_client
+
+
+HUGE = 9223372036854775808  # 2**63: beyond every 64-bit integer a database binds
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/searches?offset={n}",
+        "/v1/searches/x/plans?offset={n}",
+        "/v1/plans/x/measurements?offset={n}",
+    ],
+)
+def test_offsets_beyond_the_maximum_are_422(client: TestClient, path: str) -> None:
+    problem = assert_problem(client.get(path.format(n=HUGE)), 422)
+    assert error_fields(problem) == ["offset"]
+    assert client.get(path.format(n=10**9)).status_code in (200, 404)
+
+
+def test_cursors_with_huge_ranks_or_bad_ids_are_422(client: TestClient) -> None:
+    import base64
+    import json
+
+    def cursor(payload: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+    search = client.post(
+        "/v1/searches?wait=1",
+        json={
+            "model": {"preset": "llama3-8b"},
+            "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+            "workload": {"kind": "training", "global_batch_size": 64, "sequence_length": 2048},
+            "top_k": 1,
+        },
+    ).json()
+    bad_plan = cursor({"k": "p", "r": HUGE})
+    problem = assert_problem(
+        client.get(f"/v1/searches/{search['id']}/plans?cursor={bad_plan}"), 422
+    )
+    assert error_fields(problem) == ["cursor"]
+    for payload in (
+        {"k": "s", "t": "2026-01-01T00:00:00+00:00", "id": "\ud800"},
+        {"k": "s", "t": "0001-01-01T00:00:00+05:00", "id": "a"},
+        {"k": "s", "t": "2026-01-01T00:00:00", "id": 7},
+    ):
+        problem = assert_problem(client.get(f"/v1/searches?cursor={cursor(payload)}"), 422)
+        assert error_fields(problem) == ["cursor"]
+
+
+def test_a_lone_surrogate_in_a_body_is_a_422(client: TestClient) -> None:
+    body = '{"model": {"preset": "llama3-8b\\ud800"}}'
+    response = client.post(
+        "/v1/models/resolve", content=body, headers={"content-type": "application/json"}
+    )
+    problem = assert_problem(response, 422)
+    assert "surrogate" in problem["detail"]
+
+
+def test_405_lists_every_method_of_the_path(client: TestClient) -> None:
+    response = client.request("OPTIONS", "/v1/searches")
+    assert_problem(response, 405)
+    assert response.headers["allow"] == "GET, POST"
+
+
+def test_every_operation_documents_its_problems() -> None:
+    document = APP.openapi()
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    get_search = document["paths"]["/v1/searches/{search_id}"]["get"]["responses"]
+    for status in ("404", "422", "500", "503"):
+        assert "application/problem+json" in get_search[status]["content"], status
+    assert "application/json" not in get_search["422"]["content"]
+    post = document["paths"]["/v1/searches"]["post"]["responses"]
+    assert {"400", "409", "413", "422", "429"} <= set(post)
