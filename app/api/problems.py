@@ -358,6 +358,8 @@ _EVERY_OPERATION = {
     500: "Unexpected failure (logged under the request id)",
     503: "Service unavailable (database gone, queue full): retry later",
     429: "Too many requests (rate limit): retry after Retry-After",
+    507: "Insufficient storage: the database's disk is full, or solver work needs more "
+    "memory than a worker may use",
 }
 _METHODS = ("get", "put", "post", "delete", "patch")
 
@@ -374,6 +376,11 @@ def _problem_statuses(path: str, method: str, operation: dict[str, Any]) -> dict
         out[413] = "Request body above the service's max_request_bytes"
     if method in ("post", "delete", "put", "patch"):
         out[409] = "Conflicts with the resource's state"
+    if operation.get("security"):
+        out[401] = "No valid API key (missing, unknown or revoked); `WWW-Authenticate: Bearer`"
+        out[403] = "The key lacks the scope this operation needs (`required_scope`)"
+    if path in ("/v1/estimate", "/v1/expert-placements"):
+        out[504] = "The solver work passed MESHPLAN_REQUEST_TIMEOUT_S and was stopped"
     return out
 
 

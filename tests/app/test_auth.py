@@ -109,6 +109,13 @@ def test_tenants_see_only_their_own_data_and_foreign_ids_are_404(
     # and B's measurement list of A's plan stayed empty after its refused POST
     assert auth_client.get(f"/v1/plans/{pid}/measurements", headers=a).json()["total"] == 1
 
+    # B cannot delete A's measurement (404 on both paths); A can, and it is gone
+    for path in (f"/v1/measurements/{mid}", f"/v1/plans/{pid}/measurements/{mid}"):
+        assert_problem(auth_client.delete(path, headers=b), 404)
+    assert auth_client.get(f"/v1/plans/{pid}/measurements", headers=a).json()["total"] == 1
+    assert auth_client.delete(f"/v1/measurements/{mid}", headers=a).status_code == 204
+    assert auth_client.get(f"/v1/plans/{pid}/measurements", headers=a).json()["total"] == 0
+
 
 def test_deduplication_never_answers_another_tenants_search(
     auth_client: Any, tiny: dict[str, Any]

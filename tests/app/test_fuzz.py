@@ -31,6 +31,10 @@ divide the heads, a model without dimensions when no preset is named, physics fl
 it accepts pydantic's lax JSON coercions (`false` for 0, `"2"` for 2) on purpose."""
 
 
+FUZZ_KEY = "fuzz-admin-key-for-tests"
+AUTH = {"Authorization": f"Bearer {FUZZ_KEY}"}
+
+
 def _settings(db: Path) -> Settings:
     return Settings(
         database_url=f"sqlite:///{db}",
@@ -41,6 +45,12 @@ def _settings(db: Path) -> Settings:
         max_wait_s=1.0,
         max_top_k=5,
         progress_interval_s=0.05,
+        # keys on, as an organisation runs it: the fuzzer also checks that requests without
+        # (or with a wrong) key are refused; its own calls carry the bootstrap admin key
+        auth="on",
+        admin_key=FUZZ_KEY,
+        rate_limit_per_s=1e6,
+        rate_limit_burst=1_000_000,
     )
 
 
@@ -66,13 +76,13 @@ def started() -> Iterator[None]:
     derandomize=True,
 )
 def test_every_operation_is_fuzz_clean(case: Any) -> None:
-    case.call_and_validate(excluded_checks=EXCLUDED_CHECKS)
+    case.call_and_validate(headers=AUTH, excluded_checks=EXCLUDED_CHECKS)
 
 
 # ---- regressions found by the fuzzer ------------------------------------------------------
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(APP) as test_client:
+    with TestClient(APP, headers=AUTH) as test_client:
         yield test_client
 
 
