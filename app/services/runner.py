@@ -530,8 +530,15 @@ class SearchRunner:
         if self._plugin is not None:
             future: Future[str | None] = self._plugin.submit_search(search_id, self.replica_id)
             return future
-        if self.kind == "process" and not self.warm and self._warming_threads is not None:
-            # the spawned workers are still importing: run on a thread of this process
+        if (
+            self.kind == "process"
+            and not self.warm
+            and self._warming_threads is not None
+            and self._restarts == 0
+        ):
+            # the first workers are still importing: run on a thread of this process (after
+            # a rebuild the search waits for the new workers: a retry of a search whose
+            # worker died must stay out of the API process)
             executor = self._warming_threads
         elif self.kind == "process":
             return executor.submit(

@@ -34,6 +34,11 @@ def test_a_killed_worker_is_replaced_and_its_search_retried_then_failed(tmp_path
     assert server.proc is not None
     try:
         with server.client() as client:
+            # after the warm-up: until then a search runs on a thread of the API process
+            deadline = time.monotonic() + 120
+            while not client.get("/v1/health").json()["pool"]["warm"]:
+                assert time.monotonic() < deadline, "the worker pool never warmed up"
+                time.sleep(0.2)
             slow = client.post("/v1/searches", json=SLOW_SEARCH).json()["id"]
             for attempt in (1, 2):
                 _wait(
