@@ -45,6 +45,7 @@ def make_key(client: Any, tenant: str, *scopes: str) -> dict[str, Any]:
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     assert body["secret"].startswith("mp_") and len(body["secret"]) >= 40
+    assert body["key"] == body["secret"]  # API.md: the creation answers `{"key", …}`
     return body
 
 

@@ -47,7 +47,11 @@ class ApiKeyPublic(BaseModel):
 
 
 class ApiKeyCreated(ApiKeyPublic):
-    secret: str = Field(description="The key itself: shown once, store it now.")
+    key: str = Field(
+        description="The key itself (send it as `Authorization: Bearer <key>`): shown once, "
+        "store it now."
+    )
+    secret: str = Field(description="The same as `key` (kept for clients that read it).")
 
 
 class ApiKeyList(BaseModel):
@@ -95,7 +99,7 @@ def create_api_key(
         session=session, tenant=body.tenant, scopes=[s.value for s in body.scopes], name=body.name
     )
     response.headers["Location"] = f"/v1/admin/api-keys/{record.id}"
-    return {**key_public(record), "secret": secret}
+    return {**key_public(record), "key": secret, "secret": secret}
 
 
 @router.get("/v1/admin/api-keys", response_model=ApiKeyList)
