@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(health.LivenessMiddleware)  # probes skip routing (issue 13)
     app.add_middleware(RequestContextMiddleware, header=settings.request_id_header)
     app.add_middleware(service_metrics.MetricsMiddleware, metrics=app.state.metrics)
     app.include_router(service_metrics.router)

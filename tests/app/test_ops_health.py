@@ -111,3 +111,26 @@ def test_search_during_warm_up_runs_on_a_thread(settings_factory, tiny) -> None:
         ready = c.get("/v1/health/ready").json()
         assert ready["checks"]["workers"]["warm_workers"] == 1
     assert finished_while_warming
+
+
+def test_liveness_is_answered_before_routing(client) -> None:
+    """The probe skips FastAPI's routing and dependencies (`LivenessMiddleware`): with the
+    engine dependency failing, every routed endpoint answers 500, the probe still answers
+    the documented body, carries its request id and counts under its route template."""
+    from app.api.deps import get_engine
+
+    def broken_engine() -> None:
+        raise RuntimeError("routing was used (test)")
+
+    client.app.dependency_overrides[get_engine] = broken_engine
+    try:
+        r = client.get("/v1/health?probe=1", headers={"X-Request-ID": "probe-7"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-request-id"] == "probe-7"
+        assert r.headers["cache-control"] == "no-store"
+        assert r.json()["status"] == "ok" and r.json()["pool"]["state"] == "ok"
+        assert client.get("/v1/health/ready").status_code == 500  # routed: the override bites
+    finally:
+        client.app.dependency_overrides.clear()
+    metrics = client.get("/metrics").text
+    assert 'route="/v1/health",status="200"' in metrics

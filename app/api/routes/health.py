@@ -6,6 +6,13 @@ answered 500). Readiness checks the database with `SELECT 1` under
 `Settings.readiness_timeout_s`, on threads of its own (not the API's, which may all be
 busy), and reports the search worker pool (warm-up) and the database pool; it answers 503
 `not-ready` (a problem with the same checks) until everything is up.
+
+`LivenessMiddleware` answers `GET /v1/health` before routing: FastAPI's routing, dependency
+solving and the ETag and body-limit layers cost about 0.7 ms of the 1.1-1.5 ms a liveness
+probe took, and 64 clients queue behind one event loop (issue 13: p99 <= 50 ms at 64
+clients). It sits inside the request-id and metrics middlewares, so a probe still carries
+its `X-Request-ID` and counts in `meshplan_http_request_duration_seconds` under the route
+`/v1/health`; the route below stays for the OpenAPI document and answers the same body.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Request
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.api.deps import EngineDep, RunnerDep, SettingsDep
@@ -32,16 +40,56 @@ _READY_THREADS = anyio.CapacityLimiter(4)
 """Threads for readiness checks alone: a probe must not queue behind busy API threads."""
 
 
-@router.get("/v1/health", response_model=HealthPublic)
-async def read_health(engine: EngineDep, request: Request) -> HealthPublic:
-    """Liveness: the process answers (no database access); version, database kind and the
-    state of the search worker pool (`broken` until a dead worker's pool is rebuilt)."""
-    runner = getattr(request.app.state, "runner", None)
+LIVENESS_PATH = "/v1/health"
+
+
+def liveness(state: Any) -> HealthPublic:
+    """The liveness answer from the app's state (`engine`, `runner`): no database access."""
+    runner = getattr(state, "runner", None)
     return HealthPublic(
         version=__version__,
-        database=database_kind(engine),
+        database=database_kind(state.engine),
         pool=runner.pool_state() if runner is not None else None,
     )
+
+
+@router.get(LIVENESS_PATH, response_model=HealthPublic)
+async def read_health(request: Request) -> HealthPublic:
+    """Liveness: the process answers (no database access); version, database kind and the
+    state of the search worker pool (`broken` until a dead worker's pool is rebuilt)."""
+    return liveness(request.app.state)
+
+
+class LivenessMiddleware:
+    """Answers `GET /v1/health` (any query string) with `liveness(app.state)` as JSON and
+    passes every other request on; `scope["route"]` is set to the documented route so
+    metrics label the probe by its template."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._route: Any = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope.get("path") != LIVENESS_PATH
+            or scope.get("method") != "GET"
+        ):
+            await self.app(scope, receive, send)
+            return
+        if self._route is None:
+            self._route = next(
+                r for r in router.routes if getattr(r, "path", None) == LIVENESS_PATH
+            )
+        scope["route"] = self._route
+        body = liveness(scope["app"].state).model_dump_json().encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def _database_check(engine: Engine) -> None:
