@@ -225,6 +225,15 @@ class ModelSpec(Spec):
         )
         return self.attention_parameters() + mlp + 2 * self.norm_parameters()
 
+    def _layers_parameters(self, *, active: bool) -> int:
+        """Parameters of all layers: dense and MoE layers counted by kind."""
+        moe = self.num_moe_layers
+        attention_and_norms = self.attention_parameters() + 2 * self.norm_parameters()
+        total = self.num_layers * attention_and_norms
+        if self.num_layers > moe:
+            total += (self.num_layers - moe) * self.dense_mlp_parameters()
+        return total + (moe * self.moe_block_parameters(active=active) if moe else 0)
+
     def embedding_parameters(self) -> int:
         """Input embedding (and learned positions)."""
         pos = (self.max_position_embeddings or 0) if self.position_embedding == "learned" else 0
@@ -237,10 +246,10 @@ class ModelSpec(Spec):
 
     def num_parameters(self) -> int:
         """Total parameters (MoE: all experts)."""
-        layers = sum(self.layer_parameters(i) for i in range(self.num_layers))
+        layers = self._layers_parameters(active=False)
         return layers + self.embedding_parameters() + self.head_parameters()
 
     def num_active_parameters(self) -> int:
         """Parameters one token passes through (MoE: top_k routed experts)."""
-        layers = sum(self.layer_parameters(i, active=True) for i in range(self.num_layers))
+        layers = self._layers_parameters(active=True)
         return layers + self.embedding_parameters() + self.head_parameters()

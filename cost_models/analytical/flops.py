@@ -117,8 +117,21 @@ def attention_core_forward_flops(model: ModelSpec, b: float, s: float) -> float:
 
 def layer_forward_flops(model: ModelSpec, index: int, b: float, s: float) -> float:
     """Model FLOPs of the forward of layer `index` for b sequences of s tokens."""
-    gemms = sum(gm.flops for gm in layer_gemms(model, model.is_moe_layer(index), b * s))
+    return _kind_forward_flops(model, model.is_moe_layer(index), b, s)
+
+
+def _kind_forward_flops(model: ModelSpec, moe: bool, b: float, s: float) -> float:
+    gemms = sum(gm.flops for gm in layer_gemms(model, moe, b * s))
     return gemms + attention_core_forward_flops(model, b, s)
+
+
+def layers_forward_flops(model: ModelSpec, b: float, s: float) -> float:
+    """Forward FLOPs of all layers: a layer's FLOPs depend only on whether it is an MoE
+    layer, so each kind is priced once and counted."""
+    moe = model.num_moe_layers
+    dense = model.num_layers - moe
+    out = dense * _kind_forward_flops(model, False, b, s) if dense else 0.0
+    return out + (moe * _kind_forward_flops(model, True, b, s) if moe else 0.0)
 
 
 def lm_head_forward_flops(model: ModelSpec, tokens: float) -> float:
@@ -129,8 +142,7 @@ def lm_head_forward_flops(model: ModelSpec, tokens: float) -> float:
 def model_flops_per_step(model: ModelSpec, global_batch: int, s: int) -> float:
     """Model FLOPs of one optimizer step (forward + backward = 3 × forward, no recompute):
     the numerator of MFU (Chowdhery et al. 2022 App. B; Korthikanti et al. 2022 §6)."""
-    fwd = sum(layer_forward_flops(model, i, 1, s) for i in range(model.num_layers))
-    fwd += lm_head_forward_flops(model, s)
+    fwd = layers_forward_flops(model, 1, s) + lm_head_forward_flops(model, s)
     return 3.0 * global_batch * fwd
 
 
@@ -140,7 +152,7 @@ def recompute_flops_per_step(
     """Extra forward FLOPs per step re-run by activation recomputation: every layer's
     forward (full) or the attention core forward (selective; Korthikanti et al. 2022 §4.3)."""
     if recompute == "full":
-        per_seq = sum(layer_forward_flops(model, i, 1, s) for i in range(model.num_layers))
+        per_seq = layers_forward_flops(model, 1, s)
     elif recompute == "selective":
         per_seq = model.num_layers * attention_core_forward_flops(model, 1, s)
     else:

@@ -75,3 +75,24 @@ def test_recompute_flops() -> None:
     assert full == B * sum(layer_forward_flops(model, i, 1, s) for i in range(4))
     assert recompute_flops_per_step(model, B, s, "selective") == B * 4 * 4 * s * s * 256
     assert recompute_flops_per_step(model, B, s, "none") == 0.0
+
+
+def test_layers_counted_by_kind_equal_the_per_layer_sums() -> None:
+    """`model_flops_per_step`, `recompute_flops_per_step` and `num_parameters` price each layer
+    kind once; they must equal the layer-by-layer sums for every preset, dense, interleaved
+    MoE (Llama-4 style frequency) and MoE after leading dense layers (DeepSeek)."""
+    from specs.presets import get_preset, list_presets
+
+    for name in list_presets():
+        model = get_preset(name)
+        per_layer = sum(layer_forward_flops(model, i, 1, 2048) for i in range(model.num_layers))
+        expected = 3.0 * 8 * (per_layer + lm_head_forward_flops(model, 2048))
+        assert abs(model_flops_per_step(model, 8, 2048) - expected) <= 1e-9 * expected, name
+        full = recompute_flops_per_step(model, 8, 2048, "full")
+        assert abs(full - 8 * per_layer) <= 1e-9 * full, name
+        params = sum(model.layer_parameters(i) for i in range(model.num_layers))
+        params += model.embedding_parameters() + model.head_parameters()
+        assert model.num_parameters() == params, name
+        active = sum(model.layer_parameters(i, active=True) for i in range(model.num_layers))
+        active += model.embedding_parameters() + model.head_parameters()
+        assert model.num_active_parameters() == active, name
