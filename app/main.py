@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.run_migrations:
                 migrate.upgrade(engine)
             app.state.plugins = planning.load_plugins(settings.plugin_allowlist)
+            planning.warm_up()  # before the first requests, which would each load the catalog
             runner = SearchRunner(settings, engine)
             runner.start()
             request_pool = RequestPool(

@@ -159,7 +159,11 @@ class ModelSpec(Spec):
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+        """Layers for which `is_moe_layer` holds, in closed form: after the leading dense
+        layers, every `layer_frequency`-th layer."""
+        if self.moe is None or self.num_layers <= self.moe.num_dense_layers:
+            return 0
+        return (self.num_layers - self.moe.num_dense_layers) // self.moe.layer_frequency
 
     # ---- parameter counts ----------------------------------------------------------
     def attention_parameters(self) -> int:

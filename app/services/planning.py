@@ -400,9 +400,9 @@ def load_plugins(allowlist: Sequence[str]) -> list[str]:
 
 
 def warm_up() -> None:
-    """Load the catalogs and build the default cost model once, so that a worker's first
-    search does not pay for it."""
-    hardware_catalog.list_accelerators()
+    """Load the catalogs (with their name indexes) and build the default cost model once, so
+    that a worker's first search, or the API's first concurrent requests, do not pay for it."""
+    hardware_catalog.load_shipped()
     presets.list_presets()
     registry.build_cost_model(DEFAULT_COST_MODEL)
 

@@ -43,3 +43,31 @@ def test_64_clients_get_no_errors(tmp_path: Path) -> None:
     assert all(set(r.statuses) == {"200"} for r in health), summary
     search = next(r for r in rows if r.op == "search")
     assert set(search.statuses) <= {"201", "202"} and len(search.latencies) == 64
+
+
+def test_the_catalog_is_read_before_the_first_request(settings_factory, monkeypatch) -> None:
+    """The lifespan reads the shipped catalog and builds its indexes (`planning.warm_up`):
+    concurrent first requests would otherwise each read it (`functools.cache` holds no one
+    back while it fills). With reading made impossible after start-up, an estimate that
+    looks hardware up still answers."""
+    from app.main import create_app
+    from hardware_catalog import loader
+    from tests.support import TestClient
+
+    loader._catalog.cache_clear()
+    loader._index.cache_clear()
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+        "workload": {"kind": "training", "global_batch_size": 64, "sequence_length": 2048},
+        "plan": {"parallelism": {"data": 8}, "micro_batch_size": 1, "zero_stage": 1},
+    }
+    with TestClient(create_app(settings_factory())) as client:
+
+        def no_reads(_root: object) -> None:
+            raise AssertionError("the catalog was read while serving")
+
+        monkeypatch.setattr(loader, "load_catalog", no_reads)
+        r = client.post("/v1/estimate", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["feasible"] is True

@@ -7,6 +7,9 @@ norm, embedding V·h and an untied head V·h.
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from specs.model import ModelSpec, MoESpec
 
 
@@ -179,6 +182,28 @@ def test_moe_layer_pattern_dense_prefix_and_sparse_step() -> None:
     )
     assert [i for i in range(8) if qwen_like.is_moe_layer(i)] == [1, 3, 5, 7]
     assert qwen_like.num_moe_layers == 4
+
+
+@given(layers=st.integers(1, 130), dense=st.integers(0, 10), frequency=st.integers(1, 6))
+def test_moe_layer_count_in_closed_form_matches_the_layer_pattern(
+    layers: int, dense: int, frequency: int
+) -> None:
+    dense = min(dense, layers)  # the spec refuses more leading dense layers than layers
+    spec = ModelSpec(
+        num_layers=layers,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=128,
+        vocab_size=100,
+        moe=MoESpec(
+            num_experts=4,
+            top_k=2,
+            expert_ffn_hidden_size=32,
+            num_dense_layers=dense,
+            layer_frequency=frequency,
+        ),
+    )
+    assert spec.num_moe_layers == sum(spec.is_moe_layer(i) for i in range(layers))
 
 
 def test_router_bias_adds_one_parameter_per_expert_per_moe_layer() -> None:
