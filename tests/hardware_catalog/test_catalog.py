@@ -100,6 +100,7 @@ def test_public_api_is_pinned() -> None:
             "load_accelerators",
             "load_catalog",
             "load_fabrics",
+            "load_shipped",
             "load_systems",
             "normalize_accelerator_name",
             "resolve_cluster",
