@@ -918,7 +918,7 @@ def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """List keys (id, tenant, scopes, prefix, created, revoked)."""
+    """List keys (id, tenant, scopes, prefix, created, last used, revoked)."""
     from app.api.routes.admin import key_public
     from app.db import api_keys
 
@@ -927,7 +927,7 @@ def keys_list(
     if json_out:
         _dump(rows)
         return
-    table = Table("id", "tenant", "name", "scopes", "prefix", "created", "revoked")
+    table = Table("id", "tenant", "name", "scopes", "prefix", "created", "last used", "revoked")
     for row in rows:
         table.add_row(
             row["id"],
@@ -936,6 +936,7 @@ def keys_list(
             ",".join(row["scopes"]),
             row["prefix"],
             str(row["created_at"]),
+            str(row["last_used_at"] or ""),
             str(row["revoked_at"] or ""),
         )
     console.print(table)

@@ -92,10 +92,11 @@ def _resolve(request: Request, credentials: HTTPAuthorizationCredentials | None)
     admin = settings.admin_key.get_secret_value() if settings.admin_key else ""
     if admin and hmac.compare_digest(secret.encode(), admin.encode()):
         return Principal(settings.admin_tenant, ALL_SCOPES, BOOTSTRAP_KEY_ID)
-    with Session(request.app.state.engine) as session:
+    with Session(request.app.state.engine, expire_on_commit=False) as session:
         record = api_keys.find_live_key(session=session, secret=secret)
-    if record is None:
-        raise Unauthorized("the API key is unknown or revoked")
+        if record is None:
+            raise Unauthorized("the API key is unknown or revoked")
+        api_keys.touch_key(session=session, record=record)
     return Principal(record.tenant, frozenset(record.scopes), record.id)
 
 

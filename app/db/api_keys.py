@@ -6,12 +6,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, update
+from sqlalchemy import CursorResult, or_, update
 from sqlmodel import Session, col, select
 
 from app.db.models import ApiKeyRecord, ApiKeyScope, utcnow
+
+LAST_USED_RESOLUTION_S = 60.0
+"""`last_used_at` is written at most once a minute per key: exact enough to find unused
+keys, and a busy key does not turn every request into a database write."""
 
 SECRET_PREFIX = "mp_"
 """Every secret starts with this, so a leaked key is recognisable (secret scanners)."""
@@ -63,6 +68,31 @@ def find_live_key(*, session: Session, secret: str) -> ApiKeyRecord | None:
         col(ApiKeyRecord.key_hash) == hash_secret(secret), col(ApiKeyRecord.revoked_at).is_(None)
     )
     return session.exec(query.execution_options(populate_existing=True)).first()
+
+
+def touch_key(*, session: Session, record: ApiKeyRecord, now: datetime | None = None) -> bool:
+    """Record that `record` was used now, unless `last_used_at` is already less than
+    `LAST_USED_RESOLUTION_S` old (conditional UPDATE, so concurrent requests of one key
+    write it once). True when written."""
+    now = now or utcnow()
+    last = record.last_used_at
+    if last is not None:
+        last = last if last.tzinfo else last.replace(tzinfo=UTC)
+        if (now - last).total_seconds() < LAST_USED_RESOLUTION_S:
+            return False
+    cutoff = now - timedelta(seconds=LAST_USED_RESOLUTION_S)
+    statement = (
+        update(ApiKeyRecord)
+        .where(
+            col(ApiKeyRecord.id) == record.id,
+            or_(col(ApiKeyRecord.last_used_at).is_(None), col(ApiKeyRecord.last_used_at) < cutoff),
+        )
+        .values(last_used_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    written = cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+    session.commit()
+    return written
 
 
 def list_keys(*, session: Session, tenant: str | None = None) -> list[ApiKeyRecord]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from datetime import UTC
 from typing import Any
 
 import pytest
 from app_support import assert_problem
 from sqlalchemy import text
+from sqlmodel import Session
 from typer.testing import CliRunner
 
 from tests.support import TestClient
@@ -210,6 +212,37 @@ def test_admin_key_manages_keys_of_every_tenant(auth_client: Any) -> None:
         "/v1/admin/api-keys", json={"tenant": "a b", "scopes": ["root"]}, headers=ADMIN
     )
     assert_problem(bad, 422)
+
+
+def test_last_used_at_records_use_at_most_once_a_minute(auth_client: Any) -> None:
+    from datetime import datetime, timedelta
+
+    from app.db import api_keys
+    from app.db.models import ApiKeyRecord
+
+    made = make_key(auth_client, "team-u", "read")
+    assert made["last_used_at"] is None
+    before = datetime.now(UTC)
+    assert auth_client.get("/v1/whoami", headers=bearer(made["secret"])).status_code == 200
+    listed = {
+        k["id"]: k for k in auth_client.get("/v1/admin/api-keys", headers=ADMIN).json()["items"]
+    }
+    first = datetime.fromisoformat(listed[made["id"]]["last_used_at"])
+    assert before - timedelta(seconds=1) <= first <= datetime.now(UTC)
+    engine = auth_client.app.state.engine
+    with Session(engine) as session:
+        record = session.get(ApiKeyRecord, made["id"])
+        assert record is not None
+        # within the resolution: no write; a minute later: written once
+        assert not api_keys.touch_key(
+            session=session, record=record, now=first + timedelta(seconds=30)
+        )
+        later = first + timedelta(seconds=api_keys.LAST_USED_RESOLUTION_S + 1)
+        assert api_keys.touch_key(session=session, record=record, now=later)
+        record = session.get(ApiKeyRecord, made["id"], populate_existing=True)
+        assert record is not None
+        stale = record.model_copy(update={"last_used_at": first})  # another request's view
+        assert not api_keys.touch_key(session=session, record=stale, now=later)
 
 
 def test_only_the_hash_of_a_secret_is_stored(auth_client: Any) -> None:

@@ -44,6 +44,11 @@ class ApiKeyPublic(BaseModel):
     scopes: list[str]
     created_at: datetime
     revoked_at: datetime | None
+    last_used_at: datetime | None = Field(
+        default=None,
+        description="When the key last authenticated a request (to the minute: written at "
+        "most once a minute per key); null if never.",
+    )
 
 
 class ApiKeyCreated(ApiKeyPublic):
@@ -74,6 +79,7 @@ def key_public(record: ApiKeyRecord) -> dict[str, Any]:
         "scopes": list(record.scopes),
         "created_at": _utc(record.created_at),
         "revoked_at": _utc(record.revoked_at),
+        "last_used_at": _utc(record.last_used_at),
     }
 
 
