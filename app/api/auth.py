@@ -25,7 +25,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
 
-from app.api.limits import RateLimited, TokenBuckets
+from app.api.limits import RateBuckets, RateLimited, RedisTokenBuckets, TokenBuckets
 from app.core.config import Settings
 from app.db import api_keys
 from app.db.models import DEFAULT_TENANT, ApiKeyScope
@@ -75,7 +75,12 @@ class Principal:
         return scope in self.scopes
 
 
-def rate_buckets(settings: Settings) -> TokenBuckets:
+def rate_buckets(settings: Settings) -> RateBuckets:
+    """Shared buckets in Redis when `rate_limit_redis_url` is set, else this process's."""
+    if settings.rate_limit_redis_url:
+        return RedisTokenBuckets(
+            settings.rate_limit_redis_url, settings.rate_limit_per_s, settings.rate_limit_burst
+        )
     return TokenBuckets(settings.rate_limit_per_s, settings.rate_limit_burst)
 
 
@@ -101,7 +106,7 @@ def _resolve(request: Request, credentials: HTTPAuthorizationCredentials | None)
 
 
 def _limit(request: Request, principal: Principal) -> None:
-    buckets: TokenBuckets = request.app.state.rate_buckets
+    buckets: RateBuckets = request.app.state.rate_buckets
     client = principal.key_id or f"addr:{request.client.host if request.client else '?'}"
     wait = buckets.take(client)
     if wait > 0:

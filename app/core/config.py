@@ -110,9 +110,12 @@ class Settings(BaseSettings):
     """Tenant the bootstrap admin key acts for."""
     rate_limit_per_s: float = Field(default=50.0, gt=0)
     """Requests per second each key (with auth off: each client address) may make on
-    average (token bucket refill rate, per process)."""
+    average (token bucket refill rate; per process unless `rate_limit_redis_url`)."""
     rate_limit_burst: int = Field(default=100, ge=1)
     """Requests a key may make at once before the rate applies (token bucket size)."""
+    rate_limit_redis_url: str | None = None
+    """Keep the rate buckets in this Redis (`redis://host:6379/0`) so that every replica
+    shares one bucket per key; unset: each process keeps its own."""
     tenant_max_active_searches: int = Field(default=16, ge=1)
     """Queued plus running searches one tenant may have; more answer 429."""
     max_queued_searches: int = Field(default=256, ge=1)

@@ -142,3 +142,74 @@ def test_one_client_cannot_queue_without_bound(
         assert client.get("/v1/searches").json()["total"] == 4
         for item in client.get("/v1/searches").json()["items"]:
             client.delete(f"/v1/searches/{item['id']}")
+
+
+def _redis_url() -> str:
+    """The machine's Redis (skip, saying why, when there is none)."""
+    import redis
+
+    url = "redis://127.0.0.1:6379/0"
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis at {url} ({type(exc).__name__}): shared rate buckets untested")
+    return url
+
+
+def test_redis_buckets_are_one_bucket_for_every_replica(
+    settings_factory: Callable[..., Any],
+) -> None:
+    """Two apps (replicas) on one Redis share a key's bucket: of 2 x 4 requests with a burst
+    of 4 and almost no refill, exactly 4 pass and the others answer 429 with Retry-After.
+    Per-process buckets (no Redis) would let 4 pass on each replica."""
+    from app.main import create_app
+
+    url = _redis_url()
+    limits = {"rate_limit_per_s": 0.01, "rate_limit_burst": 4}
+    common = {"auth": "on", "admin_key": ADMIN_SECRET, **limits}
+    one = create_app(settings_factory(rate_limit_redis_url=url, **common))
+    two = create_app(settings_factory(rate_limit_redis_url=url, **common))
+    alone = create_app(settings_factory(**common))
+    with TestClient(one) as a, TestClient(two) as b, TestClient(alone) as c:
+        headers = _key(a, "team-shared")  # same database: a key of both replicas
+        statuses = [
+            replica.get("/v1/searches", headers=headers).status_code
+            for _ in range(4)
+            for replica in (a, b)
+        ]
+        assert statuses.count(200) == 4 and statuses.count(429) == 4, statuses
+        refused = b.get("/v1/searches", headers=headers)
+        body = assert_problem(refused, 429)
+        assert body["type"].endswith("/rate-limited")
+        assert 90 <= int(refused.headers["retry-after"]) <= 100  # (1 - tokens) / 0.01 s
+        # the third app keeps its own bucket: its 4 pass although the shared one is empty
+        assert [c.get("/v1/searches", headers=headers).status_code for _ in range(5)] == [
+            200,
+            200,
+            200,
+            200,
+            429,
+        ]
+
+
+def test_redis_down_falls_back_to_per_process_buckets(
+    settings_factory: Callable[..., Any],
+) -> None:
+    """Nothing listens at the Redis address: requests still pass (limited per process) and
+    the failures are counted, never a 500."""
+    import socket
+
+    from app.main import create_app
+
+    with socket.socket() as s:  # a free port: nothing answers there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = settings_factory(
+        rate_limit_redis_url=f"redis://127.0.0.1:{port}/0",
+        rate_limit_per_s=0.01,
+        rate_limit_burst=2,
+    )
+    with TestClient(create_app(settings)) as client:
+        statuses = [client.get("/v1/searches").status_code for _ in range(3)]
+        assert statuses == [200, 200, 429]
+        assert client.app.state.rate_buckets.failures == 3
