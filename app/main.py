@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = service_metrics.Metrics(app)
     app.state.rate_buckets = rate_buckets(settings)
+    app.state.compute_limiter = anyio.CapacityLimiter(settings.api_compute_threads)
     install_problem_handlers(app)
     app.add_middleware(ETagMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)

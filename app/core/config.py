@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     """Worker threads of the API process for sync route handlers (anyio's default is 40;
     requests beyond them wait for a thread, never for an error). The database pool holds
     as many connections plus `db_pool_overflow`, so no handler waits for a connection."""
+    api_compute_threads: int = Field(default=4, ge=1, le=256)
+    """Of those, how many may run closed-form estimates at once. Estimates are CPU-bound
+    Python: more threads than cores add no throughput (one holds the GIL at a time) but each
+    competes with the event loop for the GIL, so liveness and every other request wait
+    longer; excess estimates wait on the event loop instead."""
     db_pool_overflow: int = Field(default=32, ge=0)
     """Connections beyond `api_threads` (runner, webhooks, readiness)."""
     db_pool_timeout_s: float = Field(default=10.0, gt=0)

@@ -71,3 +71,45 @@ def test_the_catalog_is_read_before_the_first_request(settings_factory, monkeypa
         r = client.post("/v1/estimate", json=body)
     assert r.status_code == 200, r.text
     assert r.json()["feasible"] is True
+
+
+def test_estimates_run_at_most_api_compute_threads_at_once(settings_factory, monkeypatch) -> None:
+    """Closed-form estimates take a compute slot (`api_compute_threads`); the others wait on
+    the event loop, so CPU-bound estimates do not multiply the threads contending with it."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.main import create_app
+    from app.services import planning
+    from tests.support import TestClient
+
+    real = planning.estimate
+    running, peak, lock = 0, 0, threading.Lock()
+
+    def counting(*args, **kwargs):
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        try:
+            time.sleep(0.05)  # long enough for the others to pile up
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(planning, "estimate", counting)
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+        "workload": {"kind": "training", "global_batch_size": 64, "sequence_length": 2048},
+        "plan": {"parallelism": {"data": 8}, "micro_batch_size": 1, "zero_stage": 1},
+    }
+    with TestClient(create_app(settings_factory(api_compute_threads=2))) as client:
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(
+                pool.map(lambda _: client.post("/v1/estimate", json=body).status_code, range(8))
+            )
+    assert statuses == [200] * 8
+    assert peak == 2

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
-from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
@@ -24,7 +25,9 @@ async def create_estimate(
     """Estimate step time, throughput and memory of one plan.
 
     Serving estimates and estimates that place experts run in a request worker; closed-form
-    training estimates run here (`app.services.offload.needs_worker`)."""
+    training estimates run here (`app.services.offload.needs_worker`), at most
+    `api_compute_threads` at once."""
     if needs_worker(body):
         return await run_in_worker(request, "estimate", body)
-    return await run_in_threadpool(planning.estimate, body, session, tenant=principal.tenant)
+    work = functools.partial(planning.estimate, body, session, tenant=principal.tenant)
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.compute_limiter)
