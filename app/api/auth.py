@@ -24,6 +24,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.api.limits import RateBuckets, RateLimited, RedisTokenBuckets, TokenBuckets
 from app.core.config import Settings
@@ -120,12 +121,23 @@ def _limit(request: Request, principal: Principal) -> None:
 def require(scope: ApiKeyScope) -> Callable[..., Principal]:
     """A dependency: the request's principal, which must hold `scope` (401 / 403 / 429)."""
 
-    def dependency(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    def resolve_and_limit(
+        request: Request, credentials: HTTPAuthorizationCredentials | None
     ) -> Principal:
         principal = _resolve(request, credentials)
         _limit(request, principal)
+        return principal
+
+    async def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    ) -> Principal:
+        settings: Settings = request.app.state.settings
+        if settings.auth == "off" and not settings.rate_limit_redis_url:
+            # nothing to look up: no thread hop (a sync dependency costs one per request)
+            principal = resolve_and_limit(request, credentials)
+        else:  # a key lookup in the database or a take in Redis: blocking I/O
+            principal = await run_in_threadpool(resolve_and_limit, request, credentials)
         if not principal.has(scope.value):
             raise Forbidden(
                 f"this key (tenant {principal.tenant!r}) lacks the {scope.value!r} scope",
