@@ -913,12 +913,25 @@ def keys_create(
     )
 
 
+KEY_ID_SHOWN = 8
+"""Characters of a key id the keys table shows (`keys revoke` takes any unique prefix)."""
+
+
+def _minute(value: Any) -> str:
+    """An ISO timestamp to the minute (`2026-12-02 18:11`), '' for None."""
+    return "" if value is None else str(value).replace("T", " ")[:16]
+
+
 @keys_cli.command("list")
 def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Whole ids, names, scopes, prefixes, creation.")
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
-    """List keys (id, tenant, scopes, prefix, created, last used, revoked)."""
+    """List keys: id (its first characters), tenant, highest scope, last use, revocation;
+    `--wide` adds the whole id, name, every scope, secret prefix and creation time."""
     from app.api.routes.admin import key_public
     from app.db import api_keys
 
@@ -927,35 +940,58 @@ def keys_list(
     if json_out:
         _dump(rows)
         return
-    table = Table("id", "tenant", "name", "scopes", "prefix", "created", "last used", "revoked")
+    headers = ["id", "tenant", "scope", "last used", "revoked"]
+    if wide:
+        headers = ["id", "tenant", "name", "scopes", "prefix", "created", "last used", "revoked"]
+    table = Table(*headers)
+    for column in table.columns:
+        column.no_wrap = column.header != "tenant" and column.header != "name"
     for row in rows:
-        table.add_row(
-            row["id"],
-            row["tenant"],
-            row["name"] or "",
-            ",".join(row["scopes"]),
-            row["prefix"],
-            str(row["created_at"]),
-            str(row["last_used_at"] or ""),
-            str(row["revoked_at"] or ""),
-        )
+        used, revoked = _minute(row["last_used_at"]), _minute(row["revoked_at"])
+        if wide:
+            cells = [
+                row["id"],
+                row["tenant"],
+                row["name"] or "",
+                ",".join(row["scopes"]),
+                row["prefix"],
+                _minute(row["created_at"]),
+                used,
+                revoked,
+            ]
+        else:
+            cells = [row["id"][:KEY_ID_SHOWN], row["tenant"], row["scopes"][-1], used, revoked]
+        table.add_row(*cells)
     console.print(table)
 
 
 @keys_cli.command("revoke")
-def keys_revoke(key_id: Annotated[str, typer.Argument(help="Id of the key.")]) -> None:
+def keys_revoke(
+    key_id: Annotated[
+        str, typer.Argument(help="Id of the key, or a unique prefix of it (as `keys list` shows).")
+    ],
+) -> None:
     """Revoke a key: it answers 401 from the next request on."""
     from app.db import api_keys
 
     with _key_session() as session:
-        if not api_keys.revoke_key(session=session, key_id=key_id):
-            known = api_keys.get_key(session=session, key_id=key_id) is not None
+        matches = [k.id for k in api_keys.list_keys(session=session) if k.id.startswith(key_id)]
+        if len(matches) > 1 and key_id not in matches:
             err_console.print(
-                f"[red]error[/red]: key {key_id} is {'already revoked' if known else 'unknown'}",
+                f"[red]error[/red]: {key_id!r} is the start of {len(matches)} key ids "
+                f"({', '.join(sorted(matches))}); give more of it",
                 highlight=False,
             )
             raise typer.Exit(ERROR_EXIT)
-    typer.echo(f"revoked {key_id}")
+        full = key_id if key_id in matches or not matches else matches[0]
+        if not api_keys.revoke_key(session=session, key_id=full):
+            known = api_keys.get_key(session=session, key_id=full) is not None
+            err_console.print(
+                f"[red]error[/red]: key {full} is {'already revoked' if known else 'unknown'}",
+                highlight=False,
+            )
+            raise typer.Exit(ERROR_EXIT)
+    typer.echo(f"revoked {full}")
 
 
 def main() -> None:

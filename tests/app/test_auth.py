@@ -371,3 +371,36 @@ def test_client_sends_its_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     with MeshplanClient("http://meshplan.test", transport=transport) as mc:
         list(mc.list_searches())
     assert seen == [None, "Bearer mp_abc", "Bearer mp_env"]
+
+
+def test_cli_keys_table_fits_80_columns_and_revokes_by_id_prefix(
+    settings_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.cli import KEY_ID_SHOWN, cli
+
+    settings = settings_factory(auth="on")
+    monkeypatch.setenv("MESHPLAN_DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("COLUMNS", "80")
+    runner = CliRunner()
+    for tenant in ("research-team", "inference-platform"):
+        made = runner.invoke(cli, ["keys", "create", "--tenant", tenant, "--scope", "admin"])
+        assert made.exit_code == 0, made.output
+    import json
+
+    ids = [r["id"] for r in json.loads(runner.invoke(cli, ["keys", "list", "--json"]).stdout)]
+    table = runner.invoke(cli, ["keys", "list"]).stdout
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= 80, table
+    for key_id in ids:  # each id prefix whole on one line, with its tenant and scope
+        row = next(line for line in lines if key_id[:KEY_ID_SHOWN] in line)
+        assert "admin" in row
+    assert "research-team" in table and "inference-platform" in table
+    ambiguous = runner.invoke(cli, ["keys", "revoke", ""])  # the start of every id
+    assert ambiguous.exit_code == 2 and "give more of it" in ambiguous.output
+    revoked = runner.invoke(cli, ["keys", "revoke", ids[0][:KEY_ID_SHOWN]])
+    assert revoked.exit_code == 0, revoked.output
+    assert revoked.stdout.strip() == f"revoked {ids[0]}"
+    rows = json.loads(runner.invoke(cli, ["keys", "list", "--json"]).stdout)
+    assert [r["revoked_at"] is not None for r in rows] == [True, False]
+    wide = runner.invoke(cli, ["keys", "list", "--wide"], env={"COLUMNS": "200"}).stdout
+    assert all(key_id in wide for key_id in ids)
