@@ -78,7 +78,7 @@ def _search_links(method: str, path: str, statuses: tuple[int, ...], id_from: st
             path,
             statuses,
             "CancelSearch",
-            ("delete", SEARCH),
+            ("post", f"{SEARCH}/cancel"),
             params,
             "Cancel the search while it is queued or running",
         ),
@@ -149,7 +149,13 @@ _ALL: tuple[Link, ...] = (
     *_search_links("get", SEARCH, (200,), "$response.body#/id"),
     *_search_links("get", "/v1/searches", (200,), "$response.body#/items/0/id"),
     Link(
-        "delete", SEARCH, (200,), "GetSearch", ("get", SEARCH), {"search_id": "$response.body#/id"}
+        "post",
+        f"{SEARCH}/cancel",
+        (200,),
+        "GetSearch",
+        ("get", SEARCH),
+        {"search_id": "$response.body#/id"},
+        "Read the cancelled search",
     ),
     *_plan_links("get", f"{SEARCH}/plans", "$response.body#/items/0/id", exports=False),
     *_plan_links("get", PLAN, "$response.body#/id", exports=True),
