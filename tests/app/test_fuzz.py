@@ -298,3 +298,33 @@ def test_every_operation_documents_its_problems() -> None:
     assert "application/json" not in get_search["422"]["content"]
     post = document["paths"]["/v1/searches"]["post"]["responses"]
     assert {"400", "409", "413", "422", "429"} <= set(post)
+
+
+def test_cancelling_is_an_action_not_a_delete(client: TestClient) -> None:
+    """Found by the stateful phase (use-after-free): `DELETE /v1/searches/{id}` answered 200
+    and the search stayed readable. Cancelling is `POST …/cancel`; DELETE is no method of
+    the search."""
+    search = client.post(
+        "/v1/searches?wait=1",
+        json={
+            "model": {"preset": "llama3-8b"},
+            "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+            "workload": {"kind": "training", "global_batch_size": 32, "sequence_length": 1024},
+            "top_k": 1,
+            "constraints": {"time_limit_s": 0.3},
+        },
+    ).json()
+    path = f"/v1/searches/{search['id']}"
+    deleted = client.delete(path)
+    assert_problem(deleted, 405)
+    assert deleted.headers["allow"] == "GET"
+    assert client.get(path).status_code == 200
+    answer = client.post(f"{path}/cancel")
+    if answer.status_code == 200:  # still running when asked
+        assert answer.json()["status"] == "cancelled"
+    else:
+        assert_problem(answer, 409)
+    assert client.get(path).json()["id"] == search["id"]
+    paths = APP.openapi()["paths"]
+    assert set(paths["/v1/searches/{search_id}"]) == {"get"}
+    assert set(paths["/v1/searches/{search_id}/cancel"]) == {"post"}
