@@ -1,8 +1,10 @@
 """schemathesis over the service's own OpenAPI document, in process (ASGI, no network): every
 operation with generated valid and invalid inputs, all checks (no 5xx, responses that match
 their documented schema and status codes, content types, ...), then the stateful phase
-(links between operations) — with bounded searches (1 s limits, thread executor) and a few
-examples per operation so the module stays within about two minutes on two cores.
+(chains of calls along the document's links, app/api/links.py, over the operations they
+join) — with bounded searches (1 s limits, 0.3 s for the stateful phase's own, thread
+executor) and a few examples per operation so the module stays within about two minutes on
+two cores (the stateful test alone about 30 s).
 
 Plus the regressions the fuzzer found, each pinned by a plain test."""
 
