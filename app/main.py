@@ -18,6 +18,7 @@ from app import __version__
 from app.api import metrics as service_metrics
 from app.api.auth import rate_buckets
 from app.api.etag import ETagMiddleware
+from app.api.links import document_links
 from app.api.problems import (
     BodyLimitMiddleware,
     RequestContextMiddleware,
@@ -135,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         _docstring_summaries(module.router)
         app.include_router(module.router)
     document_problems(app)
+    document_links(app)
     return app
 
 

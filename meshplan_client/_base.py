@@ -261,7 +261,7 @@ def get_search(search_id: str) -> Call[Search]:
 
 
 def cancel_search(search_id: str) -> Call[Search]:
-    return Call("DELETE", f"/v1/searches/{_seg(search_id)}", _parser(Search))
+    return Call("POST", f"/v1/searches/{_seg(search_id)}/cancel", _parser(Search))
 
 
 def search_events_path(search_id: str) -> str:

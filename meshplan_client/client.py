@@ -70,7 +70,7 @@ class MeshplanClient:
         transport: an httpx transport, e.g. `httpx.MockTransport` in tests.
         headers: extra headers on every request.
         retries: resends after a connection failure, for idempotent calls only (GETs,
-            DELETE, pure computations, and `create_search` with an `idempotency_key`).
+            `cancel_search`, pure computations, and `create_search` with an `idempotency_key`).
         retry_backoff_s: first pause between resends (doubling each time).
         api_key: an API key sent as `Authorization: Bearer <key>` (default
             `$MESHPLAN_API_KEY`; none needed when the service runs with MESHPLAN_AUTH=off).

@@ -139,7 +139,7 @@ def test_openapi_and_docs(client: Any) -> None:
     ):
         assert path in paths, path
     assert paths["/v1/searches"]["post"]["summary"].startswith("Start a plan search")
-    assert "delete" in paths["/v1/searches/{search_id}"]
+    assert "post" in paths["/v1/searches/{search_id}/cancel"]
     assert client.get("/docs").status_code == 200
 
 

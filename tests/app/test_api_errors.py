@@ -32,7 +32,7 @@ def test_unknown_search_is_a_404_problem(client: Any) -> None:
     path = "/v1/searches/00000000-0000-0000-0000-000000000000"
     assert_problem(client.get(path), 404, path=path)
     assert_problem(client.get(path + "/plans"), 404, path=path + "/plans")
-    assert_problem(client.delete(path), 404, path=path)
+    assert_problem(client.post(path + "/cancel"), 404, path=path + "/cancel")
     assert_problem(client.get("/v1/plans/nope"), 404, path="/v1/plans/nope")
 
 

@@ -48,7 +48,7 @@ def test_wait_too_short_answers_202(client: Any) -> None:
     response = client.post("/v1/searches?wait=0.05", json=BIG)
     assert response.status_code == 202, response.text
     assert response.json()["status"] in ("queued", "running")
-    client.delete(f"/v1/searches/{response.json()['id']}")
+    client.post(f"/v1/searches/{response.json()['id']}/cancel")
 
 
 def test_plans_are_ranked_best_first_with_the_contract_fields(
@@ -114,7 +114,7 @@ def test_cancel_a_running_search(client: Any) -> None:
     while client.get(f"/v1/searches/{created['id']}").json()["status"] == "queued":
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    response = client.delete(f"/v1/searches/{created['id']}")
+    response = client.post(f"/v1/searches/{created['id']}/cancel")
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "cancelled"
     started = time.monotonic()
@@ -125,13 +125,13 @@ def test_cancel_a_running_search(client: Any) -> None:
     assert final["status"] == "cancelled"
     # the solver stopped early: it had not finished the space it was given
     assert final["stats"].get("status") in ("cancelled", None)
-    again = client.delete(f"/v1/searches/{created['id']}")
-    assert_problem(again, 409, path=f"/v1/searches/{created['id']}")
+    again = client.post(f"/v1/searches/{created['id']}/cancel")
+    assert_problem(again, 409, path=f"/v1/searches/{created['id']}/cancel")
 
 
 def test_cancel_a_finished_search_is_a_409(client: Any, tiny: dict[str, Any]) -> None:
     search = client.post("/v1/searches?wait=30", json=tiny).json()
-    body = assert_problem(client.delete(f"/v1/searches/{search['id']}"), 409)
+    body = assert_problem(client.post(f"/v1/searches/{search['id']}/cancel"), 409)
     assert body["type"].endswith("/conflict")
     assert client.get(f"/v1/searches/{search['id']}").json()["status"] == "succeeded"
 

@@ -93,7 +93,7 @@ def test_tenants_see_only_their_own_data_and_foreign_ids_are_404(
         f"/v1/plans/{pid}/measurements/{mid}",
     ):
         assert_problem(auth_client.get(path, headers=b), 404, path=path)
-    assert_problem(auth_client.delete(f"/v1/searches/{sid}", headers=b), 404)
+    assert_problem(auth_client.post(f"/v1/searches/{sid}/cancel", headers=b), 404)
     foreign = auth_client.post(
         f"/v1/plans/{pid}/measurements", json={"step_time_s": predicted}, headers=b
     )

@@ -1,8 +1,10 @@
 """schemathesis over the service's own OpenAPI document, in process (ASGI, no network): every
 operation with generated valid and invalid inputs, all checks (no 5xx, responses that match
 their documented schema and status codes, content types, ...), then the stateful phase
-(links between operations) — with bounded searches (1 s limits, thread executor) and a few
-examples per operation so the module stays within about two minutes on two cores.
+(chains of calls along the document's links, app/api/links.py, over the operations they
+join) — with bounded searches (1 s limits, 0.3 s for the stateful phase's own, thread
+executor) and a few examples per operation so the module stays within about two minutes on
+two cores (the stateful test alone about 30 s).
 
 Plus the regressions the fuzzer found, each pinned by a plain test."""
 
@@ -16,9 +18,11 @@ import pytest
 import schemathesis
 from app_support import assert_problem, error_fields
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+from app.api.links import LINKS
 from app.core.config import Settings
 from app.main import create_app
 
@@ -77,6 +81,145 @@ def started() -> Iterator[None]:
 )
 def test_every_operation_is_fuzz_clean(case: Any) -> None:
     case.call_and_validate(headers=AUTH, excluded_checks=EXCLUDED_CHECKS)
+
+
+STATEFUL_SCENARIOS = 40
+STATEFUL_STEPS = 20
+"""Scenarios (call chains started from a root operation, then following the document's
+links) and the most calls in one: about a minute on two cores."""
+
+LINKED = sorted(
+    {f"{link.method.upper()} {link.path}" for link in LINKS}
+    | {f"{link.target[0].upper()} {link.target[1]}" for link in LINKS}
+)
+"""The operations the document's links join (searches, plans, exports, measurements, API
+keys); the catalog's reads hold no state and are the stateless phase's."""
+stateful_schema = schemathesis.openapi.from_asgi("/openapi.json", APP).include(name=LINKED)
+"""A schema of its own, so that the hooks below leave the stateless phase's inputs alone."""
+
+_TRAINING = st.fixed_dictionaries(
+    {
+        "model": st.fixed_dictionaries(
+            {"preset": st.sampled_from(["llama3-8b", "llama2-7b", "mistral-7b"])}
+        ),
+        "cluster": st.fixed_dictionaries(
+            {
+                "node_groups": st.tuples(
+                    st.fixed_dictionaries(
+                        {
+                            "accelerator": st.sampled_from(["h100-sxm", "a100-80gb"]),
+                            "num_nodes": st.integers(1, 2),
+                            "gpus_per_node": st.sampled_from([2, 4, 8]),
+                        }
+                    )
+                ).map(list)
+            }
+        ),
+        "workload": st.fixed_dictionaries(
+            {
+                "kind": st.just("training"),
+                "global_batch_size": st.sampled_from([16, 64]),
+                "sequence_length": st.sampled_from([1024, 2048]),
+            }
+        ),
+        "top_k": st.integers(1, 3),
+        "constraints": st.just({"time_limit_s": 0.3}),
+    }
+)
+_SERVING = st.fixed_dictionaries(
+    {
+        "model": st.just({"preset": "llama3-8b"}),
+        "cluster": st.just(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2}]}
+        ),
+        "workload": st.fixed_dictionaries(
+            {
+                "kind": st.just("serving"),
+                "prompt_tokens": st.sampled_from([128, 512]),
+                "output_tokens": st.sampled_from([32, 128]),
+                "slo": st.just({"ttft_ms": 300, "tpot_ms": 30}),
+                "num_requests": st.just(50),
+            }
+        ),
+        "top_k": st.integers(1, 2),
+        "constraints": st.just({"time_limit_s": 0.3}),
+    }
+)
+SEARCH_BODIES = st.one_of(_TRAINING, _SERVING)
+"""Small searches the service accepts (one or two nodes, a preset model): generated bodies
+almost never pass the planner's rules, and a chain that starts with a 422 reaches no
+search, plan or measurement. Their work is capped at 0.3 s, so that `?wait=1` mostly sees
+them finish (201) with their plans."""
+MEASUREMENT_BODIES = st.fixed_dictionaries(
+    {"step_time_s": st.floats(100.0, 10_000.0)},
+    optional={"notes": st.text(max_size=20)},
+)
+"""Measured runs slow enough to be above every plan's compute floor."""
+
+
+@stateful_schema.hook
+def before_generate_body(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """Mostly accepted bodies for the operations that create what the links lead from,
+    with the generated ones still among them."""
+    label = context.operation.label if context.operation is not None else ""
+    if label == "POST /v1/searches":
+        return st.one_of(SEARCH_BODIES, SEARCH_BODIES, SEARCH_BODIES, strategy)
+    if label == "POST /v1/plans/{plan_id}/measurements":
+        return st.one_of(MEASUREMENT_BODIES, MEASUREMENT_BODIES, strategy)
+    return strategy
+
+
+@stateful_schema.hook
+def before_generate_query(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """`POST /v1/searches` mostly with `?wait=1` (at most `max_wait_s`, a setting of the
+    service the document cannot state), long enough for the small searches to finish."""
+    label = context.operation.label if context.operation is not None else ""
+    if label == "POST /v1/searches":
+        return st.one_of(st.just({"wait": 1}), st.just({"wait": 1}), st.just({}), strategy)
+    return strategy
+
+
+@stateful_schema.hook
+def before_generate_headers(context: Any, strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """`POST /v1/searches` mostly without a generated `Idempotency-Key` (a random one is
+    refused, or replays another body's search as a 409)."""
+    label = context.operation.label if context.operation is not None else ""
+    if label == "POST /v1/searches":
+        return st.one_of(st.just({}), st.just({}), strategy)
+    return strategy
+
+
+class FuzzWorkflow(stateful_schema.as_state_machine()):  # type: ignore[misc]
+    """The stateful phase: chains of calls along the document's links (app/api/links.py),
+    every call with the admin key and every check but the two above."""
+
+    def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+        return {"headers": AUTH}
+
+    def validate_response(
+        self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any
+    ) -> None:
+        case.validate_response(
+            response,
+            additional_checks=additional_checks,
+            excluded_checks=EXCLUDED_CHECKS,
+            headers=AUTH,
+            transport_kwargs=kwargs or None,
+            recorder=self.recorder,
+        )
+
+
+def test_linked_call_chains_are_fuzz_clean() -> None:
+    FuzzWorkflow.run(
+        settings=settings(
+            max_examples=STATEFUL_SCENARIOS,
+            stateful_step_count=STATEFUL_STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            phases=[Phase.generate],
+        )
+    )
 
 
 # ---- regressions found by the fuzzer ------------------------------------------------------
@@ -157,3 +300,33 @@ def test_every_operation_documents_its_problems() -> None:
     assert "application/json" not in get_search["422"]["content"]
     post = document["paths"]["/v1/searches"]["post"]["responses"]
     assert {"400", "409", "413", "422", "429"} <= set(post)
+
+
+def test_cancelling_is_an_action_not_a_delete(client: TestClient) -> None:
+    """Found by the stateful phase (use-after-free): `DELETE /v1/searches/{id}` answered 200
+    and the search stayed readable. Cancelling is `POST …/cancel`; DELETE is no method of
+    the search."""
+    search = client.post(
+        "/v1/searches?wait=1",
+        json={
+            "model": {"preset": "llama3-8b"},
+            "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+            "workload": {"kind": "training", "global_batch_size": 32, "sequence_length": 1024},
+            "top_k": 1,
+            "constraints": {"time_limit_s": 0.3},
+        },
+    ).json()
+    path = f"/v1/searches/{search['id']}"
+    deleted = client.delete(path)
+    assert_problem(deleted, 405)
+    assert deleted.headers["allow"] == "GET"
+    assert client.get(path).status_code == 200
+    answer = client.post(f"{path}/cancel")
+    if answer.status_code == 200:  # still running when asked
+        assert answer.json()["status"] == "cancelled"
+    else:
+        assert_problem(answer, 409)
+    assert client.get(path).json()["id"] == search["id"]
+    paths = APP.openapi()["paths"]
+    assert set(paths["/v1/searches/{search_id}"]) == {"get"}
+    assert set(paths["/v1/searches/{search_id}/cancel"]) == {"post"}

@@ -103,7 +103,7 @@ def test_a_clean_shutdown_requeues_running_searches(
     with TestClient(create_app(settings)) as client:
         # recovered at start-up: running again, then cancelled by us
         assert client.get(f"/v1/searches/{search_id}").json()["status"] in ("queued", "running")
-        assert client.delete(f"/v1/searches/{search_id}").json()["status"] == "cancelled"
+        assert client.post(f"/v1/searches/{search_id}/cancel").json()["status"] == "cancelled"
 
 
 def test_process_pool_runner(settings_factory: Any, tiny: dict[str, Any]) -> None:

@@ -381,10 +381,10 @@ def test_failed_and_cancelled_searches_are_not_reused(api: httpx.Client) -> None
     running = api.post("/v1/searches", json=slow).json()
     while_running = api.post("/v1/searches", json=slow)
     assert while_running.headers["x-meshplan-deduplicated"] == running["id"]
-    assert api.delete(f"/v1/searches/{running['id']}").json()["status"] == "cancelled"
+    assert api.post(f"/v1/searches/{running['id']}/cancel").json()["status"] == "cancelled"
     after_cancel = api.post("/v1/searches", json=slow).json()
     assert after_cancel["id"] != running["id"]
-    api.delete(f"/v1/searches/{after_cancel['id']}")
+    api.post(f"/v1/searches/{after_cancel['id']}/cancel")
 
 
 # ---- webhooks -------------------------------------------------------------------------------
@@ -466,7 +466,7 @@ def test_failed_and_cancelled_searches_send_their_event(
             callback_url=receiver.url("cancelled"),
         ),
     ).json()
-    api.delete(f"/v1/searches/{slow['id']}")
+    api.post(f"/v1/searches/{slow['id']}/cancel")
     for search, name in ((failed, "failed"), (slow, "cancelled")):
         [delivery] = deliveries_settled(api, search["id"])
         assert delivery["status"] == "delivered" and delivery["event"] == f"search.{name}"

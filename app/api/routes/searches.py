@@ -661,11 +661,20 @@ async def search_events(
     )
 
 
-@router.delete("/v1/searches/{search_id}", response_model=SearchPublic)
+@router.post(
+    "/v1/searches/{search_id}/cancel",
+    response_model=SearchPublic,
+    responses={409: {"description": "the search has already finished"}},
+)
 def cancel_search(
     search_id: str, session: SessionDep, runner: RunnerDep, principal: Writer
 ) -> dict[str, Any]:
-    """Cancel a queued or running search (409 once it has finished)."""
+    """Cancel a queued or running search (409 once it has finished).
+
+    An action on the search, not `DELETE /v1/searches/{id}`: the search stays, readable
+    with its status `cancelled`, its progress and the plans found so far, and a DELETE
+    answered 2xx promises the resource is gone (RFC 9110, section 9.3.5; schemathesis'
+    stateful phase checks exactly that)."""
     record = _load(session, search_id, principal.tenant)
     if not runner.cancel(search_id):
         session.refresh(record)
