@@ -302,31 +302,40 @@ def test_every_operation_documents_its_problems() -> None:
     assert {"400", "409", "413", "422", "429"} <= set(post)
 
 
-def test_cancelling_is_an_action_not_a_delete(client: TestClient) -> None:
-    """Found by the stateful phase (use-after-free): `DELETE /v1/searches/{id}` answered 200
-    and the search stayed readable. Cancelling is `POST …/cancel`; DELETE is no method of
-    the search."""
-    search = client.post(
-        "/v1/searches?wait=1",
-        json={
-            "model": {"preset": "llama3-8b"},
-            "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
-            "workload": {"kind": "training", "global_batch_size": 32, "sequence_length": 1024},
-            "top_k": 1,
-            "constraints": {"time_limit_s": 0.3},
-        },
-    ).json()
-    path = f"/v1/searches/{search['id']}"
-    deleted = client.delete(path)
-    assert_problem(deleted, 405)
-    assert deleted.headers["allow"] == "GET"
-    assert client.get(path).status_code == 200
-    answer = client.post(f"{path}/cancel")
-    if answer.status_code == 200:  # still running when asked
-        assert answer.json()["status"] == "cancelled"
-    else:
-        assert_problem(answer, 409)
-    assert client.get(path).json()["id"] == search["id"]
+def test_cancelling_keeps_the_search_readable_by_either_route(client: TestClient) -> None:
+    """The stateful phase flagged `DELETE /v1/searches/{id}` (use-after-free: 200, and the
+    search still readable). DELETE cancels by the HTTP contract (API.md) and stays; the
+    links lead to `POST …/cancel`, the action that says what it does. Both cancel, neither
+    removes the search, a finished search answers 409 to both."""
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1}]},
+        "workload": {"kind": "training", "global_batch_size": 32, "sequence_length": 1024},
+        "top_k": 1,
+        "constraints": {"time_limit_s": 0.3},
+    }
+    for cancel in ("delete", "post"):
+        search = client.post("/v1/searches?wait=1&dedupe=false", json=body).json()
+        path = f"/v1/searches/{search['id']}"
+        if cancel == "delete":
+            answer = client.delete(path)
+        else:
+            answer = client.post(f"{path}/cancel")
+        if answer.status_code == 200:  # still running when asked
+            assert answer.json()["status"] == "cancelled"
+        else:
+            assert_problem(answer, 409)
+            assert search["status"] in ("succeeded", "failed", "cancelled") or client.get(
+                path
+            ).json()["status"] in ("succeeded", "failed", "cancelled")
+        assert client.get(path).json()["id"] == search["id"]
+        again = client.delete(path) if cancel == "delete" else client.post(f"{path}/cancel")
+        assert_problem(again, 409)  # finished now: nothing to cancel
     paths = APP.openapi()["paths"]
-    assert set(paths["/v1/searches/{search_id}"]) == {"get"}
+    assert set(paths["/v1/searches/{search_id}"]) == {"get", "delete"}
     assert set(paths["/v1/searches/{search_id}/cancel"]) == {"post"}
+    links = paths["/v1/searches/{search_id}"]["get"]["responses"]["200"].get("links", {})
+    assert all(
+        link.get("operationId") != paths["/v1/searches/{search_id}"]["delete"]["operationId"]
+        for link in links.values()
+    )

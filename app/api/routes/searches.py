@@ -48,7 +48,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from app.api.auth import Reader, Writer
+from app.api.auth import Principal, Reader, Writer
 from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.limits import QueueFull, TenantQuotaExceeded
 from app.api.routes.plans import plan_public
@@ -72,6 +72,7 @@ from app.schemas import (
     SearchPublic,
 )
 from app.services import planning
+from app.services.runner import SearchRunner
 from app.services.webhook_targets import RefusedTarget, check_callback_url
 from specs.errors import Conflict, NotFound, SpecError
 from specs.plan import canonical_hash
@@ -671,10 +672,32 @@ def cancel_search(
 ) -> dict[str, Any]:
     """Cancel a queued or running search (409 once it has finished).
 
-    An action on the search, not `DELETE /v1/searches/{id}`: the search stays, readable
-    with its status `cancelled`, its progress and the plans found so far, and a DELETE
-    answered 2xx promises the resource is gone (RFC 9110, section 9.3.5; schemathesis'
-    stateful phase checks exactly that)."""
+    An action on the search: the search stays, readable with its status `cancelled`, its
+    progress and the plans found so far."""
+    return _cancel(session, runner, principal, search_id)
+
+
+@router.delete(
+    "/v1/searches/{search_id}",
+    response_model=SearchPublic,
+    responses={409: {"description": "the search has already finished"}},
+)
+def cancel_search_by_delete(
+    search_id: str, session: SessionDep, runner: RunnerDep, principal: Writer
+) -> dict[str, Any]:
+    """Cancel a queued or running search, as `POST …/cancel` (409 once it has finished).
+
+    The HTTP contract's cancel (API.md: `DELETE /v1/searches/{id}` cancels a queued or
+    running search), kept for the clients and schedulers written against it. Unlike most
+    DELETEs the search is not removed (RFC 9110 §9.3.5 lets a DELETE's effect be the
+    server's to define): it stays readable with status `cancelled` and its plans. New
+    clients use `POST /v1/searches/{id}/cancel`, which says what it does."""
+    return _cancel(session, runner, principal, search_id)
+
+
+def _cancel(
+    session: Session, runner: SearchRunner, principal: Principal, search_id: str
+) -> dict[str, Any]:
     record = _load(session, search_id, principal.tenant)
     if not runner.cancel(search_id):
         session.refresh(record)
