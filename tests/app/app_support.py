@@ -36,3 +36,30 @@ def wait_for(client: Any, search_id: str, timeout_s: float = 30.0) -> dict[str, 
         if body["status"] not in ("queued", "running") or time.monotonic() > deadline:
             return body
         time.sleep(0.05)
+
+
+SLOW_SEARCH: dict[str, Any] = {
+    "model": {"preset": "deepseek-v3"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]},
+    "workload": {
+        "kind": "training",
+        "global_batch_size": 4096,
+        "sequence_length": 4096,
+        "precision": "bf16",
+    },
+    "constraints": {"time_limit_s": 60},
+    "top_k": 5,
+}
+"""A search that runs for 10-20 s on 2 cores (a large MoE degree space), to be interrupted."""
+
+TINY_SEARCH: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]},
+    "workload": {
+        "kind": "training",
+        "global_batch_size": 64,
+        "sequence_length": 2048,
+        "precision": "bf16",
+    },
+    "top_k": 3,
+}

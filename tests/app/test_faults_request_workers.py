@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from bench.faults import placement_body, rss_mb, serving_estimate_body
+from bench.live_service import LiveServer
 from solver.formulations.expert_placement import solve_expert_placement
 from specs.placement import ExpertPlacementRequest
 from tests.app.app_support import assert_problem
-from tests.app.live_server import LiveServer
 
 SMALL_PLACEMENT = {
     "loads": [[90, 132, 40, 61], [20, 107, 104, 64]],

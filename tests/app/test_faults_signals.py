@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.live_server import SLOW_SEARCH, TINY_SEARCH, LiveServer
+from bench.live_service import LiveServer
+from tests.app.app_support import SLOW_SEARCH, TINY_SEARCH
 
 
 def _wait_status(client, search_id, wanted, timeout_s=60.0):  # type: ignore[no-untyped-def]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.live_server import SLOW_SEARCH, TINY_SEARCH, LiveServer
+from bench.live_service import LiveServer
+from tests.app.app_support import SLOW_SEARCH, TINY_SEARCH
 
 
 def _wait(client, search_id, cond, timeout_s=60.0):  # type: ignore[no-untyped-def]

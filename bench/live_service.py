@@ -1,4 +1,6 @@
-"""A real meshplan service in a subprocess (its own process group), for the fault tests."""
+"""A real meshplan service in a subprocess (its own process group): `uvicorn app.main:app`
+on a free loopback port with the given `MESHPLAN_*` environment. Used by the fault
+benchmark (`bench.faults`) and the fault and replica tests (`tests/app/test_faults_*.py`)."""
 
 from __future__ import annotations
 
@@ -9,38 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-ROOT = Path(os.environ.get("MESHPLAN_TEST_SERVER_ROOT") or Path(__file__).resolve().parents[2])
+ROOT = Path(os.environ.get("MESHPLAN_TEST_SERVER_ROOT") or Path(__file__).resolve().parents[1])
 """The checkout the server runs from (override: compare against another checkout)."""
-
-SLOW_SEARCH: dict[str, Any] = {
-    "model": {"preset": "deepseek-v3"},
-    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]},
-    "workload": {
-        "kind": "training",
-        "global_batch_size": 4096,
-        "sequence_length": 4096,
-        "precision": "bf16",
-    },
-    "constraints": {"time_limit_s": 60},
-    "top_k": 5,
-}
-"""A search that runs for 10-20 s on 2 cores (a large MoE degree space), to be interrupted."""
-
-TINY_SEARCH: dict[str, Any] = {
-    "model": {"preset": "llama3-8b"},
-    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]},
-    "workload": {
-        "kind": "training",
-        "global_batch_size": 64,
-        "sequence_length": 2048,
-        "precision": "bf16",
-    },
-    "top_k": 3,
-}
 
 
 def free_port() -> int:
