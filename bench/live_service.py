@@ -58,6 +58,16 @@ class LiveServer:
         self.stop()
         raise RuntimeError("server did not start")
 
+    def wait_warm(self, timeout_s: float = 120.0) -> None:
+        """Until `/v1/health` reports every search worker started and initialised (until then
+        a search runs on a thread of the API process)."""
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while not client.get("/v1/health").json()["pool"]["warm"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the search worker pool never warmed up")
+                time.sleep(0.1)
+
     @property
     def pgid(self) -> int:
         assert self.proc is not None
