@@ -35,6 +35,12 @@ class LiveServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> LiveServer:
+        """Launch the server and wait until `/v1/health` answers."""
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> LiveServer:
+        """Start the server process without waiting for it (start several at once, then
+        `wait_ready` on each)."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1"]
@@ -45,6 +51,10 @@ class LiveServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> LiveServer:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -54,7 +64,7 @@ class LiveServer:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError("server did not start")
 
