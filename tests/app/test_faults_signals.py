@@ -1,10 +1,11 @@
 """SIGTERM / SIGINT to the service's whole process group drains: searches go back to queued
 (attempt not counted) and finish after a restart on the same database; none fails.
 
-One chain of three services on one SQLite file: the first gets SIGTERM while a search runs
-in it and another waits; the second resumes both and gets SIGINT while the resumed search
-runs again; the third runs both to their end. (Each service costs about 7 s of the two
-cores to start: a chain of three instead of two pairs.)"""
+One chain of three services on one SQLite file: the shared fault service (`fault_servers`)
+gets SIGTERM while a search runs in it and another waits; the second service resumes both
+and gets SIGINT while the resumed search runs again; the third runs both to their end and
+becomes the shared fault service. (Each service costs about 7 s of the two cores to start:
+a chain of three, the first one shared, instead of two pairs.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.live_service import LiveServer
 from tests.app.app_support import MEDIUM_SEARCH, TINY_SEARCH, wait_until
@@ -39,20 +41,21 @@ def _interrupt(server: LiveServer, sig: int, medium: str, queued: str) -> None:
     assert "crashed" not in log, log[-3000:]
 
 
-def _stored(db: Path) -> tuple[dict[str, str], dict[str, int]]:
+def _assert_drained(db: Path, medium: str, queued: str) -> None:
+    """Both searches are queued again, the interrupted one without a counted run; whatever
+    else the database holds (the shared service's earlier searches) has ended."""
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT id, status, attempts FROM searches").fetchall()
-    return {i: s for i, s, _ in rows}, {i: a for i, _, a in rows}
+    mine = {i: (s, a) for i, s, a in rows if i in (medium, queued)}
+    assert mine == {medium: ("queued", 0), queued: ("queued", 0)}, mine
+    others = {s for i, s, _ in rows if i not in mine}
+    assert others <= {"succeeded", "failed", "cancelled"}, others
 
 
-def test_a_signal_to_the_process_group_drains(tmp_path: Path) -> None:
-    db = tmp_path / "drain.db"
-    env = {
-        "MESHPLAN_DATABASE_URL": f"sqlite:///{db}",
-        "MESHPLAN_SEARCH_WORKERS": "1",
-        "MESHPLAN_PROGRESS_INTERVAL_S": "0.1",
-    }
-    first = LiveServer(env, tmp_path / "server1.log").start()
+def test_a_signal_to_the_process_group_drains(fault_servers: Any, tmp_path: Path) -> None:
+    first: LiveServer = fault_servers.take()
+    env = {k: v for k, v in first.env.items() if k.startswith("MESHPLAN_")}
+    db = Path(env["MESHPLAN_DATABASE_URL"].removeprefix("sqlite:///"))
     try:
         with first.client() as client:
             medium = client.post("/v1/searches", json=MEDIUM_SEARCH).json()["id"]
@@ -60,24 +63,16 @@ def test_a_signal_to_the_process_group_drains(tmp_path: Path) -> None:
         _interrupt(first, signal.SIGTERM, medium, queued)
     finally:
         first.stop()
-    # nothing failed at shutdown: both are queued again, the running one without a counted run
-    statuses, attempts = _stored(db)
-    assert statuses == {medium: "queued", queued: "queued"}, statuses
-    assert attempts == {medium: 0, queued: 0}
+    _assert_drained(db, medium, queued)
 
     second = LiveServer(env, tmp_path / "server2.log").start()
     try:
         _interrupt(second, signal.SIGINT, medium, queued)
     finally:
         second.stop()
-    statuses, attempts = _stored(db)
-    assert statuses == {medium: "queued", queued: "queued"}, statuses
-    assert attempts == {medium: 0, queued: 0}
+    _assert_drained(db, medium, queued)
 
-    # the last restart only has to run them: searches on threads (no worker processes to
-    # start on the two cores)
-    third = LiveServer({**env, "MESHPLAN_SEARCH_EXECUTOR": "thread"}, tmp_path / "server3.log")
-    third.start()
+    third = LiveServer(env, tmp_path / "server3.log").start()
     try:
         with third.client() as client:
             for search_id in (medium, queued):
@@ -88,5 +83,7 @@ def test_a_signal_to_the_process_group_drains(tmp_path: Path) -> None:
                 assert body["attempts"] == 1
                 plans = client.get(f"/v1/searches/{search_id}/plans").json()
                 assert plans["items"], plans
-    finally:
+    except BaseException:
         third.stop()
+        raise
+    fault_servers.adopt(third)
