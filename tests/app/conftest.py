@@ -43,7 +43,8 @@ class FaultServers:
     own), started on first use. Starting one costs about 7 s of the two cores and warming
     its workers as much again, so the tests that leave it whole (a worker they kill is
     replaced, a request worker past its bound too) share it, and the signal test, which
-    stops services, `take`s it and hands back (`adopt`) the service it restarted last."""
+    stops services, `take`s it and hands back (`adopt`) the service it restarted last. Its
+    database holds what earlier tests left: they create searches with `?dedupe=false`."""
 
     def __init__(self, tmp: Path) -> None:
         self._tmp = tmp

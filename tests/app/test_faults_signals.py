@@ -58,8 +58,8 @@ def test_a_signal_to_the_process_group_drains(fault_servers: Any, tmp_path: Path
     db = Path(env["MESHPLAN_DATABASE_URL"].removeprefix("sqlite:///"))
     try:
         with first.client() as client:
-            medium = client.post("/v1/searches", json=MEDIUM_SEARCH).json()["id"]
-            queued = client.post("/v1/searches", json=TINY_SEARCH).json()["id"]
+            medium = client.post("/v1/searches?dedupe=false", json=MEDIUM_SEARCH).json()["id"]
+            queued = client.post("/v1/searches?dedupe=false", json=TINY_SEARCH).json()["id"]
         _interrupt(first, signal.SIGTERM, medium, queued)
     finally:
         first.stop()
