@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
+from bench.live_service import LiveServer
 from bench.moe_placement import zipf_loads
-from tests.app.live_server import LiveServer
 
 
 def rss_mb(pid: int) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 PROBLEM_JSON = "application/problem+json"
@@ -36,3 +37,58 @@ def wait_for(client: Any, search_id: str, timeout_s: float = 30.0) -> dict[str, 
         if body["status"] not in ("queued", "running") or time.monotonic() > deadline:
             return body
         time.sleep(0.05)
+
+
+def wait_until(
+    client: Any, search_id: str, cond: Callable[[dict[str, Any]], bool], timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Poll a search until `cond(body)` holds; fails the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body: dict[str, Any] = client.get(f"/v1/searches/{search_id}").json()
+        if cond(body):
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{search_id}: condition not reached in {timeout_s} s: {body}")
+        time.sleep(0.05)
+
+
+SLOW_SEARCH: dict[str, Any] = {
+    "model": {"preset": "deepseek-v3"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]},
+    "workload": {
+        "kind": "training",
+        "global_batch_size": 4096,
+        "sequence_length": 4096,
+        "precision": "bf16",
+    },
+    "constraints": {"time_limit_s": 60},
+    "top_k": 5,
+}
+"""A search that runs for 10-20 s on 2 cores (a large MoE degree space), to be killed."""
+
+MEDIUM_SEARCH: dict[str, Any] = {
+    "model": {"preset": "mixtral-8x7b"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 4, "gpus_per_node": 8}]},
+    "workload": {
+        "kind": "training",
+        "global_batch_size": 1024,
+        "sequence_length": 4096,
+        "precision": "bf16",
+    },
+    "top_k": 3,
+}
+"""A search that runs for about 5 s on 2 cores (88 770 candidates), to be interrupted and then
+run to its end."""
+
+TINY_SEARCH: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]},
+    "workload": {
+        "kind": "training",
+        "global_batch_size": 64,
+        "sequence_length": 2048,
+        "precision": "bf16",
+    },
+    "top_k": 3,
+}

@@ -63,7 +63,7 @@ def test_postgresql_going_away_answers_503_then_recovers(
 
 
 def test_a_full_disk_answers_507(settings_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.app.live_server import TINY_SEARCH
+    from tests.app.app_support import TINY_SEARCH
 
     with TestClient(create_app(settings_factory())) as client:
         from sqlalchemy.orm import Session as OrmSession

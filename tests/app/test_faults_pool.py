@@ -56,8 +56,18 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@pytest.mark.slow
-def test_request_jobs_are_bounded_in_memory_and_time_and_survive_deaths() -> None:
+def _light_init(max_memory_mb: int, plugin_allowlist: list[str], log_level: str) -> None:
+    """The request workers' initializer without the solver warm-up (about 4 s a worker on 2
+    cores, three workers here): the signal dispositions and memory cap are the same."""
+    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=False)
+
+
+def test_request_jobs_are_bounded_in_memory_and_time_and_survive_deaths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.services.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "_init_request_worker", _light_init)
     pool = RequestPool(
         workers=1, max_tasks=5, max_memory_mb=1024, plugin_allowlist=[], log_level="WARNING"
     )
@@ -69,7 +79,7 @@ def test_request_jobs_are_bounded_in_memory_and_time_and_survive_deaths() -> Non
             with pytest.raises(MemoryError):
                 await pool.run(_allocate, 4096, timeout_s=60)
             with pytest.raises(WorkerTimeout):
-                await pool.run(_sleep, 30.0, timeout_s=1.0)
+                await pool.run(_sleep, 30.0, timeout_s=0.5)
             with pytest.raises(WorkerDied) as died:
                 await pool.run(_die, timeout_s=60)
             assert died.value.reason.startswith("worker process died (signal 9")

@@ -5,11 +5,14 @@ many connections never hand one search to two replicas. Skips when PostgreSQL is
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,7 +24,8 @@ from app.db.models import PlanRecord, SearchRecord
 from app.db.session import make_engine
 from app.main import create_app
 from app.services import planning
-from tests.app.app_support import wait_for
+from bench.live_service import LiveServer
+from tests.app.app_support import MEDIUM_SEARCH, wait_for, wait_until
 from tests.support import TestClient
 
 PG = "127.0.0.1:5432"
@@ -45,11 +49,13 @@ def _admin_url() -> str | None:
 
 @pytest.fixture
 def pg_database() -> Iterator[str]:
-    """A fresh database for the test (dropped afterwards, connections and all)."""
+    """A fresh database for the test (dropped afterwards, connections and all), named
+    `<MESHPLAN_TEST_PG_PREFIX>_<random>` (default prefix `meshplan_replicas`)."""
     admin = _admin_url()
     if admin is None:
         pytest.skip(f"PostgreSQL is not reachable at {PG} as postgres or root")
-    name = f"meshplan_replicas_{uuid.uuid4().hex[:10]}"
+    prefix = os.environ.get("MESHPLAN_TEST_PG_PREFIX", "meshplan_replicas")
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     engine = make_engine(f"{admin}/test").execution_options(isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
@@ -186,6 +192,137 @@ def test_a_dead_replicas_search_is_taken_over_after_its_lease(
             assert final["attempts"] == 2  # A's run and B's
             assert _owner(pg_database, search_id)[0] == "replica-b"
     _check_each_ran_once(pg_database, [search_id], {"replica-b"}, attempts=2)
+
+
+REPLICA_ENV = {
+    "MESHPLAN_LEASE_S": "2",
+    "MESHPLAN_HEARTBEAT_INTERVAL_S": "0.3",
+    "MESHPLAN_LEASE_SCAN_INTERVAL_S": "0.3",
+    "MESHPLAN_PROGRESS_INTERVAL_S": "0.1",
+    "MESHPLAN_SEARCH_WORKERS": "1",
+    "MESHPLAN_SEARCH_EXECUTOR": "thread",
+    "MESHPLAN_RUN_MIGRATIONS": "false",
+}
+"""Replicas as subprocesses: 2 s leases renewed every 0.3 s, scans every 0.3 s; searches on
+threads of the API process (the replica is what dies here, not a worker; no worker
+processes to start on the two cores); the test migrates the database once, so that the
+two replicas can start at once."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One poll of the search's row."""
+
+    status: str
+    attempts: int
+    owner: str | None
+    expires: Any
+    started: Any
+    evaluated: int
+
+
+def _seen(engine: Any, search_id: str) -> _Seen:
+    with Session(engine) as session:
+        r = session.get(SearchRecord, search_id)
+        assert r is not None
+        return _Seen(
+            r.status,
+            r.attempts,
+            r.lease_owner,
+            r.lease_expires_at,
+            r.started_at,
+            r.progress_evaluated,
+        )
+
+
+def _poll_until(engine: Any, search_id: str, cond: Any, timeout_s: float = 30.0) -> _Seen:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = _seen(engine, search_id)
+        if cond(seen):
+            return seen
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.02)
+
+
+def test_a_replica_killed_with_its_group_loses_its_search_to_the_other(
+    pg_database: str, tmp_path: Any
+) -> None:
+    """Two `uvicorn` replicas on one database; the one holding a running search gets
+    SIGKILL on its whole process group; the other takes the search over once the lease has
+    passed and runs it to `succeeded`, and the two never hold it at once."""
+    engine = make_engine(pg_database)
+    migrate.upgrade(engine)
+    names = ("replica-a", "replica-b")
+    servers = {
+        name: LiveServer(
+            {**REPLICA_ENV, "MESHPLAN_DATABASE_URL": pg_database, "MESHPLAN_REPLICA_ID": name},
+            tmp_path / f"{name}.log",
+        )
+        for name in names
+    }
+    history: list[_Seen] = []
+    polling = threading.Event()
+    try:
+        for server in servers.values():
+            server.launch()
+        for server in servers.values():
+            server.wait_ready()
+        with servers["replica-a"].client() as a:
+            search_id = a.post("/v1/searches", json=MEDIUM_SEARCH).json()["id"]
+        # its holder runs it (inside the solver) and has renewed the lease at least once
+        running = _poll_until(
+            engine,
+            search_id,
+            lambda s: s.status == "running" and s.evaluated > 0 and s.owner in names,
+        )
+        holder = running.owner
+        assert holder is not None
+        survivor = next(n for n in names if n != holder)
+        _poll_until(engine, search_id, lambda s: s.owner == holder and s.expires > running.expires)
+
+        def poll() -> None:
+            while not polling.is_set():
+                history.append(_seen(engine, search_id))
+                time.sleep(0.02)
+
+        poller = threading.Thread(target=poll)
+        polling.clear()
+        poller.start()
+        killed = time.monotonic()
+        assert servers[holder].signal_group(signal.SIGKILL) == -signal.SIGKILL
+        assert servers[holder].group_alive() == []
+        with servers[survivor].client() as client:
+            final = wait_until(
+                client, search_id, lambda b: b["status"] not in ("queued", "running"), 45
+            )
+            done_after_s = time.monotonic() - killed
+            assert final["status"] == "succeeded", final
+            assert final["attempts"] == 2  # the killed run and the survivor's
+            plans = client.get(f"/v1/searches/{search_id}/plans").json()["items"]
+            assert plans and [p["rank"] for p in plans] == list(range(1, len(plans) + 1))
+        polling.set()
+        poller.join(timeout=10)
+    finally:
+        polling.set()
+        for server in servers.values():
+            server.stop()
+        engine.dispose()
+    assert done_after_s < 30, done_after_s  # 2 s lease + 0.3 s scan + a ~5 s run
+    # one owner at a time: the holder, then the survivor, never back
+    owners = [s.owner for s in history]
+    switch = owners.index(survivor)
+    assert set(owners[:switch]) == {holder} and set(owners[switch:]) == {survivor}, owners
+    # the survivor started its run only after the dead holder's last lease had passed
+    last_lease = max(s.expires for s in history[:switch])
+    restarts = {s.started for s in history[switch:] if s.started is not None}
+    assert restarts and all(started >= last_lease for started in restarts), (
+        last_lease,
+        restarts,
+    )
+    assert all(s.attempts == 1 for s in history[:switch])
+    assert "claimed 1 searches" in servers[survivor].log_path.read_text()
+    _check_each_ran_once(pg_database, [search_id], {survivor}, attempts=2)
 
 
 def _store_queued(url: str, count: int) -> list[str]:

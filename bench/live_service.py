@@ -1,4 +1,6 @@
-"""A real meshplan service in a subprocess (its own process group), for the fault tests."""
+"""A real meshplan service in a subprocess (its own process group): `uvicorn app.main:app`
+on a free loopback port with the given `MESHPLAN_*` environment. Used by the fault
+benchmark (`bench.faults`) and the fault and replica tests (`tests/app/test_faults_*.py`)."""
 
 from __future__ import annotations
 
@@ -9,38 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-ROOT = Path(os.environ.get("MESHPLAN_TEST_SERVER_ROOT") or Path(__file__).resolve().parents[2])
+ROOT = Path(os.environ.get("MESHPLAN_TEST_SERVER_ROOT") or Path(__file__).resolve().parents[1])
 """The checkout the server runs from (override: compare against another checkout)."""
-
-SLOW_SEARCH: dict[str, Any] = {
-    "model": {"preset": "deepseek-v3"},
-    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 128, "gpus_per_node": 8}]},
-    "workload": {
-        "kind": "training",
-        "global_batch_size": 4096,
-        "sequence_length": 4096,
-        "precision": "bf16",
-    },
-    "constraints": {"time_limit_s": 60},
-    "top_k": 5,
-}
-"""A search that runs for 10-20 s on 2 cores (a large MoE degree space), to be interrupted."""
-
-TINY_SEARCH: dict[str, Any] = {
-    "model": {"preset": "llama3-8b"},
-    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]},
-    "workload": {
-        "kind": "training",
-        "global_batch_size": 64,
-        "sequence_length": 2048,
-        "precision": "bf16",
-    },
-    "top_k": 3,
-}
 
 
 def free_port() -> int:
@@ -60,6 +35,12 @@ class LiveServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> LiveServer:
+        """Launch the server and wait until `/v1/health` answers."""
+        return self.launch().wait_ready(timeout_s)
+
+    def launch(self) -> LiveServer:
+        """Start the server process without waiting for it (start several at once, then
+        `wait_ready` on each)."""
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1"]
@@ -70,6 +51,10 @@ class LiveServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> LiveServer:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -79,9 +64,19 @@ class LiveServer:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError("server did not start")
+
+    def wait_warm(self, timeout_s: float = 120.0) -> None:
+        """Until `/v1/health` reports every search worker started and initialised (until then
+        a search runs on a thread of the API process)."""
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while not client.get("/v1/health").json()["pool"]["warm"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the search worker pool never warmed up")
+                time.sleep(0.1)
 
     @property
     def pgid(self) -> int:
