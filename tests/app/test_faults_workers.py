@@ -42,3 +42,33 @@ def test_a_killed_worker_is_replaced_and_its_search_retried_then_failed(fault_se
         assert pool["restarts"] - before["restarts"] == 2
         assert pool["worker_deaths"] - before["worker_deaths"] == 2
         assert pool["alive"] == 1
+
+
+def test_health_reports_a_broken_pool_until_it_is_rebuilt(fault_server: Any) -> None:
+    """An idle worker killed: liveness says `broken` (the pool cannot take work) until the
+    next search rebuilds it; then `ok` with every worker alive again."""
+    fault_server.wait_warm()
+    with fault_server.client() as client:
+        pool = client.get("/v1/health").json()["pool"]
+        assert pool["state"] == "ok" and pool["active"] == 0
+        os.kill(pool["worker_pids"][0], signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        states = []
+        while time.monotonic() < deadline:
+            states.append(client.get("/v1/health").json()["pool"]["state"])
+            if states[-1] == "broken":
+                break
+            time.sleep(0.05)
+        assert states[-1] == "broken", states
+        time.sleep(0.3)
+        assert client.get("/v1/health").json()["pool"]["state"] == "broken"  # until rebuilt
+        tiny = client.post("/v1/searches?wait=30&dedupe=false", json=TINY_SEARCH)
+        assert tiny.status_code in (200, 201, 202), tiny.text
+        done = wait_until(
+            client, tiny.json()["id"], lambda b: b["status"] not in ("queued", "running")
+        )
+        assert done["status"] == "succeeded", done
+        after = client.get("/v1/health").json()["pool"]
+        assert after["state"] == "ok"
+        assert after["alive"] == after["workers"]
+        assert after["worker_deaths"] == pool["worker_deaths"] + 1
