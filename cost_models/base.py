@@ -140,6 +140,24 @@ class KeyedTrainingCostModel(Protocol):
         ...
 
 
+def check_key(
+    cost_model: TrainingCostModel, problem: TrainingProblem, key: PlanKey
+) -> list[Violation]:
+    """`cost_model.check_key` when it offers one, else `check` of `key.to_plan()`."""
+    if isinstance(cost_model, KeyedTrainingCostModel):
+        return cost_model.check_key(problem, key)
+    return cost_model.check(problem, key.to_plan())
+
+
+def profile_key(
+    cost_model: TrainingCostModel, problem: TrainingProblem, key: PlanKey
+) -> LayerProfile:
+    """`cost_model.profile_key` when it offers one, else `profile` of `key.to_plan()`."""
+    if isinstance(cost_model, KeyedTrainingCostModel):
+        return cost_model.profile_key(problem, key)
+    return cost_model.profile(problem, key.to_plan())
+
+
 @runtime_checkable
 class BoundedTrainingCostModel(Protocol):
     """Optional bounds a cost model may guarantee so that an exact search can skip work:

@@ -16,7 +16,14 @@ import dataclasses
 import math
 from typing import Any
 
-from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.base import (
+    LayerProfile,
+    TrainingCostModel,
+    TrainingEstimate,
+    TrainingProblem,
+    check_key,
+    profile_key,
+)
 from cost_models.mixed import (
     boundary_extra_s,
     check_data_shares,
@@ -239,10 +246,10 @@ def mixed_profiles(
     for name, t in dict.fromkeys(setups):
         sub = pool_problem(problem, pools[name], setup_gpus(plan, t))
         at = key._replace(tensor=t, sequence_parallel=key.sequence_parallel and t > 1)
-        violations = cost_model.check_key(sub, at)
+        violations = check_key(cost_model, sub, at)  # plug-ins may lack the keyed methods
         if any(v.kind not in PRICEABLE_VIOLATIONS for v in violations):
             return MixedViolations(sub, _per_stage_fields(plan, t, violations))
-        profiles[name, t] = cost_model.profile_key(sub, at)
+        profiles[name, t] = profile_key(cost_model, sub, at)
     stage_profiles = [profiles[s] for s in setups]
     return MixedProfiles(stage_profiles, boundary_extra_s(problem, plan, names, stage_profiles))
 

@@ -241,3 +241,27 @@ def test_a_mixed_search_stops_when_cancelled_and_keeps_what_it_found() -> None:
     assert result.plans
     assert all(len(set(r.estimate.plan.stage_groups or [])) <= 1 for r in result.plans)
     assert any("the search stopped" in r.explanation for r in result.plans)
+
+
+def test_a_cost_model_without_keyed_methods_searches_mixed_clusters() -> None:
+    """A plug-in offering only the base protocol (`check`, `profile`, `evaluate`) gets the
+    same mixed-cluster top plans as the analytical model it wraps (the stage profiles fall
+    back to `check` / `profile` of the plan; they called `check_key` and failed)."""
+    from tests.solver.test_lazy_search import PlainOnly
+
+    problem = _problem(
+        [
+            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2},
+            {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 2},
+        ]
+    )
+    constraints = SearchConstraints(micro_batch_sizes=[1], time_limit_s=120)
+    model = build_cost_model("analytical")
+    plain = PlainOnly(model)
+    keyed = mixed_search(problem, model, constraints, top_k=3, share_data=False)
+    unkeyed = mixed_search(problem, plain, constraints, top_k=3, share_data=False)
+    assert unkeyed.stats.complete and plain.profiles > 0
+    assert [p.estimate.plan for p in unkeyed.plans] == [p.estimate.plan for p in keyed.plans]
+    assert [p.estimate.metrics.step_time_s for p in unkeyed.plans] == pytest.approx(
+        [p.estimate.metrics.step_time_s for p in keyed.plans], rel=1e-12
+    )
