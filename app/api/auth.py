@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -118,7 +118,7 @@ def _limit(request: Request, principal: Principal) -> None:
         )
 
 
-def require(scope: ApiKeyScope) -> Callable[..., Principal]:
+def require(scope: ApiKeyScope) -> Callable[..., Awaitable[Principal]]:
     """A dependency: the request's principal, which must hold `scope` (401 / 403 / 429)."""
 
     def resolve_and_limit(

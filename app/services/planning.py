@@ -1033,6 +1033,21 @@ def _calibration_samples(
     return out
 
 
+def _fit_or_refusal(samples: Any, base: AnalyticalConfig, accelerator_id: str) -> CalibrationFit:
+    """The fit of `samples`, or, when it fails or leaves its bounds, the unfitted base with
+    the reason as `refusal` (served as such, never as a 500)."""
+    try:
+        fit = fit_calibration(samples, base)
+    except (ArithmeticError, ValueError) as exc:  # numpy's LinAlgError is a ValueError
+        refused: str | None = f"the fit failed ({type(exc).__name__}: {exc})"
+    else:
+        refused = fit_refusal(fit)
+        if refused is None:
+            return fit
+    logger.warning("calibration of %s refused: %s", accelerator_id, refused)
+    return dataclasses.replace(fit_calibration([], base), num_samples=len(samples), refusal=refused)
+
+
 def current_calibration(
     session: Session | None,
     accelerator_id: str,
@@ -1061,20 +1076,9 @@ def current_calibration(
         }
     )
     with _FITS_LOCK:
-        fit = _FITS.get(key)
-    refused: str | None = None
-    if fit is None:
-        try:
-            fit = fit_calibration(data.samples, base)
-        except (ArithmeticError, ValueError) as exc:  # numpy's LinAlgError is a ValueError
-            refused = f"the fit failed ({type(exc).__name__}: {exc})"
-        else:
-            refused = fit_refusal(fit)
-        if refused is not None:
-            logger.warning("calibration of %s refused: %s", accelerator.id, refused)
-            fit = dataclasses.replace(
-                fit_calibration([], base), num_samples=len(data.samples), refusal=refused
-            )
+        cached = _FITS.get(key)
+    fit = cached if cached is not None else _fit_or_refusal(data.samples, base, accelerator.id)
+    if cached is None:
         with _FITS_LOCK:
             if len(_FITS) >= _MAX_FITS:
                 _FITS.clear()

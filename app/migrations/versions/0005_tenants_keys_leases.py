@@ -12,6 +12,7 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -27,7 +28,7 @@ _DEFAULT = "default"
 def upgrade() -> None:
     # Plain ADD COLUMNs (no batch copy: on SQLite, recreating `searches` would cascade-delete
     # its plans). The server default stays: it names the tenant of rows stored before.
-    tenant = {"nullable": False, "server_default": _DEFAULT}
+    tenant: dict[str, Any] = {"nullable": False, "server_default": _DEFAULT}
     op.add_column("searches", sa.Column("tenant", sa.String(length=100), **tenant))
     op.add_column("searches", sa.Column("lease_owner", sa.String(length=100), nullable=True))
     op.add_column(
