@@ -19,6 +19,10 @@ from typing import Any
 from solver.search.shared_bound import Entry, KBestTimes
 from specs.plan import PlanKey
 
+FIRST_WAIT_S = 0.05
+"""How long a Ray shard waits, once, for the bound before it starts: a warm actor answers in
+about a millisecond; a shard that starts late then prunes from its first step."""
+
 BOARD_NAME = "meshplan-shared-bounds"
 """The Ray name of the `BoundBoard` actor (one per Ray job and namespace)."""
 
@@ -98,23 +102,39 @@ class BoundBoard:
         return len(self._bounds)
 
 
+_BOARDS: dict[str, Any] = {}
+"""Ray job id → this process's handle on the job's board. Ray ends a named actor that is
+not detached once no handle to it is left, so a process that looks the board up keeps
+its handle for as long as it lives (the `ray` executor's API process first)."""
+
+
 def board() -> Any:
     """The job's `BoundBoard` actor (started on first use; it takes no CPU)."""
     import ray
 
-    actor = ray.remote(num_cpus=0, max_restarts=-1)(BoundBoard)
-    return actor.options(name=BOARD_NAME, get_if_exists=True).remote()  # type: ignore[attr-defined]
+    job = ray.get_runtime_context().get_job_id()
+    handle = _BOARDS.get(job)
+    if handle is None:
+        actor = ray.remote(num_cpus=0, max_restarts=-1)(BoundBoard)
+        handle = actor.options(name=BOARD_NAME, get_if_exists=True).remote()  # type: ignore[attr-defined]
+        _BOARDS.clear()  # handles of an earlier Ray session are dead
+        _BOARDS[job] = handle
+    return handle
 
 
 class RayBound:
     """A shard task's `SharedBound` on the board: `offer` sends its plans at once (no
     wait), `get` answers the bound of the last answered call and starts a new query when
-    none is under way, so a shard never waits for the actor."""
+    none is under way, so a shard never waits for the actor (but once, up to
+    `first_wait_s`, for the first answer)."""
 
-    def __init__(self, board: Any, token: str, k: int) -> None:
+    def __init__(self, board: Any, token: str, k: int, first_wait_s: float = FIRST_WAIT_S) -> None:
+        import ray
+
         self._board, self._token, self._k = board, token, k
         self._value = math.inf
-        self._call: Any = None
+        self._call: Any = board.exchange.remote(token, k, [])
+        ray.wait([self._call], timeout=first_wait_s)  # start from the other shards' plans
 
     def offer(self, entries: Sequence[Entry]) -> None:
         if entries:
