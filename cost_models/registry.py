@@ -36,6 +36,8 @@ _PLUGINS = PluginRegistry("cost model")
 _REGISTRY = _PLUGINS.classes
 _ENTRY_POINTS_LOADED = False
 """True once a call allowed every entry point."""
+_ENTRY_POINTS_SCANNED = False
+"""True once a call scanned the installed distributions."""
 _ENTRY_POINTS_ASKED: set[str] = set()
 """Names earlier calls allowed."""
 _ENTRY_POINTS_TRIED: set[str] = set()
@@ -79,14 +81,16 @@ def load_entry_point_plugins(allowlist: Collection[str] | None = None) -> list[s
     the entry point's name if not already). `allowlist`: entry-point names allowed; None
     allows all. A later call loads the allowed entry points no earlier call loaded (a Ray
     worker serves tasks that each load their service's allow-list); a call whose names were
-    all asked for before returns at once, without scanning the installed distributions.
+    all asked for before (after a first scan) returns at once, without scanning the
+    installed distributions again.
     Returns the names of the entry points loaded by this call.
     """
-    global _ENTRY_POINTS_LOADED
+    global _ENTRY_POINTS_LOADED, _ENTRY_POINTS_SCANNED
     if _ENTRY_POINTS_LOADED:
         return []
-    if allowlist is not None and set(allowlist) <= _ENTRY_POINTS_ASKED:
+    if _ENTRY_POINTS_SCANNED and allowlist is not None and set(allowlist) <= _ENTRY_POINTS_ASKED:
         return []
+    _ENTRY_POINTS_SCANNED = True  # the first call scans (and logs what it skips)
     if allowlist is None:
         _ENTRY_POINTS_LOADED = True
     else:

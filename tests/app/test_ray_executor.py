@@ -112,6 +112,7 @@ def plugin_in_api_process(plugin_dir: Any, monkeypatch: pytest.MonkeyPatch) -> A
     monkeypatch.syspath_prepend(str(plugin_dir))
     importlib.invalidate_caches()
     monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_SCANNED", False)
     monkeypatch.setattr(registry, "_ENTRY_POINTS_ASKED", set())
     monkeypatch.setattr(registry, "_ENTRY_POINTS_TRIED", set())
     yield

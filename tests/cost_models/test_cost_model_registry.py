@@ -107,6 +107,7 @@ def test_entry_points_load_once_each_and_a_wider_allowlist_loads_more(
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_SCANNED", False)
     monkeypatch.setattr(registry, "_ENTRY_POINTS_ASKED", set())
     monkeypatch.setattr(registry, "_ENTRY_POINTS_TRIED", set())
     try:
