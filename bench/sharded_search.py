@@ -4,9 +4,11 @@
 
 Each problem is searched once in this process (`solver.search`, cold caches each time) and
 then split into shards over a local Ray (`ray.init(num_cpus=N)`) as the `ray` executor does
-(`app.services.executors._sharded`); a warm-up run first lets the Ray workers import the
-project, so the figures compare searches, not interpreter start-up. Prints the times, the
-speed-up and whether the plans are identical (they must be).
+(`app.services.executors._sharded`), once with the shards sharing their bound (the
+executor's way) and once without; a warm-up run first lets the Ray workers import the
+project, so the figures compare searches, not interpreter start-up. Prints the best wall
+times, the speed-ups, the candidates evaluated over all shards (the work, which does not
+depend on the machine's load) and whether the plans are identical (they must be).
 """
 
 from __future__ import annotations
@@ -55,38 +57,47 @@ def main() -> None:
         for name, body in PROBLEMS.items():
             stored = planning.prepare_search(SearchCreate.model_validate(body), Settings()).problem
             top_k = int(stored.get("top_k", 10))
-            singles, shardeds = [], []
+            singles: list[float] = []
+            shardeds: list[float] = []
+            unshared: list[float] = []
+            evaluated: dict[bool, int] = {}
+            same = True
             for run in range(args.repeat + 1):
                 training, cost_model, constraints = planning.training_inputs(stored)
                 clear_caches()
                 started = time.perf_counter()
                 one = solver.search(training, cost_model, constraints, top_k=top_k)
                 single = time.perf_counter() - started
-                training, cost_model, constraints = planning.training_inputs(stored)
-                started = time.perf_counter()
-                split = executors._sharded(
-                    training,
-                    cost_model,
-                    constraints,
-                    top_k=top_k,
-                    progress=lambda *_: None,
-                    should_stop=lambda: False,
-                    stored=stored,
-                    shards=args.shards,
-                    shard_min_candidates=1,
-                )
-                sharded = time.perf_counter() - started
-                same = [p.estimate.plan for p in one.plans] == [
-                    p.estimate.plan for p in split.plans
-                ]
-                if run:  # run 0 warms the Ray workers up
+                for share, times in ((True, shardeds), (False, unshared)):
+                    training, cost_model, constraints = planning.training_inputs(stored)
+                    started = time.perf_counter()
+                    split = executors._sharded(
+                        training,
+                        cost_model,
+                        constraints,
+                        top_k=top_k,
+                        progress=lambda *_: None,
+                        should_stop=lambda: False,
+                        stored=stored,
+                        shards=args.shards,
+                        shard_min_candidates=1,
+                        share_bound=share,
+                    )
+                    if run:  # run 0 warms the Ray workers up
+                        times.append(time.perf_counter() - started)
+                    evaluated[share] = split.stats.evaluated
+                    same = same and [p.estimate.plan for p in one.plans] == [
+                        p.estimate.plan for p in split.plans
+                    ]
+                if run:
                     singles.append(single)
-                    shardeds.append(sharded)
-            best_single, best_sharded = min(singles), min(shardeds)
+            best_single, best_sharded, best_unshared = min(singles), min(shardeds), min(unshared)
             print(
                 f"{name}: {one.stats.enumerated} candidates, {one.stats.evaluated} evaluated; "
-                f"one process {best_single:.2f} s, {args.shards} shards on {args.cpus} Ray CPUs "
-                f"{best_sharded:.2f} s (x{best_single / best_sharded:.2f}); "
+                f"one process {best_single:.2f} s; {args.shards} shards on {args.cpus} Ray CPUs "
+                f"sharing the bound {best_sharded:.2f} s (x{best_single / best_sharded:.2f}, "
+                f"{evaluated[True]} evaluated), not sharing {best_unshared:.2f} s "
+                f"(x{best_single / best_unshared:.2f}, {evaluated[False]} evaluated); "
                 f"identical top-{top_k}: {same}"
             )
     finally:

@@ -10,8 +10,15 @@ A training search on one node group with at least `shard_min_candidates` candida
 split into `search_shards` shards (0: the Ray cluster's CPUs), each a Ray task running the
 branch-and-bound over its part (`solver.search.shards`); the search's task waits for them
 (Ray lends its CPU to the shards while it waits in `ray.wait`), merges them into exactly the
-single search's top-k, and stores the result. Cancelling the search (or losing its lease)
-cancels the shards still running.
+single search's top-k, and stores the result. While they run the shards share the k-th
+best step time over all their plans through the job's `BoundBoard` actor
+(`app.services.shared_bounds`), so each prunes with every shard's plans, not only its own.
+Cancelling the search (or losing its lease) cancels the shards still running.
+
+Every task (search and shard) first loads the allow-listed cost-model plug-ins
+(`Settings.plugin_allowlist`), as the local pool's worker initializer does: Ray starts
+workers of its own (one per task blocked waiting for its shards, one after a crash), which
+no warm-up reached.
 
 A clean shutdown cancels the tasks (the runner then releases its leases, which puts their
 searches back in the queue for any replica).
@@ -23,7 +30,8 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,14 +71,21 @@ def run_search_task(
     owner: str,
     shards: int,
     shard_min_candidates: int,
+    plugin_allowlist: Sequence[str] = (),
 ) -> str | None:
     """The body of a search's Ray task (module-level so Ray pickles it by reference)."""
     from app.services import planning
     from app.services.runner import execute_search
 
+    planning.load_plugins(plugin_allowlist)
+
     def run(problem: dict[str, Any], **kwargs: Any) -> Any:
         sharded = functools.partial(
-            _sharded, stored=problem, shards=shards, shard_min_candidates=shard_min_candidates
+            _sharded,
+            stored=problem,
+            shards=shards,
+            shard_min_candidates=shard_min_candidates,
+            plugin_allowlist=plugin_allowlist,
         )
         return planning.run_problem(problem, homogeneous_search=sharded, **kwargs)
 
@@ -92,14 +107,26 @@ def warm_worker(plugin_allowlist: list[str]) -> None:
     planning.warm_up()
 
 
-def run_shard_task(stored: dict[str, Any], index: int, count: int) -> Any:
-    """One shard of a stored training problem (a Ray task)."""
+def run_shard_task(
+    stored: dict[str, Any],
+    index: int,
+    count: int,
+    plugin_allowlist: Sequence[str] = (),
+    board: Any = None,
+    token: str = "",
+) -> Any:
+    """One shard of a stored training problem (a Ray task), sharing its bound on `board`
+    (a `BoundBoard` actor) under `token` when given."""
     from app.services import planning
+    from app.services.shared_bounds import RayBound
     from solver.search.shards import Shard, run_shard
 
+    planning.load_plugins(plugin_allowlist)
     training, cost_model, constraints = planning.training_inputs(stored)
+    top_k = int(stored.get("top_k", 10))
+    shared = RayBound(board, token, top_k) if board is not None else None
     return run_shard(
-        training, cost_model, constraints, Shard(index, count), top_k=int(stored.get("top_k", 10))
+        training, cost_model, constraints, Shard(index, count), top_k=top_k, shared_bound=shared
     )
 
 
@@ -114,10 +141,13 @@ def _sharded(
     stored: dict[str, Any],
     shards: int,
     shard_min_candidates: int,
+    plugin_allowlist: Sequence[str] = (),
+    share_bound: bool = True,
 ) -> Any:
     import ray
 
     import solver
+    from app.services.shared_bounds import board
     from solver.search.shards import Shard, ShardResult, sharded_search
     from solver.space import count_candidates
 
@@ -133,9 +163,12 @@ def _sharded(
             should_stop=should_stop,
         )
     remote = ray.remote(num_cpus=1, max_retries=1)(run_shard_task)
+    shared = board() if share_bound else None
+    token = uuid.uuid4().hex
+    allowed = list(plugin_allowlist)
 
     def map_shards(parts: list[Shard]) -> Iterable[ShardResult]:
-        refs = {remote.remote(stored, p.index, p.count): p for p in parts}
+        refs = {remote.remote(stored, p.index, p.count, allowed, shared, token): p for p in parts}
         pending, results = list(refs), []
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=_WAIT_S)
@@ -148,9 +181,13 @@ def _sharded(
                 break
         return results
 
-    return sharded_search(
-        training, cost_model, constraints, shards=count, top_k=top_k, map_shards=map_shards
-    )
+    try:
+        return sharded_search(
+            training, cost_model, constraints, shards=count, top_k=top_k, map_shards=map_shards
+        )
+    finally:
+        if shared is not None:
+            shared.close.remote(token)
 
 
 def _stopped(shard: Any) -> Any:
@@ -195,6 +232,9 @@ class RayExecutor:
             init_ray(address, settings.ray_num_cpus)
             self._started_ray = True
         self._task = ray.remote(num_cpus=1, max_retries=0)(run_search_task)
+        from app.services.shared_bounds import board
+
+        self._board = board()  # started with the executor, so its worker starts now
         # import the project and warm its caches in the workers now, not in the first search
         cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
         warm = ray.remote(num_cpus=1)(warm_worker)
@@ -213,6 +253,7 @@ class RayExecutor:
             owner,
             s.search_shards,
             s.shard_min_candidates,
+            list(s.plugin_allowlist),
         )
         future: Future[str | None] = Future()
         future.set_running_or_notify_cancel()  # a Ray task cannot be taken back from Future

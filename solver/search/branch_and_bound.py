@@ -25,6 +25,12 @@ so the result is the same. Only the reason a candidate is counted under may diff
 eager order (a candidate never profiled is counted as `throughput_bound`, not
 `memory_bound`), and fewer candidates are evaluated.
 
+A shard of a larger search (`solver.search.shards`) may also get a `SharedBound`
+(`solver.search.shared_bound`): every few steps it offers the plans it found and reads the
+k-th best step time B over all shards' plans; a candidate whose bound is strictly above B
+is dropped like one above the shard's own k-th best (that module's docstring: why the
+merged top-k stays exact).
+
 Time limit and cancellation stop the search with the best plans so far (`status`
 `time_limit` / `cancelled`); unreached candidates are counted as `not_reached`.
 """
@@ -42,6 +48,7 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
+from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
     BOUND_SAFETY,
     Monitor,
@@ -119,10 +126,12 @@ def search_top(
     should_stop: Callable[[], bool] | None = None,
     solver: PartitionSolver | None = None,
     select_blocks: Callable[[list[Block]], list[Block]] | None = None,
+    shared_bound: SharedBound | None = None,
 ) -> tuple[TopK, SearchStats, Monitor]:
     """`search` before ranking: the top-k, the counts and the monitor. `select_blocks`
     keeps a part of the space's blocks (a shard, `solver.search.shards`); the top-k is then
-    exact over that part."""
+    exact over that part, or, with a `shared_bound`, holds every plan of that part that is
+    in the whole space's top-k (module docstring)."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
     solver = solver or default_solver()
@@ -134,39 +143,48 @@ def search_top(
         constraints.time_limit_s, progress, should_stop, sum(blk.size for blk in blocks)
     )
     top = TopK(top_k)
+    poller = BoundPoller(shared_bound) if shared_bound is not None else None
     try:
         if is_lazy_capable(cost_model):
-            _lazy(problem, cost_model, blocks, stats, monitor, top, solver)
-            return top, stats, monitor
-        screened = screen(
-            problem,
-            cost_model,
-            constraints,
-            stats,
-            monitor,
-            memory_bound=True,
-            blocks=blocks if select_blocks is not None else None,
-        )
-        screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
-        for i, item in enumerate(screened):
-            monitor.poll(report=True)
-            if top.full:
-                worst_time, worst_key = top.worst()
-                if item.step_lower_bound_s > worst_time:
+            _lazy(problem, cost_model, blocks, stats, monitor, top, solver, poller)
+        else:
+            screened = screen(
+                problem,
+                cost_model,
+                constraints,
+                stats,
+                monitor,
+                memory_bound=True,
+                blocks=blocks if select_blocks is not None else None,
+            )
+            screened.sort(key=lambda s: (s.step_lower_bound_s, s.key))
+            for i, item in enumerate(screened):
+                monitor.poll(report=True)
+                if poller is not None and item.step_lower_bound_s > poller.step():
                     stats.add_pruned("throughput_bound", len(screened) - i)
                     monitor.done += len(screened) - i
                     break
-                if item.step_lower_bound_s == worst_time and item.key > worst_key:
-                    stats.add_pruned("throughput_bound")
-                    monitor.done += 1
-                    continue
-            est = evaluate_screened(problem, cost_model, item, solver, stats, monitor)
-            monitor.done += 1
-            if est is not None:
-                top.push(item.key, est)
+                if top.full:
+                    worst_time, worst_key = top.worst()
+                    if item.step_lower_bound_s > worst_time:
+                        stats.add_pruned("throughput_bound", len(screened) - i)
+                        monitor.done += len(screened) - i
+                        break
+                    if item.step_lower_bound_s == worst_time and item.key > worst_key:
+                        stats.add_pruned("throughput_bound")
+                        monitor.done += 1
+                        continue
+                est = evaluate_screened(problem, cost_model, item, solver, stats, monitor)
+                monitor.done += 1
+                if est is not None:
+                    top.push(item.key, est)
+                    if poller is not None:
+                        poller.found(est.metrics.step_time_s, item.key)
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
+    if poller is not None:  # the shards still running prune with this shard's last plans
+        poller.exchange()
     return top, stats, monitor
 
 
@@ -178,6 +196,7 @@ def _lazy(
     monitor: Monitor,
     top: TopK,
     solver: PartitionSolver,
+    poller: BoundPoller | None = None,
 ) -> None:
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
     step_bound = cast(BoundedTrainingCostModel, cost_model).step_time_lower_bound_s
@@ -188,6 +207,10 @@ def _lazy(
         monitor.poll(report=True)
         entry = heap[0]
         bound, key = entry[0], entry[1]
+        if poller is not None and bound > poller.step():  # every queued bound is ≥ this one
+            stats.add_pruned("throughput_bound", len(heap))
+            monitor.done += len(heap)
+            return
         if top.full:
             worst_time, worst_key = top.worst()
             if bound > worst_time:  # every queued bound is at least this one
@@ -235,3 +258,5 @@ def _lazy(
         monitor.done += 1
         if est is not None:
             top.push(key, est)
+            if poller is not None:
+                poller.found(est.metrics.step_time_s, key)

@@ -17,6 +17,12 @@ space, hence of its shard, rank before it), so the merge is the single search's 
 included. Counts add up (`SearchStats.merge`); a shard that stopped early makes the whole
 result stop with its status.
 
+Shared bound: shards may also share their plans while they run (`shared_bound`, a
+`solver.search.shared_bound.SharedBound` every shard of the search reaches) and prune with
+the k-th best step time over all shards' plans; the merge stays exact (that module's
+docstring has the argument), and a shard's bound is then only an upper bound on the global
+k-th best, not a statement about what it left out.
+
 This module runs no shard itself: `sharded_search` takes a `map_shards` function (a Ray
 pool's map, a process pool's, or the builtin `map`) so the solver stays free of any
 execution engine.
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from solver.base import SearchResult, SearchStats
 from solver.search.branch_and_bound import search_top
+from solver.search.shared_bound import KBestTimes, SharedBound
 from solver.search.steps import Monitor, TopK, finish
 from solver.space import Block
 from specs.constraints import SearchConstraints
@@ -94,8 +101,10 @@ def run_shard(
     *,
     top_k: int = 10,
     should_stop: Callable[[], bool] | None = None,
+    shared_bound: SharedBound | None = None,
 ) -> ShardResult:
-    """The branch-and-bound over one shard's blocks."""
+    """The branch-and-bound over one shard's blocks (pruning also against `shared_bound`,
+    which every shard of the search shares, when given)."""
     top, stats, monitor = search_top(
         problem,
         cost_model,
@@ -103,6 +112,7 @@ def run_shard(
         top_k=top_k,
         should_stop=should_stop,
         select_blocks=shard.select,
+        shared_bound=shared_bound,
     )
     entries = [
         (est.metrics.step_time_s, key, est)
@@ -142,13 +152,19 @@ def sharded_search(
     shards: int,
     top_k: int = 10,
     map_shards: Callable[[list[Shard]], Iterable[ShardResult]] | None = None,
+    share_bound: bool = True,
 ) -> SearchResult:
-    """Split into `shards`, run them with `map_shards` (default: one after another here),
-    merge. The result's plans are `search`'s."""
+    """Split into `shards`, run them with `map_shards` (default: one after another here,
+    sharing one `KBestTimes` unless `share_bound` is False; a `map_shards` shares a bound
+    or not as it runs them), merge. The result's plans are `search`'s."""
     started = time.perf_counter()
     parts = [Shard(i, shards) for i in range(shards)]
     if map_shards is None:
-        results = [run_shard(problem, cost_model, constraints, part, top_k=top_k) for part in parts]
+        shared = KBestTimes(top_k) if share_bound else None
+        results = [
+            run_shard(problem, cost_model, constraints, part, top_k=top_k, shared_bound=shared)
+            for part in parts
+        ]
     else:
         results = list(map_shards(parts))
     return merge(results, problem, top_k=top_k, started=started)

@@ -10,6 +10,7 @@ import pytest
 
 from app.main import create_app
 from tests.app.app_support import wait_for
+from tests.app.conftest import PLUGIN_NAME
 from tests.support import TestClient
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[dev]')")
@@ -30,7 +31,9 @@ def _plans(client: Any, search_id: str) -> list[dict[str, Any]]:
 
 def _run(settings: Any, body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     with TestClient(create_app(settings)) as client:
-        response = client.post("/v1/searches?wait=60", json=body)
+        # dedupe=false: every settings' run searches (the database file is shared, and an
+        # identical request would otherwise get the first run's search back)
+        response = client.post("/v1/searches?wait=60&dedupe=false", json=body)
         assert response.status_code in (201, 202), response.text
         search = wait_for(client, response.json()["id"], timeout_s=90)
         return search, _plans(client, search["id"])
@@ -96,3 +99,43 @@ def test_a_sharded_search_reports_progress_by_shard() -> None:
         shard_min_candidates=1,
     )
     assert stopped.stats.status == "cancelled" or stopped.stats.complete
+
+
+@pytest.fixture
+def plugin_in_api_process(plugin_dir: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The test plug-in installed in this process too (the API validates the cost model),
+    forgotten again afterwards."""
+    import importlib
+
+    from cost_models import registry
+
+    monkeypatch.syspath_prepend(str(plugin_dir))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_SCANNED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_ASKED", set())
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_TRIED", set())
+    yield
+    registry._REGISTRY.pop(PLUGIN_NAME, None)
+
+
+@pytest.mark.usefixtures("local_ray", "plugin_in_api_process")
+def test_ray_tasks_load_the_allowed_cost_model_plugins(settings_factory: Any) -> None:
+    """A search priced by an allow-listed plug-in runs on Ray as on the local pool, whole
+    and sharded. The session's Ray workers already loaded plug-ins once (allow-list []), and
+    the ones Ray starts for waiting search tasks never ran a warm-up: each task loads them."""
+    body = {**MEDIUM, "cost_model": {"name": PLUGIN_NAME}}
+    allowed = {"plugin_allowlist": [PLUGIN_NAME]}
+    expected_search, expected = _run(settings_factory(**allowed), body)
+    assert expected_search["status"] == "succeeded" and expected
+    # the plug-in is the analytical model under another name: the same step times
+    _, analytical = _run(settings_factory(), MEDIUM)
+    assert [p["metrics"]["step_time_s"] for p in expected] == [
+        p["metrics"]["step_time_s"] for p in analytical
+    ]
+    on_ray = settings_factory(executor="ray", search_shards=1, **allowed)
+    sharded = settings_factory(executor="ray", search_shards=3, shard_min_candidates=1, **allowed)
+    for settings in (on_ray, sharded):
+        search, plans = _run(settings, body)
+        assert search["status"] == "succeeded", search
+        assert plans == expected

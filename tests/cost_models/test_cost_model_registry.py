@@ -81,6 +81,44 @@ def test_register_and_build_a_plugin() -> None:
         _REGISTRY.pop("test_dummy", None)
 
 
-def test_entry_points_load_once() -> None:
-    load_entry_point_plugins(allowlist=[])
-    assert load_entry_point_plugins() == []
+def test_entry_points_load_once_each_and_a_wider_allowlist_loads_more(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two installed plug-ins (a distribution on the path): each call loads the allowed
+    ones no earlier call loaded, so a process that first loaded with an empty allow-list (a
+    Ray worker's warm-up for another service) still loads its task's plug-in."""
+    import importlib
+
+    from cost_models import registry
+
+    (tmp_path / "meshplan_registry_test_plugin.py").write_text(
+        "from cost_models import AnalyticalTrainingCostModel\n"
+        "class One(AnalyticalTrainingCostModel):\n    name = 'registry_test_one'\n"
+        "class Two(AnalyticalTrainingCostModel):\n    name = 'registry_test_two'\n"
+    )
+    dist = tmp_path / "meshplan_registry_test_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mrtp\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[meshplan.cost_models]\n"
+        "registry_test_one = meshplan_registry_test_plugin:One\n"
+        "registry_test_two = meshplan_registry_test_plugin:Two\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_SCANNED", False)
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_ASKED", set())
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_TRIED", set())
+    try:
+        assert load_entry_point_plugins(allowlist=[]) == []
+        assert "registry_test_one" not in list_cost_models()
+        assert load_entry_point_plugins(allowlist=["registry_test_one"]) == ["registry_test_one"]
+        assert load_entry_point_plugins(allowlist=["registry_test_one"]) == []  # once
+        assert build_cost_model("registry_test_one").name == "registry_test_one"
+        assert "registry_test_two" not in list_cost_models()
+        assert load_entry_point_plugins() == ["registry_test_two"]  # all: the one left
+        assert load_entry_point_plugins() == []
+    finally:
+        _REGISTRY.pop("registry_test_one", None)
+        _REGISTRY.pop("registry_test_two", None)
