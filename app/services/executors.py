@@ -246,7 +246,7 @@ class RayExecutor:
         """A Ray task for the search; the future ends with the task (a worker that dies
         makes it raise, as a dead pool worker does)."""
         s = self.settings
-        ref = self._task.remote(
+        ref = self._task.remote(  # type: ignore[call-arg]  # Ray types at most 5 arguments
             search_id,
             s.database_url,
             s.progress_interval_s,

@@ -116,7 +116,7 @@ def board() -> Any:
     handle = _BOARDS.get(job)
     if handle is None:
         actor = ray.remote(num_cpus=0, max_restarts=-1)(BoundBoard)
-        handle = actor.options(name=BOARD_NAME, get_if_exists=True).remote()  # type: ignore[attr-defined]
+        handle = actor.options(name=BOARD_NAME, get_if_exists=True).remote()
         _BOARDS.clear()  # handles of an earlier Ray session are dead
         _BOARDS[job] = handle
     return handle
