@@ -7,9 +7,14 @@ function bestText(plan) {
   return [mp.fmt(m.tokens_per_s, 0) + " tokens/s", m.tokens_per_s];
 }
 
+// the best plan of a finished search, with the count of its plans (`total`)
 async function bestPlan(search) {
-  if (search.status !== "succeeded") return null;
-  try { return (await mp.api(`/v1/searches/${search.id}/plans?limit=1`)).data.items[0] || null; } catch (e) { return null; }
+  if (search.status !== "succeeded" && search.status !== "cancelled") return null;
+  try {
+    const page = (await mp.api(`/v1/searches/${search.id}/plans?limit=1`)).data;
+    if (search.num_plans === null || search.num_plans === undefined) search.num_plans = page.total;
+    return page.items[0] || null;
+  } catch (e) { return null; }
 }
 
 function progressText(p) { return p && p.total ? `${p.evaluated} / ${p.total}` : "–"; }
@@ -39,7 +44,7 @@ async function searchRow(s) {
     mp.cell((s.workload && s.workload.kind) || "training"),
     mp.el("td", { class: "progress", text: progressText(s.progress) }),
     mp.cell(text, value === null ? NaN : value),
-    mp.cell(s.num_plans === null ? "–" : String(s.num_plans), s.num_plans === null ? NaN : s.num_plans),
+    mp.cell(s.num_plans == null ? "–" : String(s.num_plans), s.num_plans == null ? NaN : s.num_plans),
   ]);
   row.querySelector("td:nth-child(7)").classList.add("best-throughput");
   if (s.status === "queued" || s.status === "running") watch(s, row);
@@ -88,7 +93,7 @@ async function showResult(search) {
   box.replaceChildren(
     mp.el("p", {}, [
       mp.el("span", { class: "status status-" + search.status, text: search.status }),
-      ` — ${search.num_plans === null ? 0 : search.num_plans} plans, best ${text}. `,
+      ` — ${search.num_plans == null ? 0 : search.num_plans} plans, best ${text}. `,
       mp.el("a", { id: "result-link", href: `/ui/searches/${search.id}`, text: "Open the search" }),
     ]),
     best ? mp.el("p", { class: "explanation", text: best.explanation }) : "",

@@ -13,7 +13,7 @@ function renderInfo(plan, search) {
        ["recompute", plan.recompute], ["schedule", plan.pipeline_schedule], ["step", mp.fmt(m.step_time_s, 3) + " s"],
        ["tokens/s", mp.fmt(m.tokens_per_s, 0)], ["MFU", mp.fmt(100 * m.mfu, 1) + " %"], ["peak memory", mp.fmt(m.peak_memory_gib, 1) + " GiB"]];
   facts.unshift(["search", search.model_name + " on " + mp.clusterText(search.cluster)]);
-  const dl = mp.el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [mp.el("dt", { text: k }), mp.el("dd", { text: String(v) })]));
+  const dl = mp.el("dl", { class: "facts" }, facts.flatMap(([k, v]) => [mp.el("dt", { text: k }), mp.el("dd", { text: String(v), "data-label": k })]));
   const back = mp.el("a", { href: `/ui/searches/${plan.search_id}`, text: "← all plans of this search" });
   document.getElementById("plan-info").replaceChildren(back, dl);
   document.getElementById("explanation").textContent = plan.explanation || "";
@@ -43,6 +43,12 @@ async function renderTimeline(plan) {
     `then exposed data-parallel communication and the optimizer step (${mp.fmt(t.end_s, 3)} s). The cost model's step, ${mp.fmt(answer.step_time_s, 3)} s, ` +
     "adds fill/drain transfers, stragglers and fixed overheads.";
   window.mpTimeline = answer;
+  // zoom: the whole step, the warm-up (until the last stage's first backward, twice over), the flush
+  const firstBackward = Math.min(...t.stages.map(segs => { const b = segs.find(s => t.kinds[s[2]] === "backward"); return b ? b[1] : t.end_s; }));
+  const zoom = (min, max) => { const c = mp.charts.timeline; c.options.scales.x.min = min; c.options.scales.x.max = max; c.update(); };
+  document.getElementById("zoom-all").onclick = () => zoom(0, t.end_s);
+  document.getElementById("zoom-start").onclick = () => zoom(0, Math.min(t.end_s, 2 * firstBackward));
+  document.getElementById("zoom-end").onclick = () => zoom(Math.max(0, t.pipeline_end_s - 2 * firstBackward), t.end_s);
 }
 
 function renderMemory(plan) {

@@ -109,7 +109,7 @@ function renderSearch(s) {
     ["workload", w.kind === "serving" ? `serving, ${w.prompt_tokens} → ${w.output_tokens} tokens` : `training, batch ${w.global_batch_size} × ${w.sequence_length} tokens, ${w.precision}`],
     ["objective", s.objective], ["wall time", mp.fmt(s.stats && s.stats.wall_time_s) + " s"], ["plans", s.num_plans === null ? "–" : s.num_plans],
   ];
-  document.getElementById("search-info").replaceChildren(mp.el("dl", { class: "facts" }, parts.flatMap(([k, v]) => [mp.el("dt", { text: k }), mp.el("dd", { text: String(v) })])));
+  document.getElementById("search-info").replaceChildren(mp.el("dl", { class: "facts" }, parts.flatMap(([k, v]) => [mp.el("dt", { text: k }), mp.el("dd", { text: String(v), "data-label": k })])));
 }
 
 async function load() {
