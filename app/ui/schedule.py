@@ -86,7 +86,11 @@ def simulate(
                 if op.forward:
                     dep = (True, s - 1, op.microbatch) if s > 0 else None
                 else:
-                    dep = (False, s + 1, op.microbatch) if s < stages - 1 else (True, s, op.microbatch)
+                    dep = (
+                        (False, s + 1, op.microbatch)
+                        if s < stages - 1
+                        else (True, s, op.microbatch)
+                    )
                 if dep is not None and dep not in done:
                     break
                 start = max(free[j], done[dep] if dep is not None else 0.0)
@@ -129,7 +133,9 @@ def timeline(details: dict[str, Any], virtual: int, schedule: str) -> dict[str, 
             s = op.chunk * p + j
             sends = (s < p * v_used - 1) if op.forward else s > 0
             comm = min(p2p, end - start) if sends else 0.0
-            segs.append([start, end - comm, kind["forward" if op.forward else "backward"], op.microbatch])
+            segs.append(
+                [start, end - comm, kind["forward" if op.forward else "backward"], op.microbatch]
+            )
             if comm > 0:
                 segs.append([end - comm, end, kind["communication"], op.microbatch])
             t = end
