@@ -101,7 +101,7 @@ async function renderMeasurements(plan) {
   const items = (await mp.api(`/v1/plans/${plan.id}/measurements`)).data.items;
   body.replaceChildren(...(items.length ? items.map(x => mp.el("tr", {}, [
     mp.cell(new Date(x.measured_at || x.created_at).toLocaleString()), mp.cell(mp.fmt(x.step_time_s, 3), x.step_time_s),
-    mp.cell(mp.fmt(x.tokens_per_s, 0), x.tokens_per_s), mp.cell(mp.fmt(x.peak_memory_gib, 1), x.peak_memory_gib),
+    mp.cell(mp.fmt(x.tokens_per_s, 0), x.tokens_per_s), mp.cell(Array.isArray(x.peak_memory_gib) ? x.peak_memory_gib.map(v => mp.fmt(v, 1)).join(", ") : mp.fmt(x.peak_memory_gib, 1)),
     mp.cell(mp.fmt(x.predicted_step_time_s, 3), x.predicted_step_time_s), mp.cell(mp.fmt(100 * x.error, 1) + " %", x.error),
   ])) : [mp.el("tr", {}, [mp.el("td", { colspan: "6", text: "none posted (POST /v1/plans/{id}/measurements)" })])]));
 }
