@@ -85,6 +85,11 @@ def seed(client: Any) -> dict[str, Any]:
         },
     ).json()
     plans = client.get(f"/v1/searches/{training['id']}/plans?limit=10").json()["items"]
+    pipelined = next((p for p in plans if p["parallelism"]["pipeline"] > 1), plans[0])
+    client.post(  # an example measurement, 7 % slower than predicted
+        f"/v1/plans/{pipelined['id']}/measurements",
+        json={"step_time_s": pipelined["metrics"]["step_time_s"] * 1.07, "notes": "example"},
+    )
     serving_plans = client.get(f"/v1/searches/{serving['id']}/plans?limit=1").json()["items"]
     return {"training": training, "plans": plans, "serving_plan": serving_plans[0]}
 
@@ -113,6 +118,8 @@ def shoot(url: str, seeded: dict[str, Any], out: Path) -> list[Path]:
                 page.wait_for_function("document.querySelector('#preset').options.length > 0")
             else:
                 wait_ready(page, 120_000)
+            if name == "plan-training":
+                page.click("#zoom-start")  # the warm-up: the schedule's structure is visible
             target = out / f"{name}.png"
             page.screenshot(path=str(target), full_page=True)
             written.append(target)
