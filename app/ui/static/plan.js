@@ -133,7 +133,8 @@ async function load() {
       show("training-only");
       renderMemory(plan);
       renderBreakdown(plan);
-      jobs.push(renderTimeline(plan));
+      // a plan whose cost model reports no per-rank schedule (422) still shows the rest
+      jobs.push(renderTimeline(plan).catch(e => { document.getElementById("schedule-note").textContent = "No schedule: " + e.message; }));
     }
     await Promise.all(jobs);
     document.body.dataset.ready = "1";
