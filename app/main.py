@@ -45,6 +45,7 @@ from app.services import planning
 from app.services.pool import RequestPool
 from app.services.runner import SearchRunner
 from app.services.webhooks import WebhookDispatcher
+from app.ui import routes as ui
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ):
         _docstring_summaries(module.router)
         app.include_router(module.router)
+    app.include_router(ui.router)  # the plan explorer, /ui/ (issue 14)
     document_problems(app)
     document_links(app)
     return app
