@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 plugin_allowlist=settings.plugin_allowlist,
                 log_level=settings.log_level,
                 in_process=settings.search_executor == "thread",
+                nice=settings.worker_nice,
             )
             request_pool.start()
             app.state.request_pool = request_pool

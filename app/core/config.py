@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     """Worker threads of the API process for sync route handlers (anyio's default is 40;
     requests beyond them wait for a thread, never for an error). The database pool holds
     as many connections plus `db_pool_overflow`, so no handler waits for a connection."""
+    worker_nice: int = Field(default=10, ge=0, le=19)
+    """Nice value added to search and request worker processes (`os.nice`): below the API's
+    priority, so liveness and reads answer while searches use every core (0: same
+    priority)."""
     api_compute_threads: int = Field(default=4, ge=1, le=256)
     """Of those, how many may run closed-form estimates at once. Estimates are CPU-bound
     Python: more threads than cores add no throughput (one holds the GIL at a time) but each

@@ -24,6 +24,7 @@ import asyncio
 import gc
 import logging
 import multiprocessing
+import os
 import resource
 import signal
 import time
@@ -37,9 +38,16 @@ from pebble import ProcessExpired, ProcessPool
 logger = logging.getLogger(__name__)
 
 
-def init_worker(*, max_memory_mb: int, ignore_sigterm: bool) -> None:
-    """Signal dispositions and the memory cap of a fresh worker process."""
+def init_worker(*, max_memory_mb: int, ignore_sigterm: bool, nice: int = 0) -> None:
+    """Signal dispositions, the memory cap and the CPU priority of a fresh worker process.
+
+    `nice` > 0 lowers the worker's priority below the API process's (Linux CFS weights
+    CPU time by 1.25 per nice step: a nice-10 worker weighs 110 against the API's 1024), so
+    the API keeps answering while searches fill every core; an idle API leaves the workers
+    every core all the same."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice > 0:
+        os.nice(nice)
     if ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if max_memory_mb > 0:
@@ -130,9 +138,11 @@ class WorkerDied(Exception):
         self.reason = reason
 
 
-def _init_request_worker(max_memory_mb: int, plugin_allowlist: list[str], log_level: str) -> None:
+def _init_request_worker(
+    max_memory_mb: int, plugin_allowlist: list[str], log_level: str, nice: int = 0
+) -> None:
     # SIGTERM keeps its default here: pebble stops an over-time worker with SIGTERM first.
-    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=False)
+    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=False, nice=nice)
     logging.basicConfig(level=log_level)
     from app.services import planning
 
@@ -157,9 +167,10 @@ class RequestPool:
         plugin_allowlist: list[str],
         log_level: str,
         in_process: bool = False,
+        nice: int = 0,
     ) -> None:
         self.in_process = in_process
-        self._args = (workers, max_tasks, max_memory_mb, list(plugin_allowlist), log_level)
+        self._args = (workers, max_tasks, max_memory_mb, list(plugin_allowlist), log_level, nice)
         self._pool: ProcessPool | None = None
         self.timeouts = 0
         self.deaths = 0
@@ -167,12 +178,12 @@ class RequestPool:
     def start(self) -> None:
         if self.in_process:
             return
-        workers, max_tasks, max_memory_mb, plugins, log_level = self._args
+        workers, max_tasks, max_memory_mb, plugins, log_level, nice = self._args
         self._pool = ProcessPool(
             max_workers=workers,
             max_tasks=max_tasks,
             initializer=_init_request_worker,
-            initargs=(max_memory_mb, plugins, log_level),
+            initargs=(max_memory_mb, plugins, log_level, nice),
             context=multiprocessing.get_context("spawn"),
         )
         for _ in range(workers):  # spawn and warm every worker before the first request

@@ -267,9 +267,10 @@ def _init_process(
     log_level: str,
     starts: Any = None,
     max_memory_mb: int = 0,
+    nice: int = 0,
 ) -> None:
     global _PROCESS_STOP, _PROCESS_STARTS
-    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=True)
+    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=True, nice=nice)
     _PROCESS_STOP = stop_event
     _PROCESS_STARTS = starts
     logging.basicConfig(level=log_level)
@@ -390,6 +391,7 @@ class SearchRunner:
                 self.settings.log_level,
                 self._starts,
                 self.settings.worker_max_memory_mb,
+                self.settings.worker_nice,
             ),
         )
         # Spawn and initialise every worker now: a first search must not pay for

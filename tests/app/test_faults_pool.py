@@ -56,10 +56,13 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _light_init(max_memory_mb: int, plugin_allowlist: list[str], log_level: str) -> None:
+def _light_init(
+    max_memory_mb: int, plugin_allowlist: list[str], log_level: str, nice: int = 0
+) -> None:
     """The request workers' initializer without the solver warm-up (about 4 s a worker on 2
-    cores, three workers here): the signal dispositions and memory cap are the same."""
-    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=False)
+    cores, three workers here): the signal dispositions, memory cap and priority are the
+    same."""
+    init_worker(max_memory_mb=max_memory_mb, ignore_sigterm=False, nice=nice)
 
 
 def test_request_jobs_are_bounded_in_memory_and_time_and_survive_deaths(

@@ -72,3 +72,13 @@ def test_health_reports_a_broken_pool_until_it_is_rebuilt(fault_server: Any) -> 
         assert after["state"] == "ok"
         assert after["alive"] == after["workers"]
         assert after["worker_deaths"] == pool["worker_deaths"] + 1
+
+
+def test_workers_run_below_the_api_priority(fault_server: Any) -> None:
+    """Search workers take `worker_nice` (10) over the API process, so liveness answers
+    while searches fill the cores (bench/load.py: health p99 at 64 clients)."""
+    fault_server.wait_warm()
+    with fault_server.client() as client:
+        pids = client.get("/v1/health").json()["pool"]["worker_pids"]
+    api = os.getpriority(os.PRIO_PROCESS, fault_server.proc.pid)
+    assert pids and all(os.getpriority(os.PRIO_PROCESS, pid) == min(api + 10, 19) for pid in pids)
