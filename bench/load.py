@@ -6,7 +6,9 @@ one, which must be on loopback. For every number of concurrent clients (default 
 256) it runs one phase per operation — liveness `GET /v1/health`, `POST /v1/estimate` of a
 small plan, `GET /v1/searches/{id}/plans`, `POST /v1/searches` of a small problem with
 `dedupe=false` — and one `mixed` phase whose clients take the four operations in turn, so
-that health is measured while the others load the database and the CPU. Each client sends
+that health is measured while the others load the database and the CPU. Each client count
+starts on an idle service: the bench first waits for the searches the previous count queued
+to finish (otherwise a row would measure the order of the phases). Each client sends
 `--requests` requests one after the other (aiohttp, one connection per client). An
 error is a transport failure, a timeout or any status other than the expected one.
 
@@ -284,6 +286,22 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def drain(url: str, timeout_s: float) -> float:
+    """Wait until no search is queued or running (those an earlier client count submitted),
+    so that each client count starts on an idle service; returns the seconds waited."""
+    began = time.monotonic()
+    async with aiohttp.ClientSession(url) as session:
+        while time.monotonic() - began < timeout_s:
+            busy = 0
+            for status in ("queued", "running"):
+                async with session.get(f"/v1/searches?status={status}&limit=1") as response:
+                    busy += int((await response.json()).get("total", 0))
+            if busy == 0:
+                break
+            await asyncio.sleep(0.5)
+    return time.monotonic() - began if time.monotonic() - began > 0.05 else 0.0
+
+
 async def main_async(
     args: argparse.Namespace, url: str, search_id: str, pid: int | None
 ) -> list[Phase]:
@@ -299,6 +317,9 @@ async def main_async(
     )
     order = [op for op in args.ops if op != "search"] + [op for op in args.ops if op == "search"]
     for clients in args.clients:
+        drained = await drain(url, args.timeout * 5)
+        if drained:
+            print(f"(waited {drained:.1f} s for the searches queued before to finish)", flush=True)
         plan = [("single", [(op, *ops[op])]) for op in order]
         plan.insert(len(order) - ("search" in order), ("mixed", [(op, *ops[op]) for op in order]))
         for mode, phase_ops in plan:
