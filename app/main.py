@@ -4,6 +4,7 @@ search runner and recovers unfinished searches. `uvicorn app.main:app` serves it
 
 from __future__ import annotations
 
+import gc
 import inspect
 import logging
 from collections.abc import AsyncIterator
@@ -97,6 +98,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.webhooks = webhooks
             runner.recover()
             webhooks.start()  # resumes deliveries left pending by a previous process
+            # Everything loaded so far (catalog, pydantic schemas, OR-Tools) lives as long as
+            # the process: out of the collector's generations, a full collection walks only
+            # what requests allocate (it walked it all: 100-250 ms pauses, the liveness
+            # p99 at 64 clients)
+            gc.collect()
+            gc.freeze()
             try:
                 yield
             finally:
