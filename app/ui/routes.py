@@ -8,7 +8,7 @@ form again. The live progress reads `GET /v1/searches/{id}/events` with `fetch` 
 (`EventSource` cannot send a header).
 
 `GET /ui/data/plans/{id}/schedule` prices the stored training plan again with
-`POST /v1/estimate`'s code and rebuilds its pipeline timeline (`app.ui.schedule`); it
+`POST /v1/estimate`'s code and rebuilds its pipeline timeline (`cost_models.analytical.schedule_timeline`); it
 needs the `read` scope like every plan read."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from app.exports import FORMATS
 from app.schemas import EstimateRequest
 from app.services import planning
 from app.services.planning import InputError
-from app.ui.schedule import timeline
+from cost_models.analytical.schedule_timeline import timeline
 from specs.errors import NotFound
 
 HERE = Path(__file__).resolve().parent
@@ -97,7 +97,7 @@ def static_file(name: str) -> FileResponse:
 
 @router.get("/ui/data/plans/{plan_id}/schedule")
 def plan_schedule(plan_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
-    """The stored training plan priced again and its pipeline timeline (`app.ui.schedule`)."""
+    """The stored training plan priced again and its pipeline timeline (`cost_models.analytical.schedule_timeline`)."""
     record = crud.get_plan(session=session, plan_id=plan_id, tenant=principal.tenant)
     if record is None:
         raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)

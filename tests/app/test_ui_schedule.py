@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.ui.schedule import KINDS, simulate, timeline
+from cost_models.analytical.schedule_timeline import KINDS, simulate, timeline
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The pipeline schedule of one training plan as a timeline per stage, rebuilt from the cost
+"""The pipeline schedule of one training plan as a timeline per stage (a discrete-event
+simulation of the schedule, beside its closed forms in `schedule`), rebuilt from the cost
 model's own per-rank numbers (`POST /v1/estimate` → `details`: `num_microbatches`,
 `rank_forward_s`, `rank_work_s`, `rank_data_parallel_exposed_s`, `rank_optimizer_s`,
 `p2p_time_s`, `p2p_overlapped`).
