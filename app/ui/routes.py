@@ -19,14 +19,16 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
+from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from app import __version__
 from app.api.auth import Reader
 from app.api.deps import SessionDep
+from app.api.routes.estimate import run_estimate
 from app.db import crud
 from app.exports import FORMATS
 from app.schemas import EstimateRequest
-from app.services import planning
 from app.services.planning import InputError
 from cost_models.analytical.schedule_timeline import timeline
 from specs.errors import NotFound
@@ -95,10 +97,9 @@ def static_file(name: str) -> FileResponse:
     return FileResponse(path, media_type=media_type, headers={"Cache-Control": "max-age=3600"})
 
 
-@router.get("/ui/data/plans/{plan_id}/schedule")
-def plan_schedule(plan_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
-    """The stored training plan priced again and its pipeline timeline (`cost_models.analytical.schedule_timeline`)."""
-    record = crud.get_plan(session=session, plan_id=plan_id, tenant=principal.tenant)
+def _stored_estimate(session: Session, plan_id: str, tenant: str) -> tuple[Any, EstimateRequest]:
+    """A stored training plan and the estimate request that prices it again."""
+    record = crud.get_plan(session=session, plan_id=plan_id, tenant=tenant)
     if record is None:
         raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
     search = crud.get_search(session=session, search_id=record.search_id)
@@ -116,7 +117,17 @@ def plan_schedule(plan_id: str, session: SessionDep, principal: Reader) -> dict[
             **({"cost_model": request["cost_model"]} if request.get("cost_model") else {}),
         }
     )
-    estimate = planning.estimate(body, session, tenant=principal.tenant)
+    return record, body
+
+
+@router.get("/ui/data/plans/{plan_id}/schedule")
+async def plan_schedule(
+    plan_id: str, request: Request, session: SessionDep, principal: Reader
+) -> dict[str, Any]:
+    """The stored training plan priced again, where `POST /v1/estimate` prices it, and its
+    pipeline timeline (`cost_models.analytical.schedule_timeline`)."""
+    record, body = await run_in_threadpool(_stored_estimate, session, plan_id, principal.tenant)
+    estimate = await run_estimate(request, body, session, principal.tenant)
     details = estimate.get("details") or {}
     if "rank_work_s" not in details:
         raise InputError("this cost model reports no per-rank schedule", [])

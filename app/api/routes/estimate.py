@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Request
+from sqlmodel import Session
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
@@ -27,7 +28,15 @@ async def create_estimate(
     Serving estimates and estimates that place experts run in a request worker; closed-form
     training estimates run here (`app.services.offload.needs_worker`), at most
     `api_compute_threads` at once."""
+    return await run_estimate(request, body, session, principal.tenant)
+
+
+async def run_estimate(
+    request: Request, body: EstimateRequest, session: Session, tenant: str
+) -> Any:
+    """`planning.estimate(body)` where the service runs estimates: a request worker for those
+    that need one, else a compute slot (`api_compute_threads`) of the API process."""
     if needs_worker(body):
         return await run_in_worker(request, "estimate", body)
-    work = functools.partial(planning.estimate, body, session, tenant=principal.tenant)
+    work = functools.partial(planning.estimate, body, session, tenant=tenant)
     return await anyio.to_thread.run_sync(work, limiter=request.app.state.compute_limiter)
