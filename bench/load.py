@@ -387,7 +387,15 @@ def main() -> int:
             pid = process.pid if process is not None else None
             rows = asyncio.run(main_async(args, url, str(later["id"]), pid))
             errors = sum(r.errors for r in rows)
+            limited = sum(r.statuses.get("429", 0) for r in rows)
             print(f"total errors: {errors}")
+            if limited:
+                print(
+                    f"{limited} of them are 429 rate-limited: the service's per-client limit "
+                    "(every bench client shares one address). Start the service with "
+                    "MESHPLAN_RATE_LIMIT_PER_S / MESHPLAN_RATE_LIMIT_BURST raised, or let the "
+                    "bench start its own (no --url)."
+                )
             return 1 if errors else 0
         finally:
             if process is not None:
