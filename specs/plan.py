@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from pydantic import (
     BaseModel,
@@ -23,7 +23,33 @@ from pydantic import (
 from specs._base import Spec
 
 Recompute = Literal["none", "selective", "full"]
-PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
+PipelineSchedule = Literal[
+    "gpipe",
+    "1f1b",
+    "interleaved_1f1b",
+    "zero_bubble_h1",
+    "zero_bubble_h2",
+    "zero_bubble_v",
+    "v_half",
+    "dualpipe",
+    "dualpipe_v",
+]
+"""The pipeline schedules the cost model prices (`cost_models.analytical.schedules`, whose
+registry must list exactly these, in this order)."""
+PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
+SCHEDULE_CHUNKS: dict[str, tuple[int, int | None]] = {
+    "gpipe": (1, 1),
+    "1f1b": (1, 1),
+    "interleaved_1f1b": (2, None),
+    "zero_bubble_h1": (1, 1),
+    "zero_bubble_h2": (1, 1),
+    "zero_bubble_v": (2, 2),
+    "v_half": (2, 2),
+    "dualpipe": (1, 1),
+    "dualpipe_v": (2, 2),
+}
+"""Model chunks per pipeline rank (`parallelism.virtual_pipeline`) each schedule runs:
+(least, most; None = no limit). The V-shape schedules run 2, in a V."""
 
 
 class ParallelDims(Spec):
@@ -168,7 +194,11 @@ class TrainingPlan(Spec):
     recompute: Recompute = "none"
     """Activation recomputation: none, selective (attention core) or full (whole layer)."""
     pipeline_schedule: PipelineSchedule = "1f1b"
-    """Pipeline schedule; interleaved_1f1b needs virtual_pipeline > 1."""
+    """Pipeline schedule (`GET /v1/frameworks` lists which framework runs which):
+    gpipe, 1f1b, interleaved_1f1b (virtual_pipeline > 1), the zero-bubble family
+    zero_bubble_h1 / zero_bubble_h2 (one chunk per rank), zero_bubble_v / v_half /
+    dualpipe_v (virtual_pipeline = 2 in a V: rank j runs chunks j and 2p−1−j) and dualpipe
+    (both directions, two parameter copies per rank)."""
     stage_layers: list[int] | None = Field(default=None, max_length=65_536)
     """Layers per pipeline chunk, length pipeline × virtual_pipeline, in pipeline order
     (chunk c runs on rank c mod pipeline); null lets the service choose the split."""
@@ -208,6 +238,7 @@ class TrainingPlan(Spec):
     @model_validator(mode="after")
     def _check(self) -> TrainingPlan:
         p = self.parallelism
+        lo, hi = SCHEDULE_CHUNKS[self.pipeline_schedule]
         if self.pipeline_schedule == "interleaved_1f1b" and p.virtual_pipeline < 2:
             raise ValueError(
                 "pipeline_schedule interleaved_1f1b requires parallelism.virtual_pipeline > 1 "
@@ -217,6 +248,13 @@ class TrainingPlan(Spec):
             raise ValueError(
                 "parallelism.virtual_pipeline > 1 requires pipeline_schedule interleaved_1f1b "
                 f"(got {self.pipeline_schedule})"
+            )
+        if p.virtual_pipeline < lo or (hi is not None and p.virtual_pipeline > hi):
+            want = f"exactly {lo}" if lo == hi else f"at least {lo}"
+            raise ValueError(
+                f"pipeline_schedule {self.pipeline_schedule} runs {want} model chunk(s) per "
+                f"pipeline rank: parallelism.virtual_pipeline must be {lo if lo == hi else f'>= {lo}'} "
+                f"(got {p.virtual_pipeline})"
             )
         return self
 
