@@ -11,8 +11,11 @@ model's `check()` has the last word.
   context degree divides `sequence_length / 2` (load-balanced ring attention cuts each sequence
   into `2·context` chunks, Megatron-Core context parallelism); `data` divides the global batch.
 - Virtual pipeline (interleaved 1F1B, Narayanan et al. 2021 §2.2): `v = 1` always; with
-  `pipeline > 1` also every `v` in `2..max_v` with `pipeline·v ≤ num_layers`; interleaving needs
-  the micro-batch count to be a multiple of, and at least, `pipeline` (Megatron's schedule).
+  `pipeline > 1` also every `v` in `2..max_v` with `pipeline·v ≤ num_layers`.
+- Pipeline schedule (`cost_models.analytical.schedules`): every registered schedule that runs
+  `v` chunks per rank (1F1B alone without pipelining), minus those whose rules the micro-batch
+  count breaks (interleaving needs m a multiple of, and at least, `pipeline`; DualPipe an even
+  m ≥ 2·pipeline, ...); `constraints.pipeline_schedules` / `fixed.pipeline_schedule` restrict.
 - Micro-batch: the requested sizes, or powers of two up to 16, dividing `global_batch / data`.
 - ZeRO 0-3 (Rajbhandari et al. 2020) with every pipeline degree; which framework can run a
   combination is the framework profiles' rule (`cost_models.frameworks`): DeepSpeed and
@@ -38,6 +41,7 @@ from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+from cost_models.analytical.schedules import SCHEDULES, rule_breaks, valid_for
 from cost_models.base import TrainingProblem
 from cost_models.frameworks import DEFAULT_PREFERENCE, FrameworkProfile, build_framework
 from specs.constraints import SearchConstraints
@@ -109,8 +113,8 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
             if value not in RECOMPUTE_OPTIONS:
                 raise SpecError(field, f"must be one of {list(RECOMPUTE_OPTIONS)}", value)
         elif name == "pipeline_schedule":
-            if value not in ("1f1b", "interleaved_1f1b"):
-                raise SpecError(field, "must be 1f1b or interleaved_1f1b", value)
+            if value not in SCHEDULES:
+                raise SpecError(field, f"must be one of {', '.join(SCHEDULES)}", value)
         elif name == "framework":
             check_framework(value, field)
         elif name == "stage_layers":
@@ -319,16 +323,36 @@ def _inner_options(
         fixed,
         "micro_batch_size",
     )
+    allowed = searched_schedules(constraints, fixed)
     out: list[_Inner] = []
     for v in vs:
-        schedule = "1f1b" if v == 1 else "interleaved_1f1b"
-        if "pipeline_schedule" in fixed and fixed["pipeline_schedule"] != schedule:
-            continue
-        for b in mbs:
-            if v > 1 and not interleave_allowed(wl.global_batch_size // (b * data), pipeline):
+        for schedule in valid_for(pipeline, v):
+            if schedule not in allowed:
                 continue
-            out.append(_Inner(v, schedule, b))
+            for b in mbs:
+                m = wl.global_batch_size // (b * data)
+                if rule_breaks(schedule, pipeline, v, m):
+                    continue
+                out.append(_Inner(v, schedule, b))
     return out
+
+
+def searched_schedules(constraints: SearchConstraints, fixed: Mapping[str, Any]) -> frozenset[str]:
+    """The pipeline schedules the space enumerates: `fixed.pipeline_schedule`, else
+    `constraints.pipeline_schedules`, else every registered schedule
+    (`cost_models.analytical.schedules`); each candidate then takes those valid for its
+    pipeline, chunks per rank and micro-batch count."""
+    if "pipeline_schedule" in fixed:
+        return frozenset((fixed["pipeline_schedule"],))
+    listed = constraints.pipeline_schedules
+    if listed is None:
+        return frozenset(SCHEDULES)
+    for name in listed:
+        if name not in SCHEDULES:
+            raise SpecError(
+                "constraints.pipeline_schedules", f"must list only {', '.join(SCHEDULES)}", name
+            )
+    return frozenset(listed)
 
 
 def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers: int) -> bool:

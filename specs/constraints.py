@@ -61,6 +61,11 @@ class SearchConstraints(Spec):
     launches); `fixed.framework` pins one. List `torchtitan` to add FSDP2 with pipelining
     (ZeRO-2/3 with pipeline parallelism)."""
 
+    pipeline_schedules: list[str] | None = Field(default=None, min_length=1, max_length=32)
+    """Pipeline schedules searched (`plan.pipeline_schedule` values). Default: every schedule
+    the cost model prices that is valid for the candidate's pipeline, chunks per rank and
+    micro-batch count; `fixed.pipeline_schedule` pins one."""
+
     per_stage_tensor: bool = False
     """Searches on a cluster of mixed hardware: let each node group's pipeline stages take
     their own tensor degree (`plan.stage_tensor`, HexiScale), e.g. tensor 8 inside NVLink
@@ -79,7 +84,7 @@ class SearchConstraints(Spec):
         existed (request hashes stay)."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("frameworks", "engines", "engine_options"):
+            for name in ("frameworks", "engines", "engine_options", "pipeline_schedules"):
                 if data.get(name, 0) is None:
                     del data[name]
             if data.get("per_stage_tensor") is False:

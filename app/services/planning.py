@@ -67,7 +67,7 @@ from specs.errors import (
     SpecError,
 )
 from specs.model import ModelSpec
-from specs.plan import TrainingPlan, canonical_hash
+from specs.plan import PIPELINE_SCHEDULES, TrainingPlan, canonical_hash
 from specs.serving import ServingWorkload, canonical_engine_name
 from specs.warnings import PlanWarning
 from specs.workload import TrainingWorkload
@@ -565,7 +565,7 @@ _DEGREES = ("data", "tensor", "pipeline", "virtual_pipeline", "context", "expert
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "zero_stage": (0, 1, 2, 3),
     "recompute": ("none", "selective", "full"),
-    "pipeline_schedule": ("1f1b", "interleaved_1f1b"),
+    "pipeline_schedule": PIPELINE_SCHEDULES,
 }
 
 

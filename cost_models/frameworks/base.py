@@ -133,7 +133,9 @@ class FrameworkProfile:
     """Whether the framework trains mixture-of-experts models."""
     rules: ClassVar[tuple[str, ...]] = ()
     """The combination rules `_rules` checks, in words (`GET /v1/frameworks`)."""
-    rule_fields: ClassVar[frozenset[str]] = frozenset({"zero_stage"})
+    rule_fields: ClassVar[frozenset[str]] = frozenset(
+        {"zero_stage", "pipeline", "pipeline_schedule"}
+    )
     """The `PlanKey` fields `violations` reads (callers may cache its answer per these
     fields and the model); a profile whose `_rules` reads more must list them."""
     Config: ClassVar[type[FrameworkConfig]] = FrameworkConfig
@@ -151,7 +153,26 @@ class FrameworkProfile:
         if model.moe is not None and not self.supports_moe:
             out.append(f"{self.name} has no mixture-of-experts layers")
         out.extend(self._rules(key))
+        schedule = self._schedule_rule(key)
+        if schedule and not any("schedule" in o for o in out):
+            out.append(schedule)
         return out
+
+    def _schedule_rule(self, key: PlanKey) -> str:
+        """Whether the framework runs the plan's pipeline schedule: the schedule plug-in
+        lists the frameworks that run it (`cost_models.analytical.schedules`); without
+        pipelining there is no schedule to run."""
+        if key.pipeline <= 1:
+            return ""
+        # imported here: the schedules package sits in the analytical model, which imports
+        # the framework profiles
+        from cost_models.analytical.schedules import get as get_schedule
+
+        runs = get_schedule(key.pipeline_schedule).frameworks
+        if self.name in runs:
+            return ""
+        who = ", ".join(sorted(runs)) or "no registered framework"
+        return f"{self.name} does not run pipeline schedule {key.pipeline_schedule} (run by: {who})"
 
     def _rules(self, key: PlanKey) -> list[str]:
         """The framework's own combination rules (none by default)."""

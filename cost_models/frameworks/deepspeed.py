@@ -67,7 +67,9 @@ class DeepSpeed(FrameworkProfile):
 
     name = "deepspeed"
     label = "DeepSpeed"
-    rule_fields = frozenset({"zero_stage", "pipeline", "virtual_pipeline", "context"})
+    rule_fields = frozenset(
+        {"zero_stage", "pipeline", "virtual_pipeline", "context", "pipeline_schedule"}
+    )
     rules: ClassVar[tuple[str, ...]] = (
         "ZeRO-2/3 only without pipeline parallelism (PipelineEngine)",
         "no interleaved (virtual) pipeline schedule",

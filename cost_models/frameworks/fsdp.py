@@ -54,7 +54,7 @@ class FSDP(FrameworkProfile):
     name = "fsdp"
     label = "PyTorch FSDP"
     zero_stages = frozenset({0, 2, 3})
-    rule_fields = frozenset({"zero_stage", "expert"})
+    rule_fields = frozenset({"zero_stage", "expert", "pipeline_schedule", "pipeline"})
     rules: ClassVar[tuple[str, ...]] = (
         "no expert parallelism (not part of PyTorch; torchtitan adds it)",
     )

@@ -41,7 +41,7 @@ class MegatronCore(FrameworkProfile):
 
     name = "megatron_core"
     label = "Megatron-Core"
-    rule_fields = frozenset({"zero_stage", "pipeline"})
+    rule_fields = frozenset({"zero_stage", "pipeline", "pipeline_schedule"})
     rules: ClassVar[tuple[str, ...]] = ("ZeRO-2/3 (its FSDP) only without pipeline parallelism",)
     Config = MegatronCoreConfig
 

@@ -197,7 +197,8 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
     # is not 32; micro-batch 3 × data 2 does not divide 256; pipeline 2 × v 41 = 82 > 80;
     # ZeRO-2 with pipeline 2 (torchtitan runs it, so the unpinned key is priced there; pinned
     # to Megatron-Core it breaks that framework's rule). Degree rules come first, then batch, layers,
-    # framework.
+    # framework. The key keeps schedule 1f1b with v = 41: 1F1B runs one chunk per rank (the
+    # schedule rule, after the layers rule).
     problem = _problems()[0][0]
     cm = AnalyticalTrainingCostModel()
     bad = PlanKey(
@@ -209,7 +210,7 @@ def test_check_key_lists_every_rule_in_order_on_both_paths() -> None:
         micro_batch_size=3,
         zero_stage=2,
     )
-    expected = ["divisibility", "divisibility", "topology", "batch", "divisibility"]
+    expected = ["divisibility", "divisibility", "topology", "batch", "divisibility", "schedule"]
     assert [v.kind for v in cm.check_key(problem, bad)] == expected
     pinned = bad._replace(framework="megatron_core")
     assert [v.kind for v in cm.check_key(problem, pinned)] == [*expected, "framework"]

@@ -55,6 +55,9 @@ class StageTimes:
     forward_s: tuple[float, ...]
     input_grad_s: tuple[float, ...]
     weight_grad_s: tuple[float, ...]
+    total_s: tuple[float, ...] | None = None
+    """T_j when the caller has it summed already (the cost model's rank work, so that the
+    schedule reads the very number the rest of the estimate does); else F + B + W."""
 
     @classmethod
     def of(
@@ -68,6 +71,8 @@ class StageTimes:
 
     @property
     def work_s(self) -> list[float]:
+        if self.total_s is not None:
+            return list(self.total_s)
         return [
             f + b + w
             for f, b, w in zip(self.forward_s, self.input_grad_s, self.weight_grad_s, strict=True)

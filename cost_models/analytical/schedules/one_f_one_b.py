@@ -125,6 +125,7 @@ ONE_F_ONE_B = BubbleSchedule(
         "megatron_lm": MEGATRON,
         "torchtitan": FrameworkOption({"pipeline_parallel_schedule": "1F1B"}),
         "deepspeed": FrameworkOption(note="PipelineEngine's TrainSchedule"),
+        "fsdp": FrameworkOption(note="a plain training loop's pipeline"),
     },
 )
 
@@ -141,5 +142,6 @@ INTERLEAVED_1F1B = BubbleSchedule(
         "megatron_core": FrameworkOption(note="--num-virtual-stages-per-pipeline-rank"),
         "megatron_lm": FrameworkOption(note="--num-layers-per-virtual-pipeline-stage"),
         "torchtitan": FrameworkOption({"pipeline_parallel_schedule": "Interleaved1F1B"}),
+        "fsdp": FrameworkOption(note="a plain training loop's pipeline"),
     },
 )

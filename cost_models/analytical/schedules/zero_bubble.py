@@ -8,9 +8,10 @@ critical path) and W (weight gradient, scheduled into the bubbles).
   holds 2(p − j) − 1); zero when F + B ≤ 2W.
 
 Uneven stages: the per-stage term is each non-critical rank's own (`base.py`). Run by the
-Sea AI Lab Megatron-LM fork (sail-sg/zero-bubble-pipeline-parallelism: `--enable-zero-bubble`,
-`--zero-bubble-max-pending-backward`), not by upstream Megatron-LM, torchtitan or DeepSpeed:
-their exports refuse these schedules by rule.
+authors' Megatron-LM fork (sail-sg/zero-bubble-pipeline-parallelism, ENABLE_ZERO_BUBBLE in its
+examples; ZB-H1 also as the `zbpp_light` patch), not by upstream Megatron-LM, torchtitan
+(whose `InterleavedZeroBubble` is a multi-chunk variant) or DeepSpeed: no registered framework
+profile runs them, so plans with them break that framework rule and exports refuse them.
 """
 
 # The rule, row and coefficient callables share one signature (pipeline, virtual, m):

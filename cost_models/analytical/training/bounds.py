@@ -10,8 +10,15 @@ from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import flat_group
 from cost_models.analytical.schedule import pipeline_step
+from cost_models.analytical.schedules import StageSums
+from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.estimate import adam_step_s, fill_drain_s, rank_work
+from cost_models.analytical.training.estimate import (
+    adam_step_s,
+    fill_drain_s,
+    rank_work,
+    stage_times,
+)
 from cost_models.analytical.training.extras import extra_times
 from cost_models.analytical.training.layer_costs import cost_seq
 from cost_models.analytical.training.model_states import (
@@ -38,6 +45,10 @@ class BoundTerms:
 
     total_s: float
     """Σ layers + both extras, per micro-batch."""
+    forward_s: float
+    """Of which the forwards (layers and extras)."""
+    wgrad_s: float
+    """Of which the layers' weight-gradient GEMMs (W)."""
     largest_layer_s: float
     smallest_layer_s: float
     larger_extra_s: float
@@ -88,10 +99,13 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     and CP communication, the extras on the first / last rank, 2·v boundary transfers)
     sums over the ranks to ΣW, which no split changes. The busiest rank's W is at least
     ΣW / p, at least the largest layer plus the transfers (layers are not split) and at
-    least an extra plus v smallest layers (every chunk has a layer). Both schedules grow
-    with max W at fixed ΣW: 1F1B (m−1)·max W + ΣW, interleaved (m − 1/v)·max W + ΣW/v
-    (Narayanan et al. 2021 §2.2.1-2.2.2, `schedule.py`). The Adam step takes the busiest
-    rank's shard, at least the mean shard; data-parallel exposure is ≥ 0.
+    least an extra plus v smallest layers (every chunk has a layer). The schedule's own
+    bound (`Schedule.lower_bound_s`, proved in `schedules/base.py` and per schedule) takes
+    that lower bound on max W and the split-independent sums ΣF, ΣB, ΣW (F with half the
+    transfers, W the layers' weight gradients, B the rest, as `estimate.stage_times`
+    splits them); for 1F1B it is (m−1)·max W + ΣW, for interleaved (m − 1/v)·max W + ΣW/v
+    (Narayanan et al. 2021 §2.2.1-2.2.2). The Adam step takes the busiest rank's shard, at
+    least the mean shard; data-parallel exposure is ≥ 0.
     """
     pp, v, d, t, c = key.pipeline, key.virtual_pipeline, key.data, key.tensor, key.context
     e, etp = key.expert, key.expert_tensor
@@ -130,10 +144,9 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
             terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
         )
     m = terms.microbatches
-    if key.pipeline_schedule == "interleaved_1f1b" and v > 1:
-        sched = m * w_max + (total - w_max) / v
-    else:
-        sched = (m - 1) * w_max + total
+    forward = terms.forward_s + pp * p2p_rank / 2.0
+    sums = StageSums(forward, total - forward - terms.wgrad_s, terms.wgrad_s)
+    sched = get_schedule(key.pipeline_schedule).lower_bound_s(m, pp, v, w_max, sums)
     gathers = 0.0
     if key.zero_stage >= 2:
         unit = ctx.bound_gathers.get((states, pp))
@@ -147,7 +160,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
     sums = ctx.bound_layer_sums.get(layer)
     if sums is None:
-        times = cost_seq(ctx, layer).stats()
+        seq = cost_seq(ctx, layer)
+        times = seq.stats()
         first, last = extra_times(ctx, layer)
         first_x = first.compute_s + first.tp_s
         last_x = last.compute_s + last.tp_s
@@ -156,12 +170,16 @@ def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
             times.largest,
             times.smallest,
             max(first_x, last_x),
+            seq.prefix("forward")[-1] + first.forward_s + last.forward_s,
+            seq.prefix("wgrad")[-1],
         )
-    total, largest, smallest, larger_extra = sums
+    total, largest, smallest, larger_extra, forward, wgrad = sums
     pp = key.pipeline
     groups = parallel_groups(ctx, key.tensor, key.context, key.data, pp)
     return BoundTerms(
         total_s=total,
+        forward_s=forward,
+        wgrad_s=wgrad,
         largest_layer_s=largest,
         smallest_layer_s=smallest,
         larger_extra_s=larger_extra,
@@ -223,8 +241,9 @@ def _split_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     prof = profiled(ctx, key)
     pp, v = key.pipeline, key.virtual_pipeline
     m = prof.public.num_microbatches
-    split = rank_work(prof, key.stage_layers, pp, v)
-    sched = pipeline_step(split.work, m, v, key.pipeline_schedule).step_s
+    schedule = get_schedule(key.pipeline_schedule)
+    split = rank_work(prof, key.stage_layers, pp, v, schedule.placement)
+    sched = pipeline_step(stage_times(prof, split, pp), m, v, key.pipeline_schedule).step_s
     gathers = m * _unit_gather_s(ctx, key) if key.zero_stage >= 2 else 0.0
     typical = sched + fill_drain_s(prof, pp) + adam_step_s(ctx, prof, split, pp) + gathers
     return typical * ctx.straggler + ctx.config.step_overhead_s

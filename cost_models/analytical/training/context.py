@@ -115,7 +115,7 @@ class ProblemContext:
     expert_loads: dict[int, ExpertLoad] = field(default_factory=dict)
     """The busiest EP rank's routed load per expert degree (`moe.busiest_rank_load`)."""
     p2p: dict[tuple[LayerShape, str], float] = field(default_factory=dict)
-    inflight: dict[tuple[bool, int, int, int], tuple[tuple[int, ...], ...]] = field(
+    inflight: dict[tuple[str, int, int, int], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict
     )
     group_memory: dict[tuple[StateShape, int], float] = field(default_factory=dict)
@@ -124,7 +124,7 @@ class ProblemContext:
     bound_terms: dict[tuple[Any, int, int], BoundTerms] = field(default_factory=dict)
     """Step-time bound terms per (layer shape, data, pipeline); the shape is a `LayerShape`
     or the equal plain tuple the bound builds."""
-    bound_layer_sums: dict[LayerShape, tuple[float, float, float, float]] = field(
+    bound_layer_sums: dict[LayerShape, tuple[float, float, float, float, float, float]] = field(
         default_factory=dict
     )
     """The layer terms of `bound_terms` per layer shape: (Σ layers + extras, largest layer,

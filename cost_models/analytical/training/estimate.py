@@ -14,6 +14,8 @@ from cost_models.analytical.flops import recompute_flops_per_step
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB
 from cost_models.analytical.schedule import pipeline_step
+from cost_models.analytical.schedules import StageTimes
+from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.data_parallel import (
     RankWork,
@@ -92,20 +94,49 @@ class RankSplit:
     work: list[float]
     p2p_s: float
     """Boundary transfers per micro-batch on every rank (2·v exposed send/receives)."""
+    last_rank: int = -1
+    """The rank of the last chunk (the LM head): pp − 1, or 0 in a V (`rank_chunks`)."""
 
 
-def rank_work(prof: Profiled, stages: Sequence[int], pp: int, v: int) -> RankSplit:
+def rank_chunks(pp: int, v: int, placement: str = "loop") -> list[list[int]]:
+    """Per pipeline rank, its chunks (indices into `stage_layers`) in local order: chunk c on
+    rank c mod pp ("loop": Megatron, torchtitan's default), or chunks j and 2pp − 1 − j on
+    rank j ("v": ZB-V, V-Half, DualPipeV). DualPipe's rank j runs stage j of one direction
+    and, priced alike, stage pp − 1 − j of the other (`schedules/dualpipe.py`)."""
+    if placement == "v" and pp > 1:
+        return [[j, 2 * pp - 1 - j] for j in range(pp)]
+    return [list(range(j, pp * v, pp)) for j in range(pp)]
+
+
+def rank_work(
+    prof: Profiled, stages: Sequence[int], pp: int, v: int, placement: str = "loop"
+) -> RankSplit:
     """The work of every pipeline rank per micro-batch under the split `stages`: its
     layers' compute, recompute, TP / CP / EP communication and host time (the layers'
-    `time`), 2·v boundary transfers, and the embedding (rank 0) and LM head (last rank)."""
+    `time`), 2·v boundary transfers, and the embedding (rank 0) and LM head (the rank of the
+    last chunk)."""
     bounds = list(accumulate(stages, initial=0))
-    rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in range(j, pp * v, pp)] for j in range(pp)]
+    chunks = rank_chunks(pp, v, placement)
+    rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in chunks[j]] for j in range(pp)]
     chunk_sum = _chunk_sum(prof, rank_ranges, v)
     p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
+    last = 0 if placement == "v" and pp > 1 else pp - 1
     work = [chunk_sum("time", j) + p2p_rank for j in range(pp)]
     work[0] += prof.first.compute_s + prof.first.tp_s
-    work[-1] += prof.last.compute_s + prof.last.tp_s
-    return RankSplit(rank_ranges, chunk_sum, work, p2p_rank)
+    work[last] += prof.last.compute_s + prof.last.tp_s
+    return RankSplit(rank_ranges, chunk_sum, work, p2p_rank, last)
+
+
+def stage_times(prof: Profiled, split: RankSplit, pp: int) -> StageTimes:
+    """Per rank F (forward with its half of the boundary transfers), W (the weight-gradient
+    GEMMs, `layer_costs.py`) and B (the rest of the rank's work) per micro-batch; the
+    extras' backward counts as B. T_j = the rank's work exactly."""
+    fwd, _bwd = _forward_backward(prof, split, pp)
+    half = split.p2p_s / 2.0
+    wgrad = [split.chunk_sum("wgrad", j) for j in range(pp)]
+    f = [x + half for x in fwd]
+    b = [t - fx - wx for t, fx, wx in zip(split.work, f, wgrad, strict=True)]
+    return StageTimes(tuple(f), tuple(b), tuple(wgrad), tuple(split.work))
 
 
 def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, float]:
@@ -123,7 +154,7 @@ def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, f
     if j == 0:
         parts["compute"] += prof.first.compute_s
         parts["tp"] += prof.first.tp_s
-    if j == pp - 1:
+    if j == split.last_rank % pp:
         parts["compute"] += prof.last.compute_s
         parts["tp"] += prof.last.tp_s
     return parts
@@ -138,7 +169,7 @@ def rank_adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: 
     """Each pipeline rank's optimizer step: its parameter shard streamed through HBM."""
     shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
     shard[0] += prof.first.state.shard_params
-    shard[-1] += prof.last.state.shard_params
+    shard[split.last_rank] += prof.last.state.shard_params
     per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
     return [x * per_param for x in shard]
 
@@ -155,8 +186,8 @@ def _forward_backward(prof: Profiled, split: RankSplit, pp: int) -> tuple[list[f
     bwd = [split.chunk_sum("backward", j) for j in range(pp)]
     fwd[0] += prof.first.forward_s
     bwd[0] += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
-    fwd[-1] += prof.last.forward_s
-    bwd[-1] += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
+    fwd[split.last_rank] += prof.last.forward_s
+    bwd[split.last_rank] += prof.last.compute_s + prof.last.tp_s - prof.last.forward_s
     return fwd, bwd
 
 
@@ -200,17 +231,20 @@ def evaluate(
     prof = profiled(ctx, key)
     cfg, pub = ctx.config, prof.public
     m = pub.num_microbatches
-    split = rank_work(prof, stages, pp, v)
+    schedule = get_schedule(plan.pipeline_schedule)
+    split = rank_work(prof, stages, pp, v, schedule.placement)
     rank_ranges, chunk_sum, work = split.rank_ranges, split.chunk_sum, split.work
+    last = split.last_rank % pp
     fwd_rank, bwd_rank = _forward_backward(prof, split, pp)
-    sched = pipeline_step(work, m, v, plan.pipeline_schedule)
+    times = stage_times(prof, split, pp)
+    sched = pipeline_step(times, m, v, plan.pipeline_schedule)
     crit = max(range(pp), key=lambda j: work[j])
 
     # Parameters per rank (for DP traffic and the optimizer step).
     params = [chunk_sum("params", j) for j in range(pp)]
     expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
     params[0] += prof.first.state.params
-    params[-1] += prof.last.state.params
+    params[last] += prof.last.state.params
     layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
     a2a_on_nic = (
         model.moe is not None
@@ -224,7 +258,7 @@ def evaluate(
         RankWork(
             dense_params=params[j] - expert_params[j],
             expert_params=expert_params[j],
-            units=layers_per_rank[j] + (j == 0) + (j == pp - 1),
+            units=layers_per_rank[j] + (j == 0) + (j == last),
             forward_s=fwd_rank[j],
             backward_s=bwd_rank[j],
             fill_slack_s=sum(fwd_rank[:j]),
@@ -237,7 +271,7 @@ def evaluate(
     rank_optimizer = rank_adam_step_s(ctx, prof, split, pp)
     optimizer_s = max(rank_optimizer)
     fill_drain = fill_drain_s(prof, pp)
-    fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof)
+    fp8_weights = _fp8_weight_casts_s(ctx, key, params, prof, last)
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
     dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
     tied = tied_embedding_sync_s(ctx, key)
@@ -258,7 +292,9 @@ def evaluate(
         recompute=m * cparts["recompute"],
         overhead=cfg.step_overhead_s + m * cparts["host"] + fp8_weights + stragglers,
     )
-    memory, totals = _memory(ctx, prof, rank_ranges, chunk_sum, violations)
+    memory, totals = _memory(
+        ctx, prof, rank_ranges, chunk_sum, violations, last, schedule.parameter_copies
+    )
 
     n = problem.num_gpus
     rc_flops = ctx.recompute_flops.get(plan.recompute)
@@ -281,6 +317,10 @@ def evaluate(
         "num_microbatches": m,
         "rank_work_s": work,
         "rank_forward_s": fwd_rank,
+        "rank_input_grad_s": list(times.input_grad_s),
+        "rank_weight_grad_s": list(times.weight_grad_s),
+        "stage_forward_s": list(times.forward_s),
+        "pipeline_schedule": plan.pipeline_schedule,
         "critical_rank": crit,
         "group_tiers": prof.groups.tiers(),
         "p2p_time_s": prof.p2p_raw_s,
@@ -334,7 +374,7 @@ def _mfu_by_peak(ctx: ProblemContext, flops_per_gpu_s: float) -> dict[str, float
 
 
 def _fp8_weight_casts_s(
-    ctx: ProblemContext, key: PlanKey, params: list[float], prof: Profiled
+    ctx: ProblemContext, key: PlanKey, params: list[float], prof: Profiled, last: int
 ) -> float:
     """FP8 weight quantisation, once per step on the busiest rank (Transformer Engine caches
     the FP8 weights across a step's micro-batches, `fp8.py`): read BF16, write the FP8
@@ -349,7 +389,7 @@ def _fp8_weight_casts_s(
         per_param = fp8.quantize_bytes_per_element
     extras = (prof.first.state.params, prof.last.state.params)
     layer_params = [
-        p - (extras[0] if j == 0 else 0.0) - (extras[1] if j == len(params) - 1 else 0.0)
+        p - (extras[0] if j == 0 else 0.0) - (extras[1] if j == last else 0.0)
         for j, p in enumerate(params)
     ]
     return max(layer_params) * per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
@@ -361,9 +401,13 @@ def _memory(
     rank_ranges: list[list[tuple[int, int]]],
     chunk_sum: ChunkSum,
     violations: list[Violation],
+    last: int = -1,
+    copies: int = 1,
 ) -> tuple[MemoryReport, list[float]]:
     """Memory per pipeline rank (appending a `memory` violation per rank over the limit)
-    and the per-rank totals, bytes."""
+    and the per-rank totals, bytes. `last`: the rank of the LM head; `copies`: parameter
+    copies per rank (DualPipe holds its stage and its mirror's: weights, gradients and
+    optimizer states twice)."""
     pub = prof.public
     frag = ctx.config.fragmentation_fraction
     act_prefix = prof.prefix("act")
@@ -384,11 +428,13 @@ def _memory(
             grads += prof.first.state.grads_bytes
             opt += prof.first.state.optimizer_bytes
             acts += pub.inflight_microbatches[0][0] * prof.first.activation_bytes
-        if j == pp - 1:
+        if j == last % pp:
             weights += prof.last.state.weights_bytes
             grads += prof.last.state.grads_bytes
             opt += prof.last.state.optimizer_bytes
             acts += prof.last.activation_bytes
+        if copies > 1:
+            weights, grads, opt = copies * weights, copies * grads, copies * opt
         other = prof.runtime_bytes + prof.bucket_bytes + frag * acts
         total = weights + grads + opt + acts + other
         totals.append(total)

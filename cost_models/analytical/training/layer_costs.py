@@ -11,6 +11,16 @@ with their all-to-alls and expert-tensor collectives (`moe.py`).
 
 A layer's cost is its recompute-independent core (`LayerCore`, cached per layer kind and
 shape without recompute) plus what the recompute mode adds (`LayerCost`).
+
+Backward split for the zero-bubble schedules (Qi et al., "Zero Bubble Pipeline
+Parallelism", ICLR 2024, §2: B computes the input gradient and is on the critical path, W the
+weight gradient and can wait): W is the weight-gradient GEMM of every linear (`wgrad` of
+`gemm.backward_parts_s`, ≈ the forward GEMM's FLOPs) and half of the routed experts' grouped
+GEMM backward (their data- and weight-gradient GEMMs have equal FLOPs); everything else of
+the backward is B — the data-gradient GEMMs, the attention core's backward (it has no
+weights), the elementwise backward, recomputation (it precedes B) and the backward's exposed
+communication (each collective follows the operation whose tensor it carries: the input
+gradients' reduce-scatters / all-reduces and all-to-alls are B's).
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ class LayerCore:
     """GEMMs + elementwise kernels (+ MoE permutation) forward."""
     backward_s: float
     """Their backward."""
+    wgrad_s: float
+    """Of which the weight-gradient GEMMs (W of the zero-bubble schedules)."""
     attention_forward_s: float
     attention_backward_s: float
     tp_forward_s: float
@@ -94,6 +106,8 @@ class LayerCost:
     host_s: float = 0.0
     """Host time by which issuing the layer's kernels exceeds their GPU time (the GPU waits
     for the CPU; 0 when the GPU work is longer)."""
+    wgrad_s: float = 0.0
+    """Of `backward_s`, the weight-gradient GEMMs (W; module docstring)."""
 
     @property
     def total_s(self) -> float:
@@ -232,6 +246,7 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
         activation_bytes=_activation_bytes(ctx, is_moe, shape),
         working_bytes=core.working_bytes,
         host_s=host_excess,
+        wgrad_s=core.wgrad_s,
     )
     ctx.layer_costs[key] = cost
     return cost
@@ -256,7 +271,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     framework = ctx.framework(shape.framework).config
     h = model.hidden_size
     tokens = b * s / c
-    fwd = bwd = 0.0
+    fwd = bwd = wgrad_total = 0.0
     # (dgrad, wgrad) of the column-parallel GEMMs of the attention and of the MLP pair
     hiding = {"attention": [0.0, 0.0], "mlp": [0.0, 0.0]}
     gemm_kernels = 0
@@ -274,6 +289,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         dgrad, wgrad = gemm.backward_parts_s(m_, k_, n_)
         fwd += f
         bwd += dgrad + wgrad
+        wgrad_total += wgrad
         gemm_kernels += 1
         if quantized:
             assert fp8 is not None
@@ -311,6 +327,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         )
         fwd += ef + perm
         bwd += eb + BACKWARD_BYTES_RATIO * perm
+        wgrad_total += eb / 2.0  # data- and weight-gradient grouped GEMMs: equal FLOPs
         gemm_kernels += 2 * len(busiest.local_factors)
         if fp8 is not None:  # the dispatched tokens and the experts' output gradients
             routed = load * tokens_gpu * moe.top_k * etp
@@ -408,6 +425,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     return LayerCore(
         forward_s=fwd,
         backward_s=bwd,
+        wgrad_s=wgrad_total,
         attention_forward_s=att_f,
         attention_backward_s=att_b,
         tp_forward_s=tp_fwd,
@@ -478,6 +496,7 @@ def cost_seq(ctx: ProblemContext, shape: LayerShape) -> LayerSeq:
         public={
             "time": per_layer({k: x.total_s for k, x in costs.items()}, flags),
             "forward": per_layer({k: x.forward_s for k, x in costs.items()}, flags),
+            "wgrad": per_layer({k: x.wgrad_s for k, x in costs.items()}, flags),
             "act": per_layer({k: x.activation_bytes * frag for k, x in costs.items()}, flags),
         },
         max_working_bytes=max(x.working_bytes for x in costs.values()),

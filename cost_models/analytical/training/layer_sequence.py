@@ -11,6 +11,7 @@ PREFIX_FIELDS = {
     "time": "total_s",
     "forward": "forward_s",
     "backward": "backward_s",
+    "wgrad": "wgrad_s",
     "compute": "compute_s",
     "recompute": "recompute_s",
     "tp": "tp_s",

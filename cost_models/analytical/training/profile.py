@@ -7,13 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.analytical.memory import (
-    GIB,
-    grad_bucket_bytes,
-    inflight_1f1b,
-    inflight_interleaved,
-)
+from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import ParallelGroups
+from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.extras import Extra, extras
 from cost_models.analytical.training.layer_costs import cost_seq
@@ -103,15 +99,14 @@ def p2p_overlapped(ctx: ProblemContext, key: PlanKey) -> bool:
 
 
 def inflight(
-    ctx: ProblemContext, interleaved: bool, pp: int, v: int, m: int
+    ctx: ProblemContext, schedule: str, pp: int, v: int, m: int
 ) -> tuple[tuple[int, ...], ...]:
-    """[rank][local chunk] micro-batches held at the memory peak under the schedule."""
-    key = (interleaved, pp, v, m)
+    """[rank][local chunk] micro-batches held at the memory peak under the schedule (its
+    plug-in's count, `cost_models.analytical.schedules`; an unknown name is a SpecError)."""
+    key = (schedule, pp, v, m)
     hit = ctx.inflight.get(key)
     if hit is None:
-        hit = ctx.inflight[key] = (
-            inflight_interleaved(pp, v, m) if interleaved else inflight_1f1b(pp, m)
-        )
+        hit = ctx.inflight[key] = get_schedule(schedule).inflight(pp, v, m)
     return hit
 
 
@@ -147,16 +142,22 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     runtime = cfg.runtime_context_gib * GIB
     zero3 = zero3_working_bytes(ctx, states_shape)
     rc_work = costs.max_working_bytes if rc == "full" else 0.0
-    held = inflight(ctx, key.pipeline_schedule == "interleaved_1f1b" and v > 1, pp, v, m)
+    held = inflight(ctx, key.pipeline_schedule, pp, v, m)
+    # DualPipe holds its stage's states twice (`schedules/dualpipe.py`): the partition
+    # program sees the doubled bytes, as evaluate() charges them
+    copies = get_schedule(key.pipeline_schedule).parameter_copies
+    layer_states = states.public["state"]
+    if copies > 1:
+        layer_states = tuple(copies * x for x in layer_states)
     public = LayerProfile(
         layer_time_s=costs.public["time"],
         layer_forward_time_s=costs.public["forward"],
-        layer_state_bytes=states.public["state"],
+        layer_state_bytes=layer_states,
         layer_activation_bytes=costs.public["act"],
         first_extra_time_s=first.compute_s + first.tp_s,
         last_extra_time_s=last.compute_s + last.tp_s,
-        first_extra_state_bytes=first.state.total_bytes,
-        last_extra_state_bytes=last.state.total_bytes,
+        first_extra_state_bytes=copies * first.state.total_bytes,
+        last_extra_state_bytes=copies * last.state.total_bytes,
         first_extra_activation_bytes=first.activation_bytes * frag,
         last_extra_activation_bytes=last.activation_bytes * frag,
         p2p_time_s=p2p,

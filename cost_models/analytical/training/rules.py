@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from cost_models.analytical.fp8 import default_recipe
 from cost_models.analytical.fp8 import supports as fp8_supports
+from cost_models.analytical.schedules import rule_breaks
 from cost_models.analytical.training.context import ProblemContext
 from specs.errors import PlannerError
 from specs.plan import PlanKey, Violation
@@ -92,14 +93,7 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
             and pp * v <= ctx.num_layers
             and ctx.framework_checks.get(_framework_key(key)) == []
         )
-    if (
-        clear
-        and not gbs % (b * d)
-        and (
-            schedule != "interleaved_1f1b"
-            or (pp >= 2 and gbs // (b * d) >= pp and not (gbs // (b * d)) % pp)
-        )
-    ):
+    if clear and not gbs % (b * d) and not rule_breaks(schedule, pp, v, gbs // (b * d)):
         return []
     return check(ctx, key)
 
@@ -139,27 +133,11 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
                 ),
             )
         )
-    if key.pipeline_schedule == "interleaved_1f1b":
-        m = gbs // (b * d) if b * d else 0
-        if pp < 2:
-            out.append(
-                Violation(
-                    kind="schedule",
-                    field="plan.pipeline_schedule",
-                    detail=f"interleaved_1f1b needs pipeline >= 2 (got {pp})",
-                )
-            )
-        elif m < pp or m % pp:
-            out.append(
-                Violation(
-                    kind="schedule",
-                    field="plan.pipeline_schedule",
-                    detail=(
-                        f"interleaved_1f1b needs the number of micro-batches ({m}) to be "
-                        f"a multiple of pipeline ({pp}) and at least pipeline"
-                    ),
-                )
-            )
+    # the schedule's own rules (`cost_models.analytical.schedules`; an unknown schedule is a
+    # SpecError, never another schedule's rules)
+    m = gbs // (b * d) if b * d else 0
+    for brk in rule_breaks(key.pipeline_schedule, pp, v, m):
+        out.append(Violation(kind="schedule", field="plan.pipeline_schedule", detail=brk.detail))
     out.extend(_framework_rules(ctx, key))
     out.extend(after)
     return out
