@@ -47,6 +47,7 @@ from collections import Counter
 from typing import Any
 
 from cost_models.analytical.schedule import pipeline_step
+from cost_models.analytical.schedules import StageTimes
 from cost_models.analytical.training.profile import boundary_activation_bytes
 from cost_models.base import LayerProfile, TrainingCostModel, TrainingEstimate, TrainingProblem
 from hardware_catalog.schema import ResolvedCluster
@@ -334,7 +335,16 @@ def evaluate_mixed(
                 extra_fill = max(extra_fill, 2 * max(0.0, cross - own))
             else:
                 work[r] += max(0.0, cross - own)
-    sched = pipeline_step(work, m, 1, plan.pipeline_schedule)
+    # the schedule plug-in on each stage's own F / B / W (B takes the extra hand-off time)
+    forward = [float(details[j]["stage_forward_s"][j]) for j in range(pp)]
+    wgrad = [float(details[j]["rank_weight_grad_s"][j]) for j in range(pp)]
+    times = StageTimes(
+        tuple(forward),
+        tuple(t - f - w for t, f, w in zip(work, forward, wgrad, strict=True)),
+        tuple(wgrad),
+        tuple(work),
+    )
+    sched = pipeline_step(times, m, plan.parallelism.virtual_pipeline, plan.pipeline_schedule)
     crit = max(range(pp), key=lambda j: work[j])
 
     def per_rank(name: str) -> list[float]:
@@ -444,6 +454,11 @@ def evaluate_mixed(
     mixed_details: dict[str, Any] = {
         "num_microbatches": m,
         "rank_work_s": work,
+        "rank_forward_s": [float(details[j]["rank_forward_s"][j]) for j in range(pp)],
+        "stage_forward_s": list(times.forward_s),
+        "rank_input_grad_s": list(times.input_grad_s),
+        "rank_weight_grad_s": list(times.weight_grad_s),
+        "pipeline_schedule": plan.pipeline_schedule,
         "critical_rank": crit,
         "stage_pools": names,
         "pool_boundaries": boundaries,

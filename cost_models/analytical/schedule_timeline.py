@@ -23,7 +23,14 @@ bubble. The cost model counts boundary transfers inside W_j; when they are not o
 but the last stage's forward and the first stage's backward) is drawn as communication. After the
 pipeline flush each rank runs its exposed data-parallel communication and its optimizer step.
 For uniform stages the pipeline part ends at (m + p − 1)·W (1F1B) and m·W + (p − 1)·W/v
-(interleaved), the closed forms of `cost_models.analytical.schedule`."""
+(interleaved), the closed forms of `cost_models.analytical.schedule`.
+
+Every other schedule (GPipe, the zero-bubble family, the V shapes, DualPipe) is drawn from
+its plug-in's simulation (`cost_models.analytical.schedules.simulate`) on the estimate's
+per-rank F (`stage_forward_s`, with its sends), B (`rank_input_grad_s`) and W
+(`rank_weight_grad_s`); W is its own kind, "weight-gradient". An unknown schedule, or one
+whose rules the plan breaks (interleaving with m not a multiple of p), is a SpecError: the
+timeline never draws another schedule in its place."""
 
 from __future__ import annotations
 
@@ -31,7 +38,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("forward", "backward", "communication", "bubble", "data_parallel", "optimizer")
+from specs.errors import SpecError
+
+KINDS = (
+    "forward",
+    "backward",
+    "communication",
+    "bubble",
+    "data_parallel",
+    "optimizer",
+    "weight-gradient",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,35 +127,80 @@ def simulate(
 
 def timeline(details: dict[str, Any], virtual: int, schedule: str) -> dict[str, Any]:
     """The timeline the plan page draws: per stage, segments `[start_s, end_s, kind, mb]`
-    (kind an index into `kinds`), the end of the pipeline flush and of the step's last rank."""
+    (kind an index into `kinds`), the end of the pipeline flush and of the step's last rank.
+
+    Raises:
+        SpecError: at `pipeline_schedule` for an unknown schedule or a broken schedule rule.
+    """
+    from cost_models.analytical.schedules import get, rule_breaks
+
+    plugin = get(schedule)
     work = [float(x) for x in details["rank_work_s"]]
     fwd = [float(x) for x in details["rank_forward_s"]]
-    bwd = [w - f for w, f in zip(work, fwd, strict=True)]
     m = int(details["num_microbatches"])
-    v = virtual if schedule == "interleaved_1f1b" else 1
     p = len(work)
-    runs = simulate(fwd, bwd, m, v)
-    flush = max((r[-1][1] for r in runs if r), default=0.0)
+    v = virtual if plugin.chunks_ok(virtual) else 0
+    breaks = rule_breaks(schedule, p, virtual, m) if p > 1 else ()
+    if v == 0 or breaks:
+        rule = breaks[0].rule if breaks else f"{schedule}.chunks-per-rank"
+        detail = breaks[0].detail if breaks else f"virtual_pipeline = {virtual}"
+        raise SpecError("pipeline_schedule", rule, schedule, detail)
     p2p = 0.0 if details.get("p2p_overlapped", True) else float(details.get("p2p_time_s", 0.0))
+    kind = {k: i for i, k in enumerate(KINDS)}
+    segments: list[list[tuple[float, float, str, int, bool]]]
+    if schedule in ("1f1b", "interleaved_1f1b"):
+        bwd = [w - f for w, f in zip(work, fwd, strict=True)]
+        runs = simulate(fwd, bwd, m, v)
+        stages_total = p * v
+        segments = [
+            [
+                (
+                    start,
+                    end,
+                    "forward" if op.forward else "backward",
+                    op.microbatch,
+                    (op.chunk * p + j < stages_total - 1) if op.forward else op.chunk * p + j > 0,
+                )
+                for start, end, op in run
+            ]
+            for j, run in enumerate(runs)
+        ]
+    else:
+        from cost_models.analytical.schedules.simulate import simulate as simulate_schedule
+
+        f = [float(x) for x in details["stage_forward_s"]]
+        b = [float(x) for x in details["rank_input_grad_s"]]
+        w = [float(x) for x in details["rank_weight_grad_s"]]
+        sim = simulate_schedule(plugin, f, b, w, m, v)
+        last = p if plugin.placement == "dual" else p * (2 if plugin.placement == "v" else v)
+        names = {"F": "forward", "B": "backward", "W": "weight-gradient"}
+        segments = [
+            [
+                (
+                    start,
+                    end,
+                    names[op.kind],
+                    op.microbatch,
+                    (op.stage < last - 1) if op.kind == "F" else op.kind == "B" and op.stage > 0,
+                )
+                for start, end, op in run
+            ]
+            for run in sim.runs
+        ]
+    flush = max((r[-1][1] for r in segments if r), default=0.0)
     dp = details.get("rank_data_parallel_exposed_s") or [0.0] * p
     opt = details.get("rank_optimizer_s") or [0.0] * p
-    kind = {k: i for i, k in enumerate(KINDS)}
     stages: list[list[list[float]]] = []
-    v_used = v if v > 1 and m % p == 0 else 1
-    for j, run in enumerate(runs):
+    for j, run in enumerate(segments):
         segs: list[list[float]] = []
         t = 0.0
-        for start, end, op in run:
+        for start, end, name, mb, sends in run:
             if start > t:
                 segs.append([t, start, kind["bubble"], -1])
-            s = op.chunk * p + j
-            sends = (s < p * v_used - 1) if op.forward else s > 0
             comm = min(p2p, end - start) if sends else 0.0
-            segs.append(
-                [start, end - comm, kind["forward" if op.forward else "backward"], op.microbatch]
-            )
+            segs.append([start, end - comm, kind[name], mb])
             if comm > 0:
-                segs.append([end - comm, end, kind["communication"], op.microbatch])
+                segs.append([end - comm, end, kind["communication"], mb])
             t = end
         if flush > t:
             segs.append([t, flush, kind["bubble"], -1])
@@ -154,7 +216,8 @@ def timeline(details: dict[str, Any], virtual: int, schedule: str) -> dict[str, 
         "kinds": list(KINDS),
         "stages": stages,
         "num_microbatches": m,
-        "virtual": v_used,
+        "virtual": v,
+        "schedule": schedule,
         "pipeline_end_s": flush,
         "end_s": max((s[-1][1] for s in stages if s), default=0.0),
     }

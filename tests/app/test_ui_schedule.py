@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from cost_models.analytical.schedule_timeline import KINDS, simulate, timeline
+from specs.errors import SpecError
 
 
 @pytest.mark.parametrize(
@@ -80,10 +81,31 @@ def test_overlapped_transfers_draw_no_communication() -> None:
 
 
 def test_interleaving_needs_microbatches_divisible_by_stages() -> None:
-    """Megatron refuses interleaving when m is not a multiple of p; drawn as 1F1B then."""
-    t = timeline(_details(num_microbatches=3), 2, "interleaved_1f1b")
-    assert t["virtual"] == 1
-    assert t["pipeline_end_s"] == pytest.approx((3 + 1) * 3.0)
+    """Megatron refuses interleaving when m is not a multiple of p: the timeline names the
+    rule instead of drawing another schedule; an unknown schedule is refused alike."""
+    with pytest.raises(SpecError) as err:
+        timeline(_details(num_microbatches=3), 2, "interleaved_1f1b")
+    assert err.value.rule == "interleaved_1f1b.microbatches"
+    with pytest.raises(SpecError) as err:
+        timeline(_details(), 1, "1f1b_turbo")
+    assert err.value.field == "pipeline_schedule"
+
+
+def test_zero_bubble_timeline_draws_weight_gradients() -> None:
+    """ZB-H1 on 2 ranks, F = B = W = 1, m = 4: its closed form (m·3 + (p−1)(F + B − W) = 13)
+    is where the simulated flush ends; W is drawn as its own kind, m per rank."""
+    details = _details(
+        rank_work_s=[3.0, 3.0],
+        stage_forward_s=[1.0, 1.0],
+        rank_input_grad_s=[1.0, 1.0],
+        rank_weight_grad_s=[1.0, 1.0],
+        p2p_overlapped=True,
+    )
+    t = timeline(details, 1, "zero_bubble_h1")
+    assert t["pipeline_end_s"] == pytest.approx(13.0)
+    w = KINDS.index("weight-gradient")
+    for segs in t["stages"]:
+        assert sum(1 for s in segs if s[2] == w) == 4
 
 
 def test_root_redirects_and_pages_render(client: Any) -> None:

@@ -118,7 +118,7 @@ const mp = {
     mp.charts[id] = new Chart(document.getElementById(id), config);
     return mp.charts[id];
   },
-  colors: { forward: "#4e79a7", backward: "#f28e2b", communication: "#e15759", bubble: "#d9d9d9", data_parallel: "#76b7b2", optimizer: "#59a14f",
+  colors: { forward: "#4e79a7", backward: "#f28e2b", communication: "#e15759", bubble: "#d9d9d9", data_parallel: "#76b7b2", optimizer: "#59a14f", "weight-gradient": "#edc948",
     weights: "#4e79a7", gradients: "#f28e2b", optimizer_state: "#59a14f", activations: "#e15759", other: "#b07aa1" },
 };
 window.mp = mp;
