@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from app.exports.schedules import schedule_options
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -108,6 +109,7 @@ def parse_layout(layout: str) -> list[list[str]]:
 def _pipeline_flags(plan: TrainingPlan, num_layers: int) -> list[str]:
     p = plan.parallelism
     pp, vpp = p.pipeline, p.virtual_pipeline
+    schedule_options(FORMAT, "megatron_core", plan)  # 1F1B / interleaved 1F1B only
     require(
         vpp == 1 or pp > 1,
         FORMAT,

@@ -29,6 +29,7 @@ from typing import Any
 
 import tomli_w
 
+from app.exports.schedules import schedule_options
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -149,9 +150,9 @@ def build_config(
         )
         parallelism.update(
             {
-                "pipeline_parallel_schedule": "Interleaved1F1B"
-                if p.virtual_pipeline > 1
-                else "1F1B",
+                "pipeline_parallel_schedule": schedule_options(FORMAT, "torchtitan", plan)[
+                    "pipeline_parallel_schedule"
+                ],
                 "pipeline_parallel_microbatch_size": mbs,
                 "module_fqns_per_model_part": module_fqns(layers, model.num_layers),
             }

@@ -1,0 +1,35 @@
+"""Which framework runs a plan's pipeline schedule, for the exports: the schedule plug-in
+lists the frameworks that run it and their options (`cost_models.analytical.schedules`); a
+format whose framework is not among them refuses the plan (422) naming the rule
+`<format>.pipeline-schedule`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from app.exports.base import UnexpressiblePlan
+from cost_models.analytical.schedules import get
+from specs.plan import TrainingPlan
+
+
+def schedule_options(fmt: str, framework: str, plan: TrainingPlan) -> Mapping[str, str]:
+    """The options `framework` runs `plan.pipeline_schedule` with (empty without
+    pipelining: there is no schedule to run).
+
+    Raises:
+        UnexpressiblePlan: rule `<fmt>.pipeline-schedule` when the framework does not run
+            the schedule.
+    """
+    if plan.parallelism.pipeline <= 1:
+        return {}
+    schedule = get(plan.pipeline_schedule)
+    option = schedule.frameworks.get(framework)
+    if option is None:
+        runs = ", ".join(sorted(schedule.frameworks)) or "none of the exported frameworks"
+        raise UnexpressiblePlan(
+            fmt,
+            f"{fmt}.pipeline-schedule",
+            f"{framework} does not run pipeline schedule {plan.pipeline_schedule} "
+            f"({schedule.title}; run by: {runs})",
+        )
+    return option.options
