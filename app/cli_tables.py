@@ -27,6 +27,8 @@ BORDER_PER_COLUMN = 3
 """A rich table's border and padding per column (`│ x `), plus one closing border."""
 TEXT_MIN_WIDTH = 10
 """The narrowest a text column is laid out (its header, when longer, wins)."""
+WORD_MAX = 20
+"""A text column makes room for words up to this long (model names, `3×decode`)."""
 WIDE_TEXT_WIDTH = 60
 """With `--wide`, a text column is at least this wide (or its natural width)."""
 KEEP = 100
@@ -87,13 +89,15 @@ def natural_width(column: Column, values: Sequence[str]) -> int:
 
 def column_width(column: Column, values: Sequence[str]) -> int:
     """The narrowest a column renders without cutting anything it must keep whole: the
-    natural width for a column that does not wrap, else its header's or `TEXT_MIN_WIDTH`
-    (at most its natural width; a longer word folds onto the next line)."""
+    natural width for a column that does not wrap; else room for its header and its longest
+    word (a word longer than `WORD_MAX` folds onto the next line), at least `TEXT_MIN_WIDTH`
+    unless everything in it is shorter."""
     natural = natural_width(column, values)
     if not wraps(column):
         return natural
     header = max(cell_len(line) for line in column.header.splitlines())
-    return max(header, min(natural, TEXT_MIN_WIDTH))
+    word = max([0, *(cell_len(w) for v in values for w in v.split())])
+    return max(header, min(natural, max(min(word, WORD_MAX), TEXT_MIN_WIDTH)))
 
 
 def fit(
@@ -172,10 +176,9 @@ def _degrees(plan: dict[str, Any]) -> str:
     return text
 
 
-def _metric(name: str, scale: float = 1.0) -> Callable[[dict[str, Any]], str]:
+def _metric(name: str) -> Callable[[dict[str, Any]], str]:
     def cell(plan: dict[str, Any]) -> str:
-        value = (plan.get("metrics") or {}).get(name)
-        return number(value * scale) if isinstance(value, int | float) else ""
+        return number((plan.get("metrics") or {}).get(name))
 
     return cell
 
