@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from app import cli_tables as tables
 from meshplan_client import MeshplanClient, MeshplanError, Plan, Search
 
 cli = typer.Typer(
@@ -288,135 +289,23 @@ def _problem_message(problem: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ---- rendering ---------------------------------------------------------------------------
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+# ---- rendering (the tables' columns and fitting: app/cli_tables.py) ------------------------
+def print_layout(layout: tables.Layout, title: str | None, *, wide: bool) -> None:
+    """A fitted table on stdout; `--wide` lets it run past the terminal's width rather than
+    squeeze a column."""
+    table = tables.build(layout, title)
+    if wide and layout.width > console.width:
+        Console(width=layout.width, force_terminal=console.is_terminal).print(table)
+    else:
+        console.print(table)
 
 
-def _table(
-    headers: tuple[str, ...],
-    rows: list[tuple[str, ...]],
-    title: str,
-    width: int,
-    left: tuple[str, ...],
-) -> Table:
-    """A rich table whose last column (an explanation) shrinks to fit `width`."""
-    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(headers)]
-    # each column takes its width plus 3 (padding and border); the last one gets the rest
-    room = max(len(headers[-1]), min(80, width - sum(w + 3 for w in widths[:-1]) - 4))
-    table = Table(title=title)
-    for name in headers:
-        table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*row[:-1], _truncate(row[-1], room))
-    return table
-
-
-def _explanation(plan: dict[str, Any]) -> str:
-    # the first clause repeats the headline metrics: show what follows it
-    return str(plan.get("explanation", "")).split("; ", 1)[-1]
-
-
-def plans_table(
-    plans: list[dict[str, Any]], title: str, width: int = 160, *, show_ids: bool = False
-) -> Table:
-    """Ranked training plans as a rich table (the explanation column shrinks to fit)."""
-    headers: tuple[str, ...] = (
-        "rank",
-        "dp/tp/pp/vp/cp",
-        "mbs",
-        "zero",
-        "recompute",
-        "step s",
-        "tokens/s",
-        "MFU",
-        "peak GiB",
-        "explanation",
-    )
-    if show_ids:
-        headers = ("id", *headers)
-    rows: list[tuple[str, ...]] = []
-    for plan in plans:
-        par = plan["parallelism"]
-        metrics = plan["metrics"]
-        degrees = "/".join(
-            str(par[k]) for k in ("data", "tensor", "pipeline", "virtual_pipeline", "context")
-        )
-        if par.get("expert", 1) > 1:
-            degrees += f" ep{par['expert']}"
-        row: tuple[str, ...] = (
-            str(plan["rank"]),
-            degrees,
-            str(plan["micro_batch_size"]),
-            str(plan["zero_stage"]),
-            str(plan["recompute"]),
-            f"{metrics['step_time_s']:.4g}",
-            f"{metrics['tokens_per_s']:,.0f}",
-            f"{metrics['mfu'] * 100:.1f}%",
-            f"{(plan.get('memory') or {}).get('peak_gib', float('nan')):.1f}",
-            _explanation(plan),
-        )
-        rows.append((str(plan["id"]), *row) if show_ids else row)
-    return _table(
-        headers, rows, title, width, left=("id", "dp/tp/pp/vp/cp", "recompute", "explanation")
-    )
-
-
-def _instance_text(instance: dict[str, Any]) -> str:
-    par = instance.get("parallelism") or {}
-    text = f"{instance.get('count', 1)}×{instance.get('role', 'both')} tp{par.get('tensor', 1)}"
-    if par.get("pipeline", 1) > 1:
-        text += f" pp{par['pipeline']}"
-    if par.get("expert", 1) > 1:
-        text += f" ep{par['expert']}"
-    text += f" b{instance.get('max_batch_size')}"
-    if instance.get("precision"):
-        text += f" {instance['precision']}"
-    return text
-
-
-def serving_table(
-    plans: list[dict[str, Any]], title: str, width: int = 160, *, show_ids: bool = False
-) -> Table:
-    """Ranked serving plans as a rich table."""
-    headers: tuple[str, ...] = (
-        "rank",
-        "layout",
-        "GPUs",
-        "goodput rps",
-        "rps/GPU",
-        "TTFT p90 ms",
-        "TPOT p90 ms",
-        "tokens/s",
-        "explanation",
-    )
-    if show_ids:
-        headers = ("id", *headers)
-    rows: list[tuple[str, ...]] = []
-    for plan in plans:
-        m = plan["metrics"]
-        layout = ", ".join(_instance_text(i) for i in plan.get("instances") or [])
-        if plan.get("mode") == "disaggregated":
-            layout = "disagg " + layout
-        row: tuple[str, ...] = (
-            str(plan["rank"]),
-            layout,
-            str(m.get("gpus_used")),
-            f"{m['goodput_rps']:.4g}",
-            f"{m['goodput_rps_per_gpu']:.4g}",
-            f"{m['ttft_ms_p90']:.4g}",
-            f"{m['tpot_ms_p90']:.4g}",
-            f"{m['throughput_tokens_per_s']:,.0f}",
-            _explanation(plan),
-        )
-        rows.append((str(plan["id"]), *row) if show_ids else row)
-    return _table(headers, rows, title, width, left=("id", "layout", "explanation"))
-
-
-def _print_plans(plans: list[Plan], title: str, *, show_ids: bool) -> None:
+def _print_plans(plans: list[Plan], title: str, *, show_ids: bool, wide: bool = False) -> None:
     bodies = [p.model_dump(mode="json") for p in plans]
-    make = serving_table if plans and plans[0].is_serving else plans_table
-    console.print(make(bodies, title, width=console.width, show_ids=show_ids))
+    layout = tables.plans_layout(bodies, console.width, wide=wide, show_ids=show_ids)
+    print_layout(layout, title, wide=wide)
+    if not wide:
+        console.print(tables.details_table(bodies, show_ids=show_ids))
 
 
 def _progress() -> Progress:
@@ -473,6 +362,12 @@ UrlOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Every column (ids, explanations, more metrics), even past the terminal."
+    ),
+]
 
 
 @cli.command()
@@ -575,6 +470,7 @@ def search(
     ] = None,
     url: UrlOption = None,
     output_json: JsonOption = False,
+    wide: WideOption = False,
     poll: Annotated[float, typer.Option(help="Seconds between progress reads.")] = 0.5,
 ) -> None:
     """Search the best parallel plans and print them ranked."""
@@ -641,7 +537,7 @@ def search(
         title = f"{model} on {cluster}: serving {prompt_tokens} → {output_tokens} tokens"
     else:
         title = f"{model} on {cluster}: {global_batch} × {seq} tokens per step"
-    _print_plans(plans, title, show_ids=False)
+    _print_plans(plans, title, show_ids=False, wide=wide)
     stats = found.stats
     wall = stats.get("wall_time_s")
     summary = f"{stats.get('enumerated', '?')} candidates, {stats.get('evaluated', '?')} evaluated"
@@ -662,8 +558,9 @@ def searches(
     limit: Annotated[int, typer.Option(help="Show at most this many.")] = 20,
     url: UrlOption = None,
     output_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
-    """List searches, newest first."""
+    """List searches, newest first, with their plan counts."""
     with _errors_exit(), connect(url) as client:
         found = list(
             client.list_searches(status=status, page_size=min(limit, 100), max_items=limit)
@@ -671,24 +568,10 @@ def searches(
     if output_json:
         _dump([s.model_dump(mode="json") for s in found])
         return
-    table = Table(title="searches")
-    for name in ("id", "status", "model", "GPUs", "workload", "plans", "created", "wall s"):
-        table.add_column(
-            name, no_wrap=True, justify="right" if name in ("GPUs", "plans", "wall s") else "left"
-        )
-    for s in found:
-        wall = s.stats.get("wall_time_s")
-        table.add_row(
-            s.id,
-            s.status,
-            s.model_name or "",
-            str(s.num_gpus or ""),
-            str(s.workload.get("kind", "")),
-            "" if s.num_plans is None else str(s.num_plans),
-            s.created_at.strftime("%Y-%m-%d %H:%M:%S") if s.created_at else "",
-            f"{wall:.2f}" if isinstance(wall, int | float) else "",
-        )
-    console.print(table)
+    layout = tables.searches_layout(
+        [s.model_dump(mode="json") for s in found], console.width, wide=wide
+    )
+    print_layout(layout, "searches", wide=wide)
 
 
 @cli.command()
@@ -697,6 +580,7 @@ def plans(
     limit: Annotated[int | None, typer.Option(help="Show the best N only.")] = None,
     url: UrlOption = None,
     output_json: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Show a search's plans, best first, with their ids."""
     with _errors_exit(), connect(url) as client:
@@ -714,6 +598,7 @@ def plans(
         items,
         f"plans of search {search_id} ({found.model_name}, {found.num_gpus} GPUs)",
         show_ids=True,
+        wide=wide,
     )
 
 

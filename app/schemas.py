@@ -544,6 +544,8 @@ class SearchPublic(BaseModel):
     constraints: dict[str, Any]
     cost_model: dict[str, Any]
     num_plans: int | None = None
+    """Plans stored for the search (succeeded or cancelled searches; null while it is queued,
+    running, or when it failed), in the search list as in a single search."""
     plans_url: str
     calibration: dict[str, Any] | None = None
     """The fit behind a `calibrated` cost model without explicit parameters."""

@@ -1,4 +1,4 @@
-"""Accuracy report: every row of `shared/calibration/published_runs.jsonl` through the search
+"""Accuracy report: every row of `bench/data/calibration/published_runs.jsonl` through the search
 (the source's parallel settings and framework fixed, the rest chosen by the planner),
 predicted vs measured time per step and MFU, memory verdicts, plan orderings, and error
 summaries per source and per framework, in-sample and held out by source.

@@ -1,4 +1,4 @@
-"""Turn the published, measured training runs in `shared/calibration/published_runs.jsonl`
+"""Turn the published, measured training runs in `bench/data/calibration/published_runs.jsonl`
 into meshplan requests and measured step times.
 
 Each row becomes a `Case`: model, cluster, workload, the parallel settings the source states
@@ -30,24 +30,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_CANDIDATES = (ROOT.parent / "shared", ROOT / "shared", Path("/work/shared"))
+PUBLISHED_RUNS = ROOT / "bench" / "data" / "calibration" / "published_runs.jsonl"
+"""The calibration set, carried in the repository (provenance and caveats in its README)."""
 
 ACCELERATORS = {"A100-SXM4-80GB": "a100-80gb", "H100-SXM5-80GB": "h100-sxm"}
 
 
-def shared_dir() -> Path | None:
-    """Where `shared/` lies: beside the clone (CI and sessions) or at /work/shared."""
-    for candidate in SHARED_CANDIDATES:
-        if (candidate / "calibration" / "published_runs.jsonl").exists():
-            return candidate
-    return None
-
-
-def load_rows() -> list[dict[str, Any]]:
-    base = shared_dir()
-    if base is None:
-        return []
-    path = base / "calibration" / "published_runs.jsonl"
+def load_rows(path: Path = PUBLISHED_RUNS) -> list[dict[str, Any]]:
+    """Every row of the calibration set; a missing file is an error, never an empty set (the
+    golden tests must not pass on nothing)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"the calibration set {path} is missing from the repository")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

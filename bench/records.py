@@ -1,7 +1,7 @@
 """Outside check on published end-to-end training throughputs that are not calibration rows.
 
 `bench/data/published_records.json` holds runs that no parameter of the cost model is fitted
-to (the calibration set is `shared/calibration/`; the straggler spread, the only whole-run
+to (the calibration set is `bench/data/calibration/`; the straggler spread, the only whole-run
 fit, is fitted there). Two kinds of row:
 
 - `best_plan`: the source reports its best throughput for a model on given hardware (its

@@ -4,14 +4,14 @@ per accelerator and architecture (dense / MoE), as spans. `solver.warnings` rais
 
 - Training: every published run the accuracy report can represent
   (`bench.published_runs.load_cases()`, rows with a request, measured or out of memory),
-  from `shared/calibration/published_runs.jsonl`: GPUs, total parameters, sequence length
+  from `bench/data/calibration/published_runs.jsonl`: GPUs, total parameters, sequence length
   and precision.
 - Serving: every measured row of `bench/data/published_serving.json` (the serving
   benchmark's golden rows): GPUs of one engine instance (tensor × pipeline × expert when the
   row states it, else the row's GPUs), total parameters of the preset, tokens of the longest
   request (prompt, at its stated maximum when given, plus output) and weight precision.
 
-Usage: `python bench/validated_range.py` (rewrites the file; needs `../shared`), or
+Usage: `python bench/validated_range.py` (rewrites the file), or
 `--check` (exit 1 when the committed file differs from what it would write).
 """
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/validated_range.py` from the clone
     sys.path.insert(0, str(ROOT))
 
-from bench.published_runs import load_cases, shared_dir  # noqa: E402
+from bench.published_runs import load_cases  # noqa: E402
 from hardware_catalog import resolve_cluster  # noqa: E402
 from specs.cluster import ClusterSpec  # noqa: E402
 from specs.model import ModelSpec  # noqa: E402
@@ -74,10 +74,8 @@ def _group(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def training_range() -> dict[str, Any] | None:
-    """The training part, or None when `shared/calibration/published_runs.jsonl` is absent."""
-    if shared_dir() is None:
-        return None
+def training_range() -> dict[str, Any]:
+    """The training part (`load_cases` raises when the calibration set is missing)."""
     rows = []
     for case in load_cases():
         if case.request is None:
@@ -99,7 +97,7 @@ def training_range() -> dict[str, Any] | None:
         )
     return {
         "source": (
-            "shared/calibration/published_runs.jsonl, the rows bench.published_runs.load_cases() "
+            "bench/data/calibration/published_runs.jsonl, the rows bench.published_runs.load_cases() "
             "turns into requests (ids are row_id)"
         ),
         "accelerators": _group(rows, ("num_gpus", "num_parameters", "sequence_length")),
@@ -139,12 +137,9 @@ def serving_range(path: Path = PUBLISHED_SERVING) -> dict[str, Any]:
     }
 
 
-def build() -> dict[str, Any] | None:
-    """The whole file's content, or None without `../shared`."""
-    training = training_range()
-    if training is None:
-        return None
-    return {"description": DESCRIPTION, "training": training, "serving": serving_range()}
+def build() -> dict[str, Any]:
+    """The whole file's content."""
+    return {"description": DESCRIPTION, "training": training_range(), "serving": serving_range()}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -155,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
-    data = build()
-    if data is None:
-        print("shared/calibration/published_runs.jsonl not found: nothing written", file=sys.stderr)
-        return 2
-    text = render(data)
+    text = render(build())
     if args.check:
         same = OUTPUT.exists() and OUTPUT.read_text(encoding="utf-8") == text
         print(f"{OUTPUT.relative_to(ROOT)}: {'up to date' if same else 'OUT OF DATE'}")

@@ -1,7 +1,7 @@
 """Error bars on predicted step times, from the residuals on published measured runs.
 
 `bench/accuracy.py --write-residuals` runs every representable row of
-`shared/calibration/published_runs.jsonl` through the search and stores the empirical
+`bench/data/calibration/published_runs.jsonl` through the search and stores the empirical
 quantiles of r = ln(measured / predicted) step time in `cost_models/data/residuals.json`
 (a golden test recomputes them, so the file cannot go stale silently). A prediction T then
 carries the interval [T·e^{q_low}, T·e^{q_high}]: with q at the 10th and 90th percentiles,

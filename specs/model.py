@@ -1,6 +1,6 @@
 """Model architecture specs (dense and MoE transformers) and their parameter counts.
 
-Parameter counts follow the layer anatomy in `shared/reference/cost_formulas.md`:
+Parameter counts follow the layer anatomy in `docs/reference/cost_formulas.md`:
 attention `h·a·d + 2·h·g·d + a·d·h` (+ biases), gated MLP `3·h·f` or plain `2·h·f`,
 MoE router `h·E` plus `E` experts and the shared experts, norms `2h` (RMSNorm: h per norm)
 or `4h` (LayerNorm: weight and bias), embedding `V·h` and an untied LM head `V·h`.

@@ -381,6 +381,19 @@ def list_plans(
     return list(session.exec(query).all()), int(session.exec(count).one())
 
 
+def plan_counts(*, session: Session, search_ids: Sequence[str]) -> dict[str, int]:
+    """How many plans each of `search_ids` has stored, in one grouped count (a search with
+    none is absent from the answer)."""
+    if not search_ids:
+        return {}
+    query = (
+        select(col(PlanRecord.search_id), func.count())
+        .where(col(PlanRecord.search_id).in_(list(search_ids)))
+        .group_by(col(PlanRecord.search_id))
+    )
+    return {search_id: int(count) for search_id, count in session.exec(query).all()}
+
+
 def get_plan(*, session: Session, plan_id: str, tenant: str | None = None) -> PlanRecord | None:
     """One plan, or None; with `tenant`, None as well when its search is another tenant's."""
     plan = session.get(PlanRecord, plan_id)

@@ -3,7 +3,7 @@
 Cost = steps·α + factor·S/B_eff, with S the bytes of the full logical buffer (all-reduce
 input, all-gather output, reduce-scatter input) and factor 2(n−1)/n (all-reduce) or (n−1)/n
 (all-gather, reduce-scatter, all-to-all); the nccl-tests bus-bandwidth convention
-(`nccl-tests/doc/PERFORMANCE.md`; `shared/reference/hardware_catalog.md` §5).
+(`nccl-tests/doc/PERFORMANCE.md`; `docs/reference/hardware_catalog.md` §5).
 
 Groups that span nodes use the hierarchical algorithm (intra-node phase on the scale-up
 fabric among the g members per node, inter-node phase on the S/g shard over k nodes with

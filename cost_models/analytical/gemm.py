@@ -2,7 +2,7 @@
 
 t(m, k, n) = max(2·m·k·n / (peak · eff(m, k, n)), bytes / (HBM bandwidth · 0.8)) + launch,
 bytes = (m·k + k·n + m·n) elements. eff = the accelerator's best-shape GEMM efficiency
-(MAMF-style measurement, `shared/reference/hardware_catalog.md` §4) × the tile utilisation
+(MAMF-style measurement, `docs/reference/hardware_catalog.md` §4) × the tile utilisation
 m·n·k / (⌈m/128⌉·128 · ⌈n/128⌉·128 · ⌈k/64⌉·64): a kernel computes whole 128×128 output
 tiles over 64-deep k slices (the CUTLASS/cuBLAS tile shape on A100/H100), so thin or ragged
 shapes waste the padded part. Williams et al. 2009 (roofline model) for the max().

@@ -119,7 +119,7 @@ def busiest_rank_load(num_experts: int, expert: int, routing: MoERoutingSpec | N
 
 def dispatch_bytes(tokens: float, top_k: int, hidden: int) -> float:
     """Send buffer of one dispatch (or combine) all-to-all on one GPU: tokens·top_k·h bf16
-    elements (`shared/reference/cost_formulas.md`, expert parallel)."""
+    elements (`docs/reference/cost_formulas.md`, expert parallel)."""
     return tokens * top_k * hidden * BYTES_PER_TOKEN_ELEMENT
 
 

@@ -105,6 +105,11 @@ def test_list_searches_newest_first(client: Any, tiny: dict[str, Any]) -> None:
     assert [s["id"] for s in page["items"]] == [first["id"]]
     only = client.get("/v1/searches?status=succeeded").json()
     assert only["total"] == 2
+    # the list carries each search's plan count, the count its own plans listing gives
+    for item in listing["items"]:
+        plans_total = client.get(f"/v1/searches/{item['id']}/plans").json()["total"]
+        assert item["num_plans"] == plans_total >= 1
+    assert listing["items"][0]["num_plans"] <= 2  # top_k 2
 
 
 @pytest.mark.usefixtures("slow_solver")

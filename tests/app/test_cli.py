@@ -72,12 +72,18 @@ def _tiny_file(tmp_path: Path) -> str:
 
 
 def _rows(output: str) -> list[list[str]]:
-    """Table body rows: the cells between the │ separators."""
-    return [
-        [c.strip() for c in line.split("│")[1:-1]]
-        for line in output.splitlines()
-        if line.startswith("│")
-    ]
+    """Table body rows: the cells between the │ separators; the continuation lines of a
+    wrapped row (its first cell empty) are joined to it."""
+    rows: list[list[str]] = []
+    for line in output.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if rows and not cells[0]:
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+        else:
+            rows.append(cells)
+    return rows
 
 
 def test_search_in_process_prints_a_ranked_table(tmp_path: Path) -> None:
@@ -324,7 +330,7 @@ def test_in_process_ids_persist_between_commands(tmp_path: Path) -> None:
     listed = runner.invoke(cli, ["plans", search_id, "--json"])
     assert listed.exit_code == 0, listed.output
     assert [p["id"] for p in json.loads(listed.stdout)] == [p["id"] for p in first["plans"]]
-    table = runner.invoke(cli, ["plans", search_id], env=WIDE)
+    table = runner.invoke(cli, ["plans", search_id, "--wide"], env=WIDE)
     assert table.exit_code == 0, table.output
     rows = _rows(table.stdout)
     assert [r[0] for r in rows] == [p["id"] for p in first["plans"]]
@@ -333,6 +339,29 @@ def test_in_process_ids_persist_between_commands(tmp_path: Path) -> None:
     assert [s["id"] for s in json.loads(searches.stdout)] == [search_id]
     wide = runner.invoke(cli, ["searches"], env=WIDE)
     assert search_id in wide.stdout and "succeeded" in wide.stdout
+
+
+def test_tables_at_80_columns_keep_ids_numbers_and_plan_counts_whole(tmp_path: Path) -> None:
+    """Against the in-process service: `searches` shows the search's plan count (the API's
+    `num_plans`), `plans` keeps ids and figures whole at 80 columns, `--wide` adds the rest."""
+    body = _search_json(tmp_path, "--top-k", "3")
+    search_id, plans = body["search"]["id"], body["plans"]
+    narrow = {"COLUMNS": "80"}
+    listed = runner.invoke(cli, ["searches"], env=narrow)
+    assert listed.exit_code == 0, listed.output
+    assert _rows(listed.stdout)[0][:3] == [search_id, "succeeded", str(len(plans))]
+    as_json = json.loads(runner.invoke(cli, ["searches", "--json"]).stdout)
+    assert as_json[0]["num_plans"] == len(plans)
+    for extra in ([], ["--wide"]):
+        shown = runner.invoke(cli, ["plans", search_id, *extra], env=narrow)
+        assert shown.exit_code == 0, shown.output
+        assert "…" not in shown.stdout
+        if not extra:
+            assert max(len(line) for line in shown.stdout.splitlines()) <= 80
+        for plan in plans:
+            tokens = f"{plan['metrics']['tokens_per_s']:,.0f}"
+            assert plan["id"] in shown.stdout and tokens in shown.stdout
+    assert "explanation" in shown.stdout and "schedule" in shown.stdout  # --wide
 
 
 def test_search_table_names_the_search_and_best_plan(tmp_path: Path) -> None:
@@ -382,7 +411,7 @@ def test_serving_search_in_process() -> None:
         assert m["goodput_rps_per_gpu"] == pytest.approx(m["goodput_rps"] / m["gpus_used"])
         per_gpu.append(m["goodput_rps_per_gpu"])
     assert per_gpu == sorted(per_gpu, reverse=True)  # best goodput per GPU first
-    table = runner.invoke(cli, ["plans", body["search"]["id"]], env=WIDE)
+    table = runner.invoke(cli, ["plans", body["search"]["id"], "--wide"], env=WIDE)
     assert table.exit_code == 0, table.output
     rows = _rows(table.stdout)
     assert [r[1] for r in rows] == ["1", "2"]

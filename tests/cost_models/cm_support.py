@@ -6,7 +6,7 @@ from __future__ import annotations
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster, ResolvedNodeGroup, Source
 from specs.model import ModelSpec
 
-_SRC = [Source(ref="tests", supports="fixture values from shared/reference/hardware_catalog.md")]
+_SRC = [Source(ref="tests", supports="fixture values from docs/reference/hardware_catalog.md")]
 
 
 def make_h100() -> AcceleratorSpec:

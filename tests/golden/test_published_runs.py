@@ -1,5 +1,5 @@
 """Golden figures of the accuracy report (`bench/accuracy.py`): every representable row of
-`shared/calibration/published_runs.jsonl` through the search with the source's parallel
+`bench/data/calibration/published_runs.jsonl` through the search with the source's parallel
 settings and framework fixed, compared with the measured step time.
 
 Every figure pinned here is **held out by source**: the one fitted parameter (the straggler
@@ -49,9 +49,8 @@ QWEN2_FSDP_ROW_ABS_ERROR_MAX = 0.30
 
 @pytest.fixture(scope="module")
 def fitted() -> tuple[list[RowResult], Fit]:
-    results, _ = run()
-    if not results:
-        pytest.skip("shared/calibration/published_runs.jsonl not found beside the repo")
+    results, _ = run()  # raises when the calibration set is missing: an error, never a skip
+    assert results, "no representable row in bench/data/calibration/published_runs.jsonl"
     return results, fit(results)
 
 

@@ -1,6 +1,6 @@
 """Parameter counts of ModelSpec against hand-derived integers (formula terms in comments).
 
-Layer anatomy from shared/reference/cost_formulas.md: attention h·a·d + 2·h·g·d + a·d·h,
+Layer anatomy from docs/reference/cost_formulas.md: attention h·a·d + 2·h·g·d + a·d·h,
 gated MLP 3·h·f (plain 2·h·f), RMSNorm h (LayerNorm 2h) per norm, two norms per layer, a final
 norm, embedding V·h and an untied head V·h.
 """

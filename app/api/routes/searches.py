@@ -179,11 +179,15 @@ def _load(session: Session, search_id: str, tenant: str | None) -> SearchRecord:
     return record
 
 
+PLANS_COUNTED = (SearchStatus.SUCCEEDED.value, SearchStatus.CANCELLED.value)
+"""The statuses whose `num_plans` is given (a queued, running or failed search has none yet)."""
+
+
 def _public_with_count(
     session: Session, record: SearchRecord, *, deliveries: bool = False
 ) -> dict[str, Any]:
     count = None
-    if record.status in (SearchStatus.SUCCEEDED.value, SearchStatus.CANCELLED.value):
+    if record.status in PLANS_COUNTED:
         count = crud.list_plans(session=session, search_id=record.id, limit=0)[1]
     public = search_public(record, num_plans=count)
     if deliveries:
@@ -509,8 +513,13 @@ def list_searches(
         tenant=principal.tenant,
     )
     more, rows = len(rows) > limit, rows[:limit]
+    counted = [r.id for r in rows if r.status in PLANS_COUNTED]
+    counts = crud.plan_counts(session=session, search_ids=counted)
     return {
-        "items": [search_public(r) for r in rows],
+        "items": [
+            search_public(r, num_plans=counts.get(r.id, 0) if r.id in counted else None)
+            for r in rows
+        ],
         "total": total,
         "limit": limit,
         "offset": offset,

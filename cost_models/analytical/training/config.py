@@ -64,7 +64,7 @@ class AnalyticalConfig(BaseModel):
     several percent (Sinha et al. 2022, arXiv 2208.11035: 8 % mean variation across clusters;
     Llama 3, arXiv 2407.21783 §3.3.4: 1–2 % diurnal throughput swings from DVFS; MegaScale,
     arXiv 2402.15627 §4: a few % of slow hosts gate the step). It is the one parameter fitted
-    to published runs: 0.015 is the in-sample fit on `shared/calibration/published_runs.jsonl`
+    to published runs: 0.015 is the in-sample fit on `bench/data/calibration/published_runs.jsonl`
     (0.0135–0.020 with any one source held out; `python bench/accuracy.py`)."""
     frameworks: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Behaviour overrides per framework profile (`cost_models.frameworks`), e.g.
