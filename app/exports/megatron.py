@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from app.exports.schedules import schedule_options
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -46,6 +45,7 @@ from app.exports.base import (
     shell_command,
     torchrun_args,
 )
+from app.exports.schedules import schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
 from specs.workload import TrainingWorkload

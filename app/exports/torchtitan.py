@@ -29,7 +29,6 @@ from typing import Any
 
 import tomli_w
 
-from app.exports.schedules import schedule_options
 from app.exports.base import (
     ExportContext,
     ExportResult,
@@ -39,6 +38,7 @@ from app.exports.base import (
     require,
     torchrun_args,
 )
+from app.exports.schedules import schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
 from specs.workload import TrainingWorkload

@@ -217,9 +217,15 @@ def test_torchtitan_toml_reproduces_the_plan(searches: dict[str, Any], key: str)
         assert [sum(m.startswith("layers.") for m in part) for part in parts] == plan[
             "stage_layers"
         ]
-        assert p["pipeline_parallel_schedule"] == (
-            "Interleaved1F1B" if par["virtual_pipeline"] > 1 else "1F1B"
-        )
+        # torchtitan's schedule class names (torchtitan/distributed/pipeline_parallel.py)
+        titan_names = {
+            "gpipe": "GPipe",
+            "1f1b": "1F1B",
+            "interleaved_1f1b": "Interleaved1F1B",
+            "zero_bubble_v": "ZBVZeroBubble",
+            "dualpipe_v": "DualPipeV",
+        }
+        assert p["pipeline_parallel_schedule"] == titan_names[plan["pipeline_schedule"]]
     else:
         assert tr["local_batch_size"] == plan["micro_batch_size"]
     assert cfg["activation_checkpoint"]["mode"] == plan["recompute"]
