@@ -155,12 +155,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _docstring_summaries(router: APIRouter) -> None:
-    """Each route's one-line docstring becomes its OpenAPI summary."""
+    """Each route's first docstring paragraph (its lines joined) becomes its OpenAPI
+    summary; the whole docstring stays the description."""
     for route in router.routes:
         if isinstance(route, APIRoute) and route.summary is None:
             doc = inspect.getdoc(route.endpoint) or ""
             if doc:
-                route.summary = doc.splitlines()[0].rstrip(".")
+                first = doc.split("\n\n", 1)[0]
+                route.summary = " ".join(first.split()).rstrip(".")
 
 
 def create_service() -> FastAPI:

@@ -20,77 +20,15 @@ from pydantic import (
     model_validator,
 )
 
+from app.examples import ESTIMATE_EXAMPLES, RESOLVE_EXAMPLES, SEARCH_EXAMPLES
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
+from specs.model_input import ModelInput
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
 from specs.workload import Workload
-
-MODEL_EXAMPLES: list[dict[str, Any]] = [
-    {"preset": "llama3-70b"},
-    {
-        "name": "my-70b",
-        "num_layers": 80,
-        "hidden_size": 8192,
-        "num_attention_heads": 64,
-        "num_kv_heads": 8,
-        "ffn_hidden_size": 28672,
-        "vocab_size": 128256,
-        "gated_mlp": True,
-        "tie_embeddings": False,
-        "moe": None,
-    },
-]
-CLUSTER_EXAMPLE: dict[str, Any] = {
-    "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8, "gpus_per_node": 8}]
-}
-WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "training",
-    "global_batch_size": 1024,
-    "sequence_length": 4096,
-    "precision": "bf16",
-}
-PLAN_EXAMPLE: dict[str, Any] = {
-    "parallelism": {
-        "data": 2,
-        "tensor": 8,
-        "pipeline": 4,
-        "virtual_pipeline": 1,
-        "context": 1,
-        "expert": 1,
-        "expert_tensor": 1,
-        "sequence_parallel": True,
-    },
-    "micro_batch_size": 1,
-    "zero_stage": 1,
-    "recompute": "selective",
-    "pipeline_schedule": "1f1b",
-    "stage_layers": [20, 20, 20, 20],
-}
-
-SERVING_WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "serving",
-    "prompt_tokens": 1024,
-    "output_tokens": 256,
-    "arrival_rate_rps": None,
-    "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90},
-    "precision": "bf16",
-    "objective": "max_goodput_per_gpu",
-}
-SERVING_PLAN_EXAMPLE: dict[str, Any] = {
-    "mode": "colocated",
-    "instances": [
-        {
-            "role": "both",
-            "count": 2,
-            "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
-            "max_batch_size": 112,
-            "chunk_size": 2048,
-        }
-    ],
-}
 
 
 def _plan_kind(value: Any) -> str:
@@ -105,9 +43,6 @@ AnyPlan = Annotated[
     Discriminator(_plan_kind),
 ]
 """A training plan (`parallelism`, ...) or a serving plan (`mode`, `instances`)."""
-
-ModelInput = dict[str, Any]
-"""`{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
 
 
 def lone_surrogate_path(value: Any, path: str = "") -> str | None:
@@ -169,10 +104,13 @@ class EstimateConstraints(_Body):
 
 
 class ModelResolveRequest(_Body):
-    model: ModelInput = Field(examples=MODEL_EXAMPLES)
+    """A model input to read as the explicit spec the planner uses."""
+
+    model: ModelInput
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"model": {"preset": "llama3-8b"}}]}
+        extra="forbid",
+        json_schema_extra={"examples": [e["value"] for e in RESOLVE_EXAMPLES.values()]},
     )
 
 
@@ -191,26 +129,7 @@ class EstimateRequest(_Body):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": CLUSTER_EXAMPLE,
-                    "workload": WORKLOAD_EXAMPLE,
-                    "plan": PLAN_EXAMPLE,
-                },
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": {
-                        "node_groups": [
-                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
-                        ]
-                    },
-                    "workload": SERVING_WORKLOAD_EXAMPLE,
-                    "plan": SERVING_PLAN_EXAMPLE,
-                },
-            ]
-        },
+        json_schema_extra={"examples": [e["value"] for e in ESTIMATE_EXAMPLES.values()]},
     )
 
 
@@ -259,27 +178,7 @@ class SearchCreate(_Body):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": CLUSTER_EXAMPLE,
-                    "workload": WORKLOAD_EXAMPLE,
-                    "constraints": {"time_limit_s": 30},
-                    "top_k": 10,
-                },
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": {
-                        "node_groups": [
-                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
-                        ]
-                    },
-                    "workload": SERVING_WORKLOAD_EXAMPLE,
-                    "top_k": 5,
-                },
-            ]
-        },
+        json_schema_extra={"examples": [e["value"] for e in SEARCH_EXAMPLES.values()]},
     )
 
 

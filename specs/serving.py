@@ -60,6 +60,16 @@ ServingObjective = Literal["max_goodput_per_gpu", "min_gpus", "min_latency", "mi
 InstanceRole = Literal["both", "prefill", "decode"]
 
 
+def _integer_or_object(schema: dict[str, Any]) -> None:
+    """The JSON schema of a LengthSpec says what it accepts: a bare integer (the `_from_int`
+    validator turns it into `fixed`) or the object form."""
+    integer = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
+    obj = {k: v for k, v in schema.items() if k not in ("title", "description")}
+    for key in obj:
+        del schema[key]
+    schema["anyOf"] = [integer, obj]
+
+
 class LengthSpec(Spec):
     """A token-length distribution: fixed, summary statistics, or samples.
 
@@ -69,7 +79,9 @@ class LengthSpec(Spec):
 
     fixed: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     """Every request has exactly this many tokens."""
-    model_config = ConfigDict(**Spec.model_config, populate_by_name=True)
+    model_config = ConfigDict(
+        **Spec.model_config, populate_by_name=True, json_schema_extra=_integer_or_object
+    )
 
     mean_length: float | None = Field(default=None, ge=1, le=MAX_TOKENS, alias="mean")
     """Mean length, given as `mean` (fitted with a lognormal together with p50 / p90, see

@@ -3,11 +3,12 @@ models and training framework profiles."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from fastapi.concurrency import run_in_threadpool
 
+from app.examples import RESOLVE_EXAMPLES
 from app.schemas import (
     AcceleratorList,
     CostModelList,
@@ -76,7 +77,9 @@ def read_model_preset(name: str) -> dict[str, Any]:
 
 
 @router.post("/v1/models/resolve", response_model=ModelPublic)
-async def resolve_model(body: ModelResolveRequest) -> dict[str, Any]:
+async def resolve_model(
+    body: Annotated[ModelResolveRequest, Body(openapi_examples=RESOLVE_EXAMPLES)],
+) -> dict[str, Any]:
     """Resolve a model input (preset, hf_config or explicit spec) to the explicit spec."""
     spec = await run_in_threadpool(planning.resolve_model, body.model)
     return planning.model_public(spec)

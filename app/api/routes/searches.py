@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
@@ -64,6 +64,7 @@ from app.db.models import (
     WebhookAttemptRecord,
     WebhookDeliveryRecord,
 )
+from app.examples import SEARCH_EXAMPLES
 from app.schemas import (
     DeliveryList,
     PlanList,
@@ -364,7 +365,7 @@ def _webhooks_notify(request: Request) -> None:
     },
 )
 async def create_search(
-    body: SearchCreate,
+    body: Annotated[SearchCreate, Body(openapi_examples=SEARCH_EXAMPLES)],
     request: Request,
     principal: Writer,
     response: Response,
