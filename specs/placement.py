@@ -193,10 +193,12 @@ class LayerPlacementPublic(BaseModel):
     status: str
     """`optimal` or `feasible` (time limit or model budget reached; see `gap`)."""
     gap: float
-    """(max rank load − best lower bound) / max rank load."""
+    """(max rank load − best lower bound) / max rank load, a fraction 0–1 (0: proven
+    optimal)."""
     lower_bound: float
     """Best proven lower bound on the max rank load."""
     solve_time_s: float
+    """Wall time the solver spent on this layer, seconds."""
     baselines: dict[str, float]
     """Imbalance of `round_robin`, `greedy` (LPT) and `eplb` on the same layer."""
 
@@ -213,9 +215,14 @@ class ExpertPlacementAnswer(BaseModel):
     max_imbalance: float
     """Largest per-layer imbalance."""
     layers: list[LayerPlacementPublic]
+    """One placement per layer, in layer order."""
     solve_time_s: float
+    """Wall time of the whole solve (every layer), seconds."""
     num_ranks: int
+    """GPUs of the expert-parallel group, as requested."""
     ranks_per_node: int
+    """GPUs per node, as requested."""
     slots_per_rank: int
+    """Expert copies each rank holds: (experts + num_redundant) / num_ranks."""
     traffic_model: str
     """`uniform_senders` or `coactivation`."""

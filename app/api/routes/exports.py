@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
+from app.api.params import ExportFormat, PlanId
 from app.db import crud
 from app.exports import FORMATS, export_plan
 from app.exports.registry import StoredPlanUnreadable
@@ -18,7 +19,11 @@ router = APIRouter(tags=["exports"])
 
 @router.get("/v1/plans/{plan_id}/export/{format}")
 def export(
-    plan_id: str, format: str, request: Request, session: SessionDep, principal: Reader
+    plan_id: PlanId,
+    format: ExportFormat,
+    request: Request,
+    session: SessionDep,
+    principal: Reader,
 ) -> dict[str, Any]:
     """Render a plan for a launcher: Megatron-LM, torchtitan, DeepSpeed, vLLM, SGLang, Slurm
     or Kubernetes.
