@@ -801,7 +801,7 @@ class MeasurementCreate(_Body):
     notes: str | None = Field(default=None, max_length=4000)
     """Free text about the run (which steps, software versions, ...)."""
     measured_at: datetime | None = None
-    """When the run was measured (default: unknown)."""
+    """When the run was measured (RFC 3339; default: unknown)."""
 
     model_config = ConfigDict(
         extra="forbid",

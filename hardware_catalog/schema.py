@@ -71,7 +71,7 @@ class AcceleratorSpec(BaseModel):
     """Scale-up (NVLink / xGMI / ICI) bandwidth per device per direction, GB/s."""
     scale_up_peer_bandwidth_gb_s: float | None = None
     """Bandwidth to a single peer per direction when the fabric is a point-to-point mesh
-    (xGMI, Gaudi RoCE); null means a switched fabric (any pair gets the full rate)."""
+    (xGMI, Gaudi RoCE), GB/s; null means a switched fabric (any pair gets the full rate)."""
     scale_out_bandwidth_gb_s: float = Field(gt=0)
     """NIC bandwidth per device per direction, GB/s."""
     scale_up_domain_size: int = Field(ge=1)
@@ -299,8 +299,8 @@ class FabricSpec(BaseModel):
     """Scale-out: latency added per extra switch tier crossed, µs, when published; null
     otherwise (then `hop_latency_estimate_us`)."""
     hop_latency_estimate_us: float | None = Field(default=None, ge=0)
-    """Scale-out: our estimate where `hop_latency_us` is unpublished (always listed in
-    `unverified_fields`)."""
+    """Scale-out: our estimate of the latency per extra switch tier, µs, where
+    `hop_latency_us` is unpublished (always listed in `unverified_fields`)."""
     sources: list[Source] = Field(min_length=1)
     """Where the values come from (`ref` + which values it `supports`)."""
     unverified_fields: list[str] = Field(default_factory=list)

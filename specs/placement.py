@@ -49,7 +49,7 @@ class ExpertPlacementRequest(Spec):
     """`coactivation[l][i][j]`: tokens routed to expert i at layer l and expert j at layer
     l + 1 (shape [layers − 1][experts][experts])."""
     time_limit_s: float = Field(default=DEFAULT_TIME_LIMIT_S, gt=0.0, le=MAX_TIME_LIMIT_S)
-    """Wall-clock limit of the whole solve (shared by the layers)."""
+    """Wall-clock limit of the whole solve (shared by the layers), seconds."""
 
     @property
     def num_layers(self) -> int:
@@ -211,7 +211,7 @@ class ExpertPlacementAnswer(BaseModel):
     status: str
     """`optimal` when every layer is proven optimal, else `feasible`."""
     gap: float
-    """Largest per-layer gap."""
+    """Largest per-layer `gap`, a fraction 0–1."""
     max_imbalance: float
     """Largest per-layer imbalance."""
     layers: list[LayerPlacementPublic]

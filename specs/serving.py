@@ -72,16 +72,16 @@ class LengthSpec(Spec):
     model_config = ConfigDict(**Spec.model_config, populate_by_name=True)
 
     mean_length: float | None = Field(default=None, ge=1, le=MAX_TOKENS, alias="mean")
-    """Mean length, given as `mean` (fitted with a lognormal together with p50 / p90, see
+    """Mean length in tokens, given as `mean` (fitted with a lognormal together with p50 / p90, see
     the module doc); the method `mean()` returns the distribution's mean."""
     p50: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    """Median length."""
+    """Median length, tokens."""
     p90: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    """90th-percentile length."""
+    """90th-percentile length, tokens."""
     samples: list[int] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ROWS)
-    """Observed lengths, resampled with replacement."""
+    """Observed lengths in tokens, resampled with replacement."""
     percentiles: list[int] | None = Field(default=None, min_length=2, max_length=1001)
-    """Lengths at evenly spaced quantiles from the minimum to the maximum (101 values: the
+    """Lengths in tokens at evenly spaced quantiles from the minimum to the maximum (101 values: the
     0th, 1st, …, 100th percentile; a named `dataset` expands to 1001, one every 0.1 %),
     non-decreasing; sampled by inverse transform, linear between neighbours."""
 
@@ -251,9 +251,11 @@ class ServingWorkload(Spec):
     kind: Literal["serving"] = "serving"
     """Workload kind: `serving` (LLM inference under latency SLOs)."""
     prompt_tokens: LengthSpec | None = None
-    """Prompt length distribution (replaced by `trace`)."""
+    """Prompt length in tokens: a fixed integer, `{mean, p50?, p90?}`, `{samples}` or
+    `{percentiles}` (replaced by `trace` or `dataset`)."""
     output_tokens: LengthSpec | None = None
-    """Output length distribution (replaced by `trace`)."""
+    """Output length in tokens, in the same forms as `prompt_tokens` (replaced by `trace`
+    or `dataset`)."""
     trace: list[tuple[float, int, int]] | None = Field(
         default=None, min_length=1, max_length=MAX_LIST_ROWS
     )
