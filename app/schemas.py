@@ -513,7 +513,7 @@ class CostModelPublic(_Public):
     """The model's version (stored with every plan it prices); null when it cannot be built
     with its default options."""
     description: str | None = None
-    """What the model does, when it says."""
+    """A one-line summary of the model; null: the service does not fill it in yet."""
 
 
 class CostModelList(_Public):
@@ -632,8 +632,9 @@ class SearchPublic(_Public):
     """Times a worker has started the search (a search interrupted by a restart or a dead
     worker is run again, up to the service's max_attempts)."""
     objective: str
-    """The request's `objective` (`max_throughput`; serving searches rank by
-    `workload.objective`)."""
+    """What the search ranks by: the request's `objective` (`max_throughput`) for a training
+    search, `workload.objective` (`max_goodput_per_gpu`, `min_gpus`, `min_cost`,
+    `min_latency`) for a serving one."""
     top_k: int
     """Plans kept at most, count."""
     model: ModelInput
@@ -689,7 +690,7 @@ class PlanPublic(_Public):
     search_id: str
     """The search that found the plan."""
     rank: int
-    """1 = best."""
+    """Place in the search's ranking, 1 = best."""
     kind: Literal["training", "serving"] = "training"
     """`training` or `serving`: which of the plan fields below are set."""
     parallelism: ParallelDims | None = None

@@ -213,7 +213,7 @@ class ExpertPlacementAnswer(BaseModel):
     gap: float
     """Largest per-layer `gap`, a fraction 0–1."""
     max_imbalance: float
-    """Largest per-layer imbalance."""
+    """Largest per-layer `imbalance` (max rank load / mean rank load; 1.0 = balanced)."""
     layers: list[LayerPlacementPublic]
     """One placement per layer, in layer order."""
     solve_time_s: float

@@ -501,9 +501,9 @@ class TrainingMetrics(_Out):
     GPUs, TFLOP/s per GPU."""
     mfu: float
     """Model FLOPs utilisation: model FLOPs per second per GPU (no recompute) over the
-    accelerator's dense peak at the workload precision (the FP8 peak for FP8 training; on
-    a mixed cluster, the summed peaks of the GPUs used), fraction 0–1; published FP8
-    results quote `mfu_bf16_peak`."""
+    accelerator's dense peak at the workload precision (the FP8 peak for FP8 training),
+    fraction 0–1; on a mixed cluster, model FLOPs per second over the summed peaks of the
+    GPUs used. Published FP8 results quote `mfu_bf16_peak`."""
     peak_memory_gib: float
     """Peak memory of the busiest GPU (the largest `memory.by_stage[].total_gib`), GiB."""
     bubble_fraction: float
@@ -516,7 +516,7 @@ class TrainingMetrics(_Out):
     time / GPUs, TFLOP/s per GPU."""
     mfu_bf16_peak: float | None = None
     """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training): the
-    basis published FP8 tables use, fraction 0–1 (may exceed 1 for FP8 training)."""
+    basis published FP8 tables use; a fraction of that peak (FP8 training can exceed 1)."""
     mfu_fp8_peak: float | None = None
     """MFU against the dense FP8 peak (FP8 training only), fraction 0–1."""
     step_time_s_low: float | None = None
@@ -570,5 +570,5 @@ class Violation(_Out):
     """A plain sentence naming the rule and the numbers that break it."""
     field: str | None = None
     """The plan or request field the rule constrains, dotted as in 422 problems
-    (`plan.parallelism.tensor`, `workload.sequence_length`); None when the rule binds the
+    (`plan.parallelism.tensor`, `workload.sequence_length`); null when the rule binds the
     plan as a whole (memory)."""

@@ -72,8 +72,8 @@ class LengthSpec(Spec):
     model_config = ConfigDict(**Spec.model_config, populate_by_name=True)
 
     mean_length: float | None = Field(default=None, ge=1, le=MAX_TOKENS, alias="mean")
-    """Mean length in tokens, given as `mean` (fitted with a lognormal together with p50 / p90, see
-    the module doc); the method `mean()` returns the distribution's mean."""
+    """Mean length in tokens, given as `mean`: alone, every request has round(mean) tokens;
+    with p50 and / or p90, a lognormal is fitted to the statistics."""
     p50: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
     """Median length, tokens."""
     p90: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
@@ -595,7 +595,7 @@ class ServingMetrics(Spec):
     """Time to first token, 99th percentile, ms."""
     tpot_ms_p50: float = Field(ge=0)
     """Time per output token after the first ((last token − first token) / (output tokens −
-    1) of each request), median, ms."""
+    1) of each request, 0 for a one-token output), median, ms."""
     tpot_ms_p90: float = Field(ge=0)
     """Time per output token, 90th percentile, ms."""
     tpot_ms_p99: float = Field(ge=0)

@@ -34,7 +34,10 @@ class WhoAmI(BaseModel):
     auth off)."""
     scopes: list[str]
     """The key's scopes, `read`, `write`, `admin` (each implies those before it)."""
-    key_id: str | None = Field(description="None with auth off; `bootstrap` for the admin key.")
+    key_id: str | None = Field(
+        description="The id of the key the request came with; null with auth off; "
+        "`bootstrap` for the `MESHPLAN_ADMIN_KEY`."
+    )
     auth: bool = Field(description="Whether the service checks keys (MESHPLAN_AUTH=on).")
 
 
