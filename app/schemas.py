@@ -23,6 +23,7 @@ from pydantic import (
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
+from specs.model import ModelSpec
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
@@ -360,25 +361,24 @@ class FabricList(_Public):
     """Every fabric (interconnect tier) of the catalog."""
 
 
+def _spec_description(field: str) -> str | None:
+    """The OpenAPI description of a `ModelSpec` field (its attribute docstring)."""
+    return ModelSpec.model_fields[field].description
+
+
 class ModelPublic(_Public):
     """An explicit model spec plus its parameter counts (extra spec fields pass through)."""
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    """A label for the model."""
-    num_layers: int
-    """Transformer layers."""
-    hidden_size: int
-    """Model (residual stream) width h."""
-    num_attention_heads: int
-    """Query heads a."""
-    num_kv_heads: int | None = None
-    """Key/value heads g (grouped-query attention); null means a (multi-head attention)."""
-    ffn_hidden_size: int
-    """FFN hidden size f of the dense MLP."""
-    vocab_size: int
-    """Vocabulary size V."""
+    # the spec's own fields take `ModelSpec`'s descriptions (one text per field)
+    name: str = Field(description=_spec_description("name"))
+    num_layers: int = Field(description=_spec_description("num_layers"))
+    hidden_size: int = Field(description=_spec_description("hidden_size"))
+    num_attention_heads: int = Field(description=_spec_description("num_attention_heads"))
+    num_kv_heads: int | None = Field(default=None, description=_spec_description("num_kv_heads"))
+    ffn_hidden_size: int = Field(description=_spec_description("ffn_hidden_size"))
+    vocab_size: int = Field(description=_spec_description("vocab_size"))
     num_parameters: int
     """Total parameters, count (MoE: every expert; embeddings and LM head included)."""
     num_active_parameters: int | None = None

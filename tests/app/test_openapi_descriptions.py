@@ -189,3 +189,70 @@ def test_unit_rules(name: str, description: str, expected: list[str]) -> None:
 def test_schema_level_units() -> None:
     assert unit_problems("bubble", "Pipeline bubble, seconds.", "TimeBreakdown") == []
     assert unit_problems("bubble", "Pipeline bubble.", "TimeBreakdown") == ['"second"']
+
+
+SAME_FIELD_GROUPS: list[list[tuple[str, str]]] = [
+    [("SearchConstraints", "memory_headroom_gib"), ("EstimateConstraints", "memory_headroom_gib")],
+    [
+        ("SearchConstraints", "allow_tensor_across_nodes"),
+        ("EstimateConstraints", "allow_tensor_across_nodes"),
+    ],
+    [("EstimateRequest", "model"), ("SearchCreate", "model"), ("ModelResolveRequest", "model")],
+    [("EstimateRequest", "cluster"), ("SearchCreate", "cluster")],
+    [("EstimateRequest", "workload"), ("SearchCreate", "workload")],
+    [("ApiKeyPublic", "scopes"), ("ApiKeyCreated", "scopes"), ("WhoAmI", "scopes")],
+    [("ApiKeyPublic", "tenant"), ("ApiKeyCreated", "tenant")],
+    [("HealthPublic", "database"), ("ReadinessPublic", "database")],
+    [("HealthPublic", "version"), ("ReadinessPublic", "version")],
+    [("MeasurementPublic", "search_id"), ("PlanPublic", "search_id")],
+]
+"""The same field on several models (a request and its twin, a record and its listing):
+one meaning, one description."""
+PLAN_ECHOES = ("micro_batch_size", "zero_stage", "recompute", "flash_attention", "parallelism")
+"""`PlanPublic` fields that echo a training plan's field: "Training plans: " + its text."""
+
+
+def _description(document: dict[str, Any], schema: str, prop: str) -> str:
+    """The description with its whitespace normalised (docstrings wrap where they like)."""
+    text = document["components"]["schemas"][schema]["properties"][prop]["description"]
+    return " ".join(str(text).split())
+
+
+def _lower_first(text: str) -> str:
+    """`Sequences per ...` → `sequences per ...`; an acronym (`ZeRO`) stays."""
+    first_word = text.split(" ", 1)[0]
+    return text[0].lower() + text[1:] if first_word[1:].islower() else text
+
+
+def test_a_field_repeated_on_several_models_has_one_description(
+    document: dict[str, Any],
+) -> None:
+    differing = []
+    for group in SAME_FIELD_GROUPS:
+        texts = {f"{s}.{p}": _description(document, s, p) for s, p in group}
+        if len(set(texts.values())) > 1:
+            differing.append("\n".join(f"  {k}: {v!r}" for k, v in texts.items()))
+    assert not differing, "descriptions that should be one:\n" + "\n\n".join(differing)
+
+
+def test_plan_listing_echoes_the_training_plan_descriptions(document: dict[str, Any]) -> None:
+    differing = []
+    for prop in PLAN_ECHOES:
+        plan = _description(document, "TrainingPlan-Input", prop)
+        listed = _description(document, "PlanPublic", prop)
+        expected = "Training plans: " + _lower_first(plan)
+        if listed != expected:
+            differing.append(f"PlanPublic.{prop}: {listed!r}\n  expected {expected!r}")
+    assert not differing, "\n".join(differing)
+
+
+def test_model_listing_takes_the_model_spec_descriptions(document: dict[str, Any]) -> None:
+    """`ModelPublic` shows a resolved `ModelSpec`: the spec's fields read the same."""
+    from specs.model import ModelSpec
+
+    spec = ModelSpec.model_json_schema()["properties"]
+    listed = document["components"]["schemas"]["ModelPublic"]["properties"]
+    shared = sorted(set(spec) & set(listed))
+    assert len(shared) >= 7
+    differing = [p for p in shared if spec[p].get("description") != listed[p].get("description")]
+    assert not differing, f"ModelPublic descriptions that differ from ModelSpec's: {differing}"
