@@ -560,12 +560,12 @@ class Progress(_Public):
 
 
 class DeliveryAttemptPublic(_Public):
-    """One HTTP POST of a webhook delivery."""
+    """One attempt of a webhook delivery: an HTTP POST, unless the URL was refused first."""
 
     number: int
     """1 for the first attempt, then 2, 3, ..."""
     attempted_at: datetime
-    """When the POST was sent (RFC 3339, UTC)."""
+    """When the attempt started (RFC 3339, UTC)."""
     duration_s: float
     """How long the attempt took until the answer or the failure, seconds."""
     status_code: int | None
@@ -589,7 +589,8 @@ class DeliveryPublic(_Public):
     event: str | None
     """`search.succeeded`, `search.failed` or `search.cancelled` once the search finished."""
     attempt_count: int
-    """POSTs made so far (count)."""
+    """Attempts so far (count); each is a POST unless the URL was refused before sending
+    (`error` `refused (...)`)."""
     next_attempt_at: datetime | None
     """When the next POST is due (exponential backoff after a failure; RFC 3339, UTC); null
     when none is scheduled."""
@@ -598,7 +599,7 @@ class DeliveryPublic(_Public):
     delivered_at: datetime | None
     """When a 2xx answer came (RFC 3339, UTC); null until then."""
     attempts: list[DeliveryAttemptPublic]
-    """Every POST made, oldest first."""
+    """Every attempt, oldest first."""
 
 
 class DeliveryList(_Public):
@@ -619,7 +620,8 @@ class SearchPublic(_Public):
     progress: Progress
     """How far the search has come."""
     stats: dict[str, Any]
-    """Search statistics (`wall_time_s`, candidates enumerated/evaluated, pruned by reason)."""
+    """Search statistics (`wall_time_s` in seconds, candidates enumerated / evaluated, pruned
+    by reason)."""
     error: dict[str, Any] | None
     """An RFC 9457 problem when the search failed."""
     created_at: datetime
