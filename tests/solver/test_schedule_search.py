@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from fake_cost_model import make_problem, tiny_model
 
+from cost_models.analytical.schedules import get as get_schedule
 from cost_models.registry import build_cost_model
 from solver import exhaustive_search, search
 from solver.formulations.stage_partition import PartitionSolver
 from specs.constraints import SearchConstraints
-from cost_models.analytical.schedules import get as get_schedule
 from specs.plan import PIPELINE_SCHEDULES
 
 ANALYTICAL = build_cost_model("analytical")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
+from app.api.params import ExportFormat, PlanId
 from app.db import crud
 from app.exports import FORMATS, export_plan
 from app.exports.kubernetes import SERVING_FRAMEWORKS, TRAINING_FRAMEWORKS
@@ -21,13 +22,6 @@ router = APIRouter(tags=["exports"])
 # The query options are declared for the OpenAPI document (names, enums, patterns); their
 # values are checked by `app.exports.parameters.RULES` so that a bad one is a problem naming its
 # rule, and each format reads the ones it takes.
-FormatParam = Annotated[
-    str,
-    Path(
-        description="The launcher to render the plan for.",
-        json_schema_extra={"enum": list(FORMATS)},
-    ),
-]
 FrameworkOption = Annotated[
     str | None,
     Query(
@@ -80,8 +74,8 @@ TimeOption = Annotated[
 
 @router.get("/v1/plans/{plan_id}/export/{format}")
 def export(
-    plan_id: Annotated[str, Path(description="The plan's id.")],
-    format: FormatParam,
+    plan_id: PlanId,
+    format: ExportFormat,
     session: SessionDep,
     principal: Reader,
     framework: FrameworkOption = None,

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
+from app.api.params import PlanId
 from app.db import crud
 from app.db.models import PlanRecord
 from app.schemas import PlanPublic
@@ -36,7 +37,7 @@ def plan_public(record: PlanRecord) -> dict[str, Any]:
 
 
 @router.get("/v1/plans/{plan_id}", response_model=PlanPublic)
-def read_plan(plan_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
+def read_plan(plan_id: PlanId, session: SessionDep, principal: Reader) -> dict[str, Any]:
     """Read one plan."""
     record = crud.get_plan(session=session, plan_id=plan_id, tenant=principal.tenant)
     if record is None:
