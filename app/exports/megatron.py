@@ -40,7 +40,8 @@ Architecture without parameters (flags of Megatron-LM core_v0.16.1 `arguments.py
   `beta_slow` have no flag and must equal MLATransformerConfig's defaults 4096, 32, 1;
   common attention takes only `rope_type="rope"` (`core_transformer_config_from_args`);
   dynamic NTK scaling has no Megatron form and is refused;
-- norm ε → `--norm-epsilon`; QKV bias → `--add-qkv-bias`; query/key norm → `--qk-layernorm`;
+- norm ε → `--norm-epsilon`; QKV bias → `--add-qkv-bias`; query/key norm (and MLA's latent
+  norms) → `--qk-layernorm`;
 - sliding window of W tokens (the query and the W − 1 before it, Hugging Face's
   `kv_idx > q_idx − W`) → `--window-size W-1,0` (TransformerConfig.window_size, Transformer
   Engine's (left, right) convention);
@@ -94,6 +95,7 @@ SWITCHES = frozenset(
         "--overlap-param-gather",
         "--mock-data",
         "--moe-router-enable-expert-bias",
+        "--moe-shared-expert-gate",
     }
 )
 """Megatron's `store_true` flags this exporter writes (they take no value)."""
@@ -331,7 +333,10 @@ def _architecture_args(model: ModelSpec, plan: TrainingPlan) -> list[str]:
         args.append("--disable-bias-linear")
     if model.attention_bias and not model.mlp_bias:
         args.append("--add-qkv-bias")
-    if model.qk_norm:
+    if model.qk_norm or model.mla is not None:
+        # MLA: the RMSNorms on the query and key/value latents (DeepSeek's q_a_layernorm,
+        # kv_a_layernorm) are Megatron's qk_layernorm (gpt_layer_specs: the up projections
+        # become layer-norm linears)
         args.append("--qk-layernorm")
     if not model.dropout:
         args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
@@ -467,6 +472,8 @@ def _moe_args(model: ModelSpec, workload: TrainingWorkload, notes: list[str]) ->
             "--moe-shared-expert-intermediate-size",
             str(moe.num_shared_experts * moe.shared_ffn),
         ]
+        if moe.shared_expert_gate:  # TransformerConfig.moe_shared_expert_gate (Qwen2-MoE)
+            args.append("--moe-shared-expert-gate")
     if moe.num_dense_layers or moe.layer_frequency > 1:
         args += ["--moe-layer-freq", moe_layer_pattern(model)]
     if moe.router_bias:
@@ -501,7 +508,9 @@ def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
     if hf_id is not None:
         tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_id]
     else:
-        tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size)]
+        # NullTokenizer's vocabulary is --vocab-size plus one EOD token (Megatron's
+        # `_NullTokenizer.vocab_size`): V - 1 gives the model's V rows before padding
+        tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size - 1)]
         notes.append(
             "no public tokenizer for this model: NullTokenizer with the model's "
             "vocabulary size; replace with your tokenizer"

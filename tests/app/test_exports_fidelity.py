@@ -6,12 +6,10 @@ serving and torchtitan exports pass the same fields as those tools spell them.""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pytest
-import tomllib
 
 from app.exports import export_plan
 from app.exports import megatron as mg_export
@@ -103,7 +101,8 @@ def test_megatron_args_carry_the_preset_architecture(name: str) -> None:
     # biases and query/key norm
     assert ("--add-qkv-bias" in f) == (model.attention_bias and not model.mlp_bias)
     assert ("--disable-bias-linear" in f) == (not model.mlp_bias)
-    assert ("--qk-layernorm" in f) == model.qk_norm
+    # MLA's query and key/value latent norms are Megatron's qk_layernorm too
+    assert ("--qk-layernorm" in f) == (model.qk_norm or model.mla is not None)
     # sliding window: (left, right) = (W - 1, 0) keys around each query
     if model.sliding_window is None:
         assert "--window-size" not in f
