@@ -187,6 +187,14 @@ MULTI_STAGE_SCHEDULES = frozenset(
 AC_MODES = frozenset({"none", "selective", "full", "memory_budget"})
 
 
+def _python(value: Any) -> str:
+    """A model argument as Python source (the `RoPEScalingArgs` dataclass for llama3's)."""
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}={v!r}" for k, v in value.items())
+        return f"RoPEScalingArgs({inner})"
+    return repr(value)
+
+
 def model_section(model: ModelSpec, precision: str) -> tuple[dict[str, Any], list[str]]:
     """`[model]`: torchtitan's model name and flavor: the built-in flavor when one has the
     model's shape and architecture arguments (`FLAVOR_ARGS`), otherwise the family closest
@@ -513,7 +521,9 @@ def export(ctx: ExportContext) -> ExportResult:
         )
         + "\n"
         f"# model args ({cfg['model']['name']}): "
-        + " ".join(f"{k}={v}" for k, v in model_args(m, str(cfg["model"]["name"])).items())
+        + ", ".join(
+            f"{k}={_python(v)}" for k, v in model_args(m, str(cfg["model"]["name"])).items()
+        )
         + "\n"
         f"# launch: torchrun --nnodes {layout.num_nodes} --nproc-per-node "
         f"{layout.gpus_per_node} -m torchtitan.train --job.config_file train.toml\n"

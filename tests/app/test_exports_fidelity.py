@@ -6,13 +6,16 @@ serving and torchtitan exports pass the same fields as those tools spell them.""
 
 from __future__ import annotations
 
+import json
 import math
+import tomllib
 from typing import Any
 
 import pytest
 
 from app.exports import export_plan
 from app.exports import megatron as mg_export
+from app.exports import torchtitan as tt_export
 from app.exports.base import UnexpressiblePlan, parse_flags
 from specs.model import ModelSpec, RopeScalingSpec
 from specs.presets import get_preset, list_presets
@@ -206,3 +209,137 @@ def test_checker_refuses_a_rope_type_common_attention_does_not_take() -> None:
     with pytest.raises(UnexpressiblePlan) as refused:
         mg_export.check_args([*args, "--rope-type", "yarn"], world_size=64, env={})
     assert refused.value.rule == "megatron.rope-type-common-attention"
+
+
+# ---- serving: the engines read the checkpoint's config.json ------------------------------
+def serving_problem(model: ModelSpec, *, prompt: int = 1024, output: int = 256) -> tuple:
+    """A one-instance colocated serving plan of 4 GPUs (4 divides every preset's heads)."""
+    problem = {
+        "model": model.model_dump(mode="json"),
+        "cluster": _cluster(1),
+        "workload": {
+            "kind": "serving",
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "slo": {"ttft_ms": 1000, "tpot_ms": 50},
+        },
+    }
+    instance = {
+        "role": "both",
+        "count": 1,
+        "max_batch_size": 16,
+        "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
+    }
+    return problem, {"id": "fidelity", "plan": {"mode": "colocated", "instances": [instance]}}
+
+
+def engine_context(model: ModelSpec, engine: str) -> int | None:
+    """The context the engine derives from a config.json holding the model's fields, written
+    out from the engines' rules (vLLM `_get_and_verify_max_len`: × factor unless llama3, yarn
+    from its original context; SGLang `get_context_length`: × factor unless llama3 or an
+    original context is named)."""
+    if model.max_position_embeddings is None:
+        return None
+    rs = model.rope_scaling
+    if rs is None or rs.type == "llama3":
+        return model.max_position_embeddings
+    if engine == "sglang":
+        if rs.original_max_position_embeddings is not None:
+            return model.max_position_embeddings
+        return int(model.max_position_embeddings * rs.factor)
+    base = rs.original_max_position_embeddings if rs.type == "yarn" else None
+    return int((base or model.max_position_embeddings) * rs.factor)
+
+
+SERVE_FLAGS = {
+    "vllm": ("--max-model-len", "--hf-overrides"),
+    "sglang": ("--context-length", "--json-model-override-args"),
+}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("name", PRESETS)
+def test_serving_exports_keep_within_the_models_context(name: str, engine: str) -> None:
+    model = get_preset(name)
+    context = engine_context(model, engine)
+    length_flag, override_flag = SERVE_FLAGS[engine]
+    problem, row = serving_problem(model)
+    args = export_plan(row, problem, engine).args
+    f = parse_flags(args, set())
+    assert override_flag not in args  # a preset is its checkpoint: nothing to override
+    assert context is None or int(str(f[length_flag])) <= context
+    if context is None or context >= 131_072:
+        return  # unknown, or beyond the longest workload accepted
+    problem, row = serving_problem(model, prompt=context, output=256)
+    with pytest.raises(UnexpressiblePlan) as refused:
+        export_plan(row, problem, engine)
+    assert (
+        refused.value.rule
+        == {"vllm": "vllm.max-model-len", "sglang": "sglang.context-length"}[engine]
+    )
+
+
+def test_a_model_differing_from_its_checkpoint_overrides_the_config_keys() -> None:
+    """A spec named after a preset loads that preset's checkpoint: where it differs, the
+    serving engines are told the Hugging Face keys, and trtllm-serve (no override) refuses."""
+    model = _variant(
+        "llama3-8b",
+        rope_theta=1_000_000.0,
+        max_position_embeddings=32768,
+        rope_scaling=RopeScalingSpec(type="linear", factor=4),
+    )
+    expected = {
+        "rope_theta": 1_000_000.0,
+        "max_position_embeddings": 32768,
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+    }
+    problem, row = serving_problem(model)
+    for engine, flag in (("vllm", "--hf-overrides"), ("sglang", "--json-model-override-args")):
+        args = export_plan(row, problem, engine).args
+        assert json.loads(args[args.index(flag) + 1]) == expected
+    with pytest.raises(UnexpressiblePlan) as refused:
+        export_plan(row, problem, "trtllm")
+    assert refused.value.rule == "trtllm.checkpoint-architecture"
+    # a model without a public checkpoint (served from ${MODEL_PATH}) overrides nothing
+    custom = model.model_copy(update={"name": "my-model"})
+    problem, row = serving_problem(custom)
+    assert "--hf-overrides" not in export_plan(row, problem, "vllm").args
+
+
+# ---- torchtitan ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", PRESETS)
+def test_torchtitan_runs_a_builtin_flavor_only_when_its_architecture_matches(name: str) -> None:
+    model = get_preset(name)
+    problem, row = megatron_problem(model)
+    if model.sliding_window is not None:  # torchtitan has no sliding-window attention
+        with pytest.raises(UnexpressiblePlan) as refused:
+            export_plan(row, problem, "torchtitan")
+        assert refused.value.rule == "torchtitan.sliding-window"
+        return
+    result = export_plan(row, problem, "torchtitan")
+    section = tomllib.loads(result.content)["model"]
+    args = tt_export.model_args(model, section["name"])
+    assert args["rope_theta"] == (model.rope_theta or 10000.0)
+    if model.norm_epsilon is not None:
+        assert args["norm_eps"] == model.norm_epsilon
+    rs = model.rope_scaling
+    if section["name"] == "llama3":
+        scaling = args["rope_scaling_args"]
+        assert scaling["scaling_factor"] == (rs.factor if rs is not None else 1.0)
+        if rs is not None:
+            assert scaling["low_freq_factor"] == rs.low_freq_factor
+            assert scaling["high_freq_factor"] == rs.high_freq_factor
+            assert (
+                scaling["original_max_position_embeddings"] == rs.original_max_position_embeddings
+            )
+    if section["name"] == "deepseek_v3" and rs is not None:
+        assert args["rope_factor"] == rs.factor
+        assert args["original_seq_len"] == rs.original_max_position_embeddings
+    builtin = tt_export.TORCHTITAN_FLAVORS.get(name)
+    matches = builtin is not None and tt_export.FLAVOR_ARGS[builtin] == args
+    assert (section["flavor"] == (builtin[1] if builtin else None)) == matches
+    if not matches:
+        assert section["flavor"] == name
+        assert any("register flavor" in note for note in result.notes)
+    header = next(line for line in result.content.splitlines() if line.startswith("# model args"))
+    assert f"rope_theta={args['rope_theta']!r}" in header
