@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,16 +48,24 @@ pytestmark = [pytest.mark.exports_real, pytest.mark.filterwarnings("ignore")]
 
 
 @pytest.fixture(scope="module")
-def model_parallel(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """One CPU rank (gloo) and Megatron's model-parallel groups of size 1."""
+def model_parallel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Megatron's model-parallel groups (tensor and pipeline size 1) on the process group
+    there is: one CPU rank (gloo) made here, or the fake world another module set up (the
+    exports_real DeepSpeed checks), which is left as it was found."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
         store = dist.FileStore(str(tmp_path_factory.mktemp("pg") / "store"), 1)
         dist.init_process_group("gloo", rank=0, world_size=1, store=store)
     if not parallel_state.model_parallel_is_initialized():
-        parallel_state.initialize_model_parallel(1, 1)
+        # no extra gloo groups: a fake world has no gloo to build them with
+        parallel_state.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
+    yield
+    parallel_state.destroy_model_parallel()
+    if created:
+        dist.destroy_process_group()
 
 
 @pytest.fixture
