@@ -507,6 +507,12 @@ def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
     hf_id = hf_model_id(model)
     if hf_id is not None:
         tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_id]
+        # build_tokenizer: padded_vocab_size comes from the tokenizer's length, not from
+        # the checkpoint's config (a Qwen tokenizer holds fewer tokens than its vocab_size)
+        notes.append(
+            f"the embedding rows are the {hf_id} tokenizer's length padded to a multiple of "
+            f"128 × tensor size; the plan counts the config's vocabulary ({model.vocab_size})"
+        )
     else:
         # NullTokenizer's vocabulary is --vocab-size plus one EOD token (Megatron's
         # `_NullTokenizer.vocab_size`): V - 1 gives the model's V rows before padding
