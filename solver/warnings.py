@@ -20,7 +20,8 @@ with several causes names them all in its detail. The rules:
   the default `memory_utilization` of 0.9 it does not fire).
 - `sequence_beyond_max_positions`: training `sequence_length`, or the longest serving
   request (`longest_request`), is above the model's `max_position_embeddings` when the
-  spec has one (Hugging Face imports keep it; presets may not have it: no warning).
+  spec has one (Hugging Face imports and the presets carry the config.json value; an
+  explicit spec without it: no warning).
 - `batch_looks_like_tokens` (training): `global_batch_size` counts sequences;
   global_batch_size × sequence_length above `BATCH_TOKENS_LIMIT` (16 × the largest
   published batch), or global_batch_size ≥ `TOKEN_LIKE_BATCH_MIN` and a multiple of

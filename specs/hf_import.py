@@ -20,6 +20,20 @@ their meaning follow the configuration classes of the `transformers` library
   V3's auxiliary-loss-free balancing (`topk_method: noaux_tc`) adds a per-expert routing bias.
   The multi-token-prediction module (`num_nextn_predict_layers`) is not part of the main model.
 
+Architecture fields without parameters are kept too (transformers `modeling_rope_utils.py`
+and the configuration classes):
+
+- `rope_theta` (or transformers 5's `rope_parameters.rope_theta`); when absent, the family's
+  configuration-class default: 1e6 for Mixtral (`MixtralConfig`), 10 000 for the others;
+- `rope_scaling` (or `rope_parameters`) with `rope_type` (older configs: `type`) `linear`,
+  `dynamic`, `llama3` or `yarn` and its factors; `default` means none; other types (longrope,
+  mrope, …) and keys this service does not model are refused, not dropped;
+- `rms_norm_eps` (or `layer_norm_epsilon`) → norm_epsilon; absent: unknown (null);
+- `sliding_window` (Mistral, Mixtral); Qwen2/Qwen3 apply it only with `use_sliding_window`
+  true, and then to layers `>= max_window_layers` (HF `Qwen2Attention`): a window on every
+  layer (`max_window_layers` 0) is kept, one on only some layers is refused;
+- QKV bias (`attention_bias`; Qwen2 always) and query/key norm (Qwen3).
+
 Missing or invalid keys raise `SpecError(field="model.hf_config.<key>")`; an unknown family raises
 `UnsupportedModelError` naming what was found and what is supported.
 """
@@ -32,10 +46,10 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from specs.errors import SpecError, UnsupportedModelError
-from specs.model import MLASpec, ModelSpec, MoESpec
+from specs.model import MLASpec, ModelSpec, MoESpec, RopeScalingSpec
 
 _FIELD = "model.hf_config"
-_S = TypeVar("_S", ModelSpec, MoESpec, MLASpec)
+_S = TypeVar("_S", ModelSpec, MoESpec, MLASpec, RopeScalingSpec)
 
 # model_type → family; architectures → model_type (transformers' registered names)
 _ARCHITECTURES: dict[str, str] = {
@@ -79,6 +93,16 @@ def _opt_int(config: dict[str, Any], key: str, *, minimum: int = 1) -> int | Non
     if config.get(key) is None:
         return None
     return _int(config, key, minimum=minimum)
+
+
+def _float(config: dict[str, Any], key: str, *, field: str | None = None) -> float | None:
+    """An optional positive number (None when absent or null)."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise _bad(field or key, "must be a positive number", value)
+    return float(value)
 
 
 def _bool(config: dict[str, Any], key: str, default: bool) -> bool:
@@ -150,6 +174,8 @@ def _base_fields(config: dict[str, Any], model_type: str) -> dict[str, Any]:
         "position_embedding": "rope",
         # the context the model was trained for (warnings compare sequence lengths with it)
         "max_position_embeddings": _opt_int(config, "max_position_embeddings"),
+        "norm_epsilon": _norm_epsilon(config),
+        **_rope_fields(config, model_type),
     }
 
 
@@ -175,16 +201,120 @@ def _qwen_num_dense_layers(config: dict[str, Any], num_layers: int) -> int:
     return k
 
 
+# ---- rotary embedding, norm epsilon, sliding window -------------------------------------
+_DEFAULT_ROPE_THETA: dict[str, float] = {"mixtral": 1e6}
+"""`rope_theta` of a configuration class whose default is not 10 000 (`MixtralConfig`)."""
+
+_ROPE_KEYS: dict[str, tuple[str, ...]] = {
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+    ),
+}
+"""The keys of each supported `rope_scaling` type (transformers `_compute_*_parameters`)."""
+
+
+def _rope_fields(config: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """`rope_theta` and `rope_scaling` from `rope_theta`/`rope_scaling` or transformers 5's
+    `rope_parameters`."""
+    params = config.get("rope_parameters")
+    scaling_key = "rope_scaling"
+    if isinstance(params, dict) and "rope_scaling" not in config:
+        scaling, scaling_key = params, "rope_parameters"
+        theta = _float(params, "rope_theta", field="rope_parameters.rope_theta")
+    else:
+        if params is not None and not isinstance(params, dict):
+            raise _bad("rope_parameters", "must be an object", params)
+        scaling = config.get("rope_scaling")
+        theta = _float(config, "rope_theta")
+    if theta is None:
+        theta = _DEFAULT_ROPE_THETA.get(model_type, 10000.0)
+    return {"rope_theta": theta, "rope_scaling": _rope_scaling(scaling, scaling_key)}
+
+
+def _rope_scaling(value: Any, key: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad(key, "must be an object or null", value)
+    kind = value.get("rope_type", value.get("type"))
+    if kind in (None, "default"):
+        return None
+    if kind not in _ROPE_KEYS:
+        raise _bad(
+            f"{key}.rope_type",
+            f"is not supported (supported: default, {', '.join(sorted(_ROPE_KEYS))})",
+            kind,
+        )
+    allowed = {"rope_type", "type", "rope_theta", *_ROPE_KEYS[kind]}
+    extra = sorted(k for k in value if k not in allowed)
+    if extra:
+        raise _bad(f"{key}.{extra[0]}", f"is not modelled for {kind} rope scaling", value[extra[0]])
+    out: dict[str, Any] = {"type": kind}
+    for name in _ROPE_KEYS[kind]:
+        if name == "original_max_position_embeddings":
+            number: float | int | None = value.get(name)
+            if number is not None and (
+                isinstance(number, bool) or not isinstance(number, int) or number < 1
+            ):
+                raise _bad(f"{key}.{name}", "must be an integer >= 1", number)
+        else:
+            number = _float(value, name, field=f"{key}.{name}")
+        if number is not None:
+            out[name] = number
+    if "factor" not in out:
+        raise _bad(f"{key}.factor", "is required", None)
+    return out
+
+
+def _norm_epsilon(config: dict[str, Any]) -> float | None:
+    for key in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"):
+        if config.get(key) is not None:
+            return _float(config, key)
+    return None
+
+
+def _qwen_sliding_window(config: dict[str, Any], num_layers: int) -> int | None:
+    """Qwen2/Qwen3: the window applies only with `use_sliding_window`, and then to the layers
+    from `max_window_layers` on."""
+    if not _bool(config, "use_sliding_window", False):
+        return None
+    window = _opt_int(config, "sliding_window")
+    if window is None:
+        return None
+    first = _int(config, "max_window_layers", default=0, minimum=0)
+    if first >= num_layers:
+        return None  # no layer reaches the window
+    if first:
+        raise _bad(
+            "max_window_layers",
+            f"a sliding window on layers {first}..{num_layers - 1} only is not modelled "
+            "(ModelSpec.sliding_window applies to every layer)",
+            first,
+        )
+    return window
+
+
 # ---- families ------------------------------------------------------------------------
 def _llama(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     fields = _base_fields(config, model_type)
     fields["attention_bias"] = _bool(config, "attention_bias", False)
     fields["mlp_bias"] = _bool(config, "mlp_bias", False)
+    if model_type == "mistral":  # LlamaConfig has no window; MistralConfig's default is null
+        fields["sliding_window"] = _opt_int(config, "sliding_window")
     return fields
 
 
 def _mixtral(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     fields = _base_fields(config, model_type)
+    fields["sliding_window"] = _opt_int(config, "sliding_window")
     fields["moe"] = {
         "num_experts": _int(config, "num_local_experts", minimum=2),
         "top_k": _int(config, "num_experts_per_tok"),
@@ -196,6 +326,7 @@ def _mixtral(config: dict[str, Any], model_type: str) -> dict[str, Any]:
 def _qwen2(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     fields = _base_fields(config, model_type)
     fields["attention_bias"] = True  # Qwen2 always biases Q, K and V (no config key)
+    fields["sliding_window"] = _qwen_sliding_window(config, fields["num_layers"])
     return fields
 
 
@@ -230,6 +361,7 @@ def _qwen3(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     fields = _base_fields(config, model_type)
     fields["attention_bias"] = _bool(config, "attention_bias", False)
     fields["qk_norm"] = True
+    fields["sliding_window"] = _qwen_sliding_window(config, fields["num_layers"])
     return fields
 
 
@@ -313,6 +445,8 @@ def model_from_hf_config(config: dict[str, Any]) -> ModelSpec:
         fields["moe"] = _validated(MoESpec, fields["moe"])
     if fields.get("mla") is not None:
         fields["mla"] = _validated(MLASpec, fields["mla"])
+    if fields.get("rope_scaling") is not None:
+        fields["rope_scaling"] = _validated(RopeScalingSpec, fields["rope_scaling"])
     return _validated(ModelSpec, fields)
 
 

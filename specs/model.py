@@ -33,6 +33,86 @@ class MLASpec(Spec):
     """Per-head value dimension."""
 
 
+class RopeScalingSpec(Spec):
+    """A rotary-embedding frequency scaling for contexts longer than the model was pretrained
+    for, as a Hugging Face config's `rope_scaling` block spells it (transformers
+    `modeling_rope_utils.py`, `ROPE_INIT_FUNCTIONS`):
+
+    - `linear`: position interpolation, every inverse frequency divided by `factor`
+      (Chen et al. 2023, arXiv 2306.15595);
+    - `dynamic`: NTK-aware scaling of the base as the sequence outgrows the original context;
+    - `llama3`: wavelengths above `original_max_position_embeddings / low_freq_factor` are
+      divided by `factor`, below `original_max_position_embeddings / high_freq_factor` kept,
+      smoothly interpolated between (Llama 3.1, arXiv 2407.21783 and Meta's reference code);
+    - `yarn`: NTK-by-parts interpolation with ramp bounds `beta_fast`/`beta_slow` and the
+      attention temperature `mscale`/`mscale_all_dim` (Peng et al. 2023, arXiv 2309.00071;
+      DeepSeek-V2/V3).
+    No parameters: scaling changes the rotary frequencies only."""
+
+    type: Literal["llama3", "linear", "yarn", "dynamic"]
+    """The scaling method (HF `rope_type`, formerly `type`)."""
+    factor: float = Field(gt=0, le=1024)
+    """Context extension factor (dimensionless): the new context over the original one."""
+    low_freq_factor: float | None = Field(default=None, gt=0)
+    """llama3: wavelengths longer than original context / low_freq_factor are fully scaled
+    (dimensionless; Llama 3.1: 1)."""
+    high_freq_factor: float | None = Field(default=None, gt=0)
+    """llama3: wavelengths shorter than original context / high_freq_factor are kept
+    (dimensionless; Llama 3.1: 4)."""
+    original_max_position_embeddings: int | None = Field(default=None, ge=1)
+    """llama3, yarn: the context length (tokens) of pretraining before the extension."""
+    beta_fast: float | None = Field(default=None, gt=0)
+    """yarn: rotations per original context above which a dimension is not interpolated
+    (dimensionless; YaRN default 32)."""
+    beta_slow: float | None = Field(default=None, gt=0)
+    """yarn: rotations per original context below which a dimension is fully interpolated
+    (dimensionless; YaRN default 1)."""
+    mscale: float | None = Field(default=None, ge=0)
+    """yarn: attention temperature coefficient, `0.1·mscale·ln(factor) + 1` (dimensionless)."""
+    mscale_all_dim: float | None = Field(default=None, ge=0)
+    """yarn (DeepSeek): the temperature coefficient applied to all dimensions
+    (dimensionless)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> RopeScalingSpec:
+        if self.type == "llama3":
+            missing = [
+                k
+                for k in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+                if getattr(self, k) is None
+            ]
+            if missing:
+                raise ValueError(f"llama3 rope scaling needs {', '.join(missing)}")
+            assert self.low_freq_factor is not None and self.high_freq_factor is not None
+            if self.high_freq_factor <= self.low_freq_factor:
+                raise ValueError(
+                    f"rope_scaling.high_freq_factor ({self.high_freq_factor}) must exceed "
+                    f"low_freq_factor ({self.low_freq_factor})"
+                )
+        else:
+            given = [k for k in ("low_freq_factor", "high_freq_factor") if getattr(self, k)]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to llama3 rope scaling only")
+        if self.type != "yarn":
+            given = [
+                k
+                for k in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")
+                if getattr(self, k) is not None
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to yarn rope scaling only")
+        if (
+            self.beta_fast is not None
+            and self.beta_slow is not None
+            and self.beta_fast <= self.beta_slow
+        ):
+            raise ValueError(
+                f"rope_scaling.beta_fast ({self.beta_fast}) must exceed beta_slow "
+                f"({self.beta_slow})"
+            )
+        return self
+
+
 class MoESpec(Spec):
     """Mixture-of-Experts layers (routed experts plus optional shared experts)."""
 
@@ -101,6 +181,23 @@ class ModelSpec(Spec):
     """MLP linear layers carry biases (GPT)."""
     position_embedding: Literal["rope", "learned"] = "rope"
     """Rotary (no parameters) or learned absolute position embeddings."""
+    rope_theta: float | None = Field(default=None, gt=0)
+    """RoPE base θ (dimensionless): the inverse frequencies are θ^(-2i/d) (Su et al. 2021,
+    arXiv 2104.09864). A Hugging Face config's `rope_theta`; Llama 2 10 000, Llama 3
+    500 000, Qwen 1 000 000. Null: unknown, i.e. the framework default 10 000. Only with
+    rotary embeddings."""
+    rope_scaling: RopeScalingSpec | None = None
+    """Rotary frequency scaling for an extended context (Llama 3.1, DeepSeek-V3 YaRN); null:
+    none. Only with rotary embeddings."""
+    norm_epsilon: float | None = Field(default=None, gt=0, lt=1)
+    """The ε added to the variance in every RMSNorm/LayerNorm (dimensionless; HF
+    `rms_norm_eps` or `layer_norm_epsilon`). Null: unknown, i.e. the framework default
+    (Megatron-Core 1e-5)."""
+    sliding_window: int | None = Field(default=None, ge=1)
+    """Sliding-window attention (Mistral 7B, Jiang et al. 2023, arXiv 2310.06825, §2): each
+    query attends to itself and the `sliding_window − 1` tokens before it (tokens; HF
+    `sliding_window`, mask `kv_idx > q_idx − sliding_window`), in every layer. Null: full
+    causal attention."""
     max_position_embeddings: int | None = Field(default=None, ge=1)
     """Longest sequence (positions) the model supports: the rows of the learned position
     table (required with learned position embeddings), or, with rotary embeddings, the
@@ -135,9 +232,19 @@ class ModelSpec(Spec):
             )
         if self.position_embedding == "learned" and self.max_position_embeddings is None:
             raise ValueError("max_position_embeddings is required with learned position embeddings")
+        if self.position_embedding != "rope":
+            rope = [k for k in ("rope_theta", "rope_scaling") if getattr(self, k) is not None]
+            if rope:
+                raise ValueError(f"{', '.join(rope)} need rotary position embeddings")
         return self
 
     # ---- derived shape -------------------------------------------------------------
+    @property
+    def rope_base(self) -> float:
+        """The RoPE base in effect: `rope_theta`, or the framework default 10 000 (Su et al.
+        2021; Megatron's `--rotary-base` default)."""
+        return self.rope_theta if self.rope_theta is not None else 10000.0
+
     @property
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_attention_heads

@@ -3,7 +3,9 @@
 Each file holds the explicit `ModelSpec` fields, an optional `aliases` list and a `published`
 block `{"num_parameters", "num_active_parameters"?, "source", "active_excludes_input_embedding"?}`
 quoting the parameter count the model's authors published, so tests can check our counting
-against it. Files are read and validated once (cached); lookups are case-insensitive.
+against it, and an `architecture_source` string naming where the architecture fields that
+carry no parameters (rope_theta, rope_scaling, norm_epsilon, sliding_window,
+max_position_embeddings) come from, usually the model's published Hugging Face `config.json`. Files are read and validated once (cached); lookups are case-insensitive.
 """
 
 from __future__ import annotations
@@ -22,18 +24,26 @@ from specs.model import ModelSpec
 PRESETS_DIR = Path(__file__).parent / "data" / "models"
 """Directory of the preset data files (`<name>.json`)."""
 
-_META_KEYS = ("published", "aliases")
+_META_KEYS = ("published", "aliases", "architecture_source")
+"""Keys of a preset file that are not ModelSpec fields."""
 
 
 class _Preset:
     """A loaded preset: the validated spec, its published counts and aliases."""
 
-    __slots__ = ("aliases", "published", "spec")
+    __slots__ = ("aliases", "architecture_source", "published", "spec")
 
-    def __init__(self, spec: ModelSpec, published: dict[str, Any], aliases: list[str]) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        published: dict[str, Any],
+        aliases: list[str],
+        architecture_source: str | None = None,
+    ) -> None:
         self.spec = spec
         self.published = published
         self.aliases = aliases
+        self.architecture_source = architecture_source
 
 
 def _load_file(path: Path) -> _Preset:
@@ -42,6 +52,11 @@ def _load_file(path: Path) -> _Preset:
         raise ValueError(f"preset file {path.name} must hold a JSON object")
     published = raw.pop("published", None)
     aliases = raw.pop("aliases", [])
+    architecture_source = raw.pop("architecture_source", None)
+    if architecture_source is not None and not (
+        isinstance(architecture_source, str) and architecture_source.strip()
+    ):
+        raise ValueError(f"preset file {path.name}: architecture_source must be a non-empty string")
     if (
         not isinstance(published, dict)
         or "num_parameters" not in published
@@ -60,7 +75,7 @@ def _load_file(path: Path) -> _Preset:
         )
     if spec.is_moe and "num_active_parameters" not in published:
         raise ValueError(f"preset file {path.name} is MoE: published needs num_active_parameters")
-    return _Preset(spec, dict(published), [str(a) for a in aliases])
+    return _Preset(spec, dict(published), [str(a) for a in aliases], architecture_source)
 
 
 @lru_cache(maxsize=1)
@@ -110,8 +125,8 @@ def get_preset(name: str) -> ModelSpec:
 
 
 def preset_info(name: str) -> dict[str, Any]:
-    """The explicit spec fields plus `num_parameters` (and `num_active_parameters` for MoE)
-    and the `published` block with its source."""
+    """The explicit spec fields plus `num_parameters` (and `num_active_parameters` for MoE),
+    the `published` block with its source and the `architecture_source`."""
     preset = _lookup(name)
     spec = preset.spec
     info: dict[str, Any] = spec.model_dump(mode="json")
@@ -119,6 +134,8 @@ def preset_info(name: str) -> dict[str, Any]:
     if spec.is_moe:
         info["num_active_parameters"] = spec.num_active_parameters()
     info["published"] = dict(preset.published)
+    if preset.architecture_source is not None:
+        info["architecture_source"] = preset.architecture_source
     if preset.aliases:
         info["aliases"] = list(preset.aliases)
     return info

@@ -158,6 +158,8 @@ HF_MODEL_IDS: dict[str, str] = {
     "llama2-70b": "meta-llama/Llama-2-70b-hf",
     "llama3-8b": "meta-llama/Meta-Llama-3-8B",
     "llama3-70b": "meta-llama/Meta-Llama-3-70B",
+    "llama3.1-8b": "meta-llama/Llama-3.1-8B",
+    "llama3.1-70b": "meta-llama/Llama-3.1-70B",
     "llama3-405b": "meta-llama/Llama-3.1-405B",
     "mistral-7b": "mistralai/Mistral-7B-v0.1",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",

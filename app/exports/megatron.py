@@ -26,6 +26,26 @@ Plan → flags:
   enable FSDP ZeRO-2"); FSDP2 refuses pipeline and expert parallelism (validate_args);
 - recompute: selective → `--recompute-granularity selective`; full →
   `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`.
+
+Architecture without parameters (flags of Megatron-LM core_v0.16.1 `arguments.py`
+`_add_network_size_args`, `_add_mla_args` and the TransformerConfig fields it exposes,
+`core_transformer_config_from_args`, `models/common/embeddings/rotary_pos_embedding.py`):
+- RoPE base → `--rotary-base` (an `int` argument; default 10000, so it is always written);
+- llama3 rope scaling → `--use-rope-scaling --rope-scaling-factor F`; Megatron hard-codes
+  low_freq_factor 1, high_freq_factor 4 and original context 8192 (`_apply_scaling`), any
+  other values are refused;
+- linear rope scaling → `--rotary-seq-len-interpolation-factor` (an `int` argument);
+- yarn → only with multi-latent attention: `--rope-type yarn --rotary-scaling-factor F
+  --mscale M --mscale-all-dim A`; `original_max_position_embeddings`, `beta_fast` and
+  `beta_slow` have no flag and must equal MLATransformerConfig's defaults 4096, 32, 1;
+  common attention takes only `rope_type="rope"` (`core_transformer_config_from_args`);
+  dynamic NTK scaling has no Megatron form and is refused;
+- norm ε → `--norm-epsilon`; QKV bias → `--add-qkv-bias`; query/key norm (and MLA's latent
+  norms) → `--qk-layernorm`;
+- sliding window of W tokens (the query and the W − 1 before it, Hugging Face's
+  `kv_idx > q_idx − W`) → `--window-size W-1,0` (TransformerConfig.window_size, Transformer
+  Engine's (left, right) convention);
+- learned position tables have `max_position_embeddings` rows: the sequence must fit them.
 """
 
 from __future__ import annotations
@@ -69,11 +89,13 @@ SWITCHES = frozenset(
         "--disable-bias-linear",
         "--add-qkv-bias",
         "--qk-layernorm",
+        "--use-rope-scaling",
         "--multi-latent-attention",
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--mock-data",
         "--moe-router-enable-expert-bias",
+        "--moe-shared-expert-gate",
     }
 )
 """Megatron's `store_true` flags this exporter writes (they take no value)."""
@@ -253,6 +275,7 @@ def build_args(
         str(max(seq, model.max_position_embeddings or 0)),
     ]
     args += _architecture_args(model, plan)
+    args += _position_args(model, seq)
     args += _moe_args(model, workload, notes)
     args += _precision_args(workload)
     args += _tokenizer_and_run_args(model, notes)
@@ -310,12 +333,120 @@ def _architecture_args(model: ModelSpec, plan: TrainingPlan) -> list[str]:
         args.append("--disable-bias-linear")
     if model.attention_bias and not model.mlp_bias:
         args.append("--add-qkv-bias")
-    if model.qk_norm:
+    if model.qk_norm or model.mla is not None:
+        # MLA: the RMSNorms on the query and key/value latents (DeepSeek's q_a_layernorm,
+        # kv_a_layernorm) are Megatron's qk_layernorm (gpt_layer_specs: the up projections
+        # become layer-norm linears)
         args.append("--qk-layernorm")
     if not model.dropout:
         args += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     args += ["--attention-backend", "flash" if plan.flash_attention else "unfused"]
     return args
+
+
+MLA_YARN_DEFAULTS = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+"""MLATransformerConfig's YaRN fields without a command-line flag (Megatron-Core 0.16)."""
+LLAMA3_SCALING_FIXED = {
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+"""The llama3 scaling constants Megatron's `RotaryEmbedding._apply_scaling` hard-codes."""
+
+
+def _number(value: float) -> str:
+    """A float flag value without a spurious `.0` on integers (1e-05 stays 1e-05)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _position_args(model: ModelSpec, seq: int) -> list[str]:
+    """RoPE base and scaling, norm ε and sliding window (see the module docstring)."""
+    args: list[str] = []
+    if model.position_embedding == "learned":
+        positions = model.max_position_embeddings or 0
+        require(
+            seq <= positions,
+            FORMAT,
+            "megatron.learned-positions-cover-sequence",
+            f"the learned position table has {positions} rows (max_position_embeddings); "
+            f"sequences of {seq} tokens do not fit it",
+        )
+    else:
+        base = model.rope_base
+        require(
+            float(base).is_integer(),
+            FORMAT,
+            "megatron.rotary-base-integer",
+            f"--rotary-base is an integer argument; rope_theta {base} is not an integer",
+        )
+        args += ["--rotary-base", str(int(base))]
+        args += _rope_scaling_args(model)
+    if model.norm_epsilon is not None:
+        args += ["--norm-epsilon", _number(model.norm_epsilon)]
+    if model.sliding_window is not None:
+        args += ["--window-size", f"{model.sliding_window - 1},0"]
+    return args
+
+
+def _rope_scaling_args(model: ModelSpec) -> list[str]:
+    rs = model.rope_scaling
+    if model.mla is not None:
+        if rs is None:
+            return ["--rope-type", "rope"]
+        require(
+            rs.type == "yarn",
+            FORMAT,
+            "megatron.mla-rope-scaling",
+            f"multi-latent attention takes rope or yarn; {rs.type} rope scaling has no "
+            "Megatron form",
+        )
+        for key, default in MLA_YARN_DEFAULTS.items():
+            value = getattr(rs, key)
+            require(
+                value is None or float(value) == default,
+                FORMAT,
+                "megatron.yarn-fixed-parameters",
+                f"rope_scaling.{key} is {value}; Megatron has no flag for it and uses {default:g}",
+            )
+        return [
+            "--rope-type",
+            "yarn",
+            "--rotary-scaling-factor",
+            _number(rs.factor),
+            "--mscale",
+            _number(rs.mscale if rs.mscale is not None else 1.0),
+            "--mscale-all-dim",
+            _number(rs.mscale_all_dim if rs.mscale_all_dim is not None else 0.0),
+        ]
+    if rs is None:
+        return []
+    if rs.type == "llama3":
+        for key, fixed in LLAMA3_SCALING_FIXED.items():
+            value = getattr(rs, key)
+            require(
+                value is not None and float(value) == fixed,
+                FORMAT,
+                "megatron.llama3-rope-scaling-fixed",
+                f"rope_scaling.{key} is {value}; Megatron's llama3 scaling fixes it at {fixed:g}",
+            )
+        return ["--use-rope-scaling", "--rope-scaling-factor", _number(rs.factor)]
+    if rs.type == "linear":
+        require(
+            float(rs.factor).is_integer(),
+            FORMAT,
+            "megatron.linear-rope-scaling-integer",
+            f"--rotary-seq-len-interpolation-factor is an integer argument; factor {rs.factor}",
+        )
+        return ["--rotary-seq-len-interpolation-factor", str(int(rs.factor))]
+    require(
+        False,
+        FORMAT,
+        "megatron.rope-scaling-type",
+        f"{rs.type} rope scaling has no Megatron form: common attention takes rope_type rope "
+        "(llama3 via --use-rope-scaling, linear via --rotary-seq-len-interpolation-factor); "
+        "yarn needs multi-latent attention",
+    )
+    return []
 
 
 def _moe_args(model: ModelSpec, workload: TrainingWorkload, notes: list[str]) -> list[str]:
@@ -341,6 +472,8 @@ def _moe_args(model: ModelSpec, workload: TrainingWorkload, notes: list[str]) ->
             "--moe-shared-expert-intermediate-size",
             str(moe.num_shared_experts * moe.shared_ffn),
         ]
+        if moe.shared_expert_gate:  # TransformerConfig.moe_shared_expert_gate (Qwen2-MoE)
+            args.append("--moe-shared-expert-gate")
     if moe.num_dense_layers or moe.layer_frequency > 1:
         args += ["--moe-layer-freq", moe_layer_pattern(model)]
     if moe.router_bias:
@@ -374,8 +507,16 @@ def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
     hf_id = hf_model_id(model)
     if hf_id is not None:
         tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_id]
+        # build_tokenizer: padded_vocab_size comes from the tokenizer's length, not from
+        # the checkpoint's config (a Qwen tokenizer holds fewer tokens than its vocab_size)
+        notes.append(
+            f"the embedding rows are the {hf_id} tokenizer's length padded to a multiple of "
+            f"128 × tensor size; the plan counts the config's vocabulary ({model.vocab_size})"
+        )
     else:
-        tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size)]
+        # NullTokenizer's vocabulary is --vocab-size plus one EOD token (Megatron's
+        # `_NullTokenizer.vocab_size`): V - 1 gives the model's V rows before padding
+        tok = ["--tokenizer-type", "NullTokenizer", "--vocab-size", str(model.vocab_size - 1)]
         notes.append(
             "no public tokenizer for this model: NullTokenizer with the model's "
             "vocabulary size; replace with your tokenizer"
@@ -466,6 +607,20 @@ def check_args(args: Sequence[str], *, world_size: int, env: Mapping[str, str]) 
         "megatron.max-position-embeddings",
         "max_position_embeddings must be >= seq_length",
     )
+    # core_transformer_config_from_args: "Common attention only support rope_type="rope""
+    require(
+        f.get("--rope-type") in (None, "rope") or "--multi-latent-attention" in f,
+        FORMAT,
+        "megatron.rope-type-common-attention",
+        f"common attention only supports rope_type rope, got {f.get('--rope-type')}",
+    )
+    if f.get("--use-rope-scaling") or "--rotary-base" in f:
+        require(
+            f.get("--position-embedding-type") == "rope",
+            FORMAT,
+            "megatron.rotary-flags-need-rope",
+            "--rotary-base and --use-rope-scaling act only with --position-embedding-type rope",
+        )
     # microbatch calculator: global batch = micro × dp × number of micro-batches
     require(
         mbs > 0 and gbs % (mbs * dp) == 0,

@@ -29,6 +29,7 @@ def serve_args(
     after the framework's own consistency checks (`vllm.check_args`, `sglang.check_args`).
     `options_path` is where TensorRT-LLM's options file (`trtllm.options_yaml`) is found."""
     if framework == "trtllm":
+        trtllm.check_model(model)
         return [
             "trtllm-serve",
             *trtllm.instance_args(model_ref, inst, workload, port=port, options_path=options_path),
@@ -45,6 +46,7 @@ def serve_args(
                 port=port,
                 engine=engine,
                 engine_options=engine_options,
+                model=model,
             ),
         ]
         vllm.check_args(args[2:], model)
@@ -52,7 +54,13 @@ def serve_args(
     args = [
         *sglang.LAUNCH,
         *sglang.instance_args(
-            model_ref, inst, workload, cluster=cluster, port=port, engine_options=engine_options
+            model_ref,
+            inst,
+            workload,
+            cluster=cluster,
+            port=port,
+            engine_options=engine_options,
+            model=model,
         ),
     ]
     sglang.check_args(args[len(sglang.LAUNCH) :], model)

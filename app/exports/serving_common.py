@@ -1,14 +1,19 @@
 """Pieces the serving exports (vLLM, SGLang) share: the context length a workload needs, the
-weight / KV-cache formats of an instance and its node span."""
+weight / KV-cache formats of an instance and its node span, and the model's architecture
+against the checkpoint the engine loads (overrides, the context the engine derives)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from app.exports.base import require
+from app.exports.base import hf_model_id, require
 from hardware_catalog.schema import ResolvedCluster
 from solver.serving.evaluate import kv_format as priced_kv_format
+from specs.errors import CatalogLookupError
+from specs.model import ModelSpec
+from specs.presets import get_preset
 from specs.serving import MAX_TOKENS, ServingInstance, ServingPlan, ServingWorkload
 
 ROLE_ORDER = ("both", "prefill", "decode")
@@ -105,3 +110,90 @@ def check_kv_heads(fmt: str, rule: str, kv_heads: int, tp: int) -> None:
             rule,
             f"the {kv_heads} KV heads must be divisible by tensor parallel size {tp}",
         )
+
+
+# ---- the checkpoint's architecture ---------------------------------------------------------
+def hf_rope_scaling(model: ModelSpec) -> dict[str, Any] | None:
+    """The model's `rope_scaling` as a Hugging Face config spells it (`rope_type` plus the
+    type's keys; transformers `modeling_rope_utils.py`)."""
+    rs = model.rope_scaling
+    if rs is None:
+        return None
+    out: dict[str, Any] = {"rope_type": rs.type}
+    out |= rs.model_dump(exclude={"type"}, exclude_none=True)
+    return out
+
+
+def checkpoint_overrides(model: ModelSpec) -> dict[str, Any]:
+    """The Hugging Face config keys to override when the model is served from the public
+    checkpoint its name loads (`base.hf_model_id`) but differs from that checkpoint's
+    config.json (the built-in preset of that name, which mirrors it) in an architecture
+    field without parameters: rope_theta, rope_scaling, max_position_embeddings,
+    sliding_window, rms_norm_eps. Empty for presets themselves and for models served from
+    `${MODEL_PATH}` (whose config.json is the user's)."""
+    if hf_model_id(model) is None:
+        return {}
+    try:
+        checkpoint = get_preset(model.name)
+    except CatalogLookupError:
+        return {}
+    out: dict[str, Any] = {}
+    if model.rope_base != checkpoint.rope_base:
+        out["rope_theta"] = model.rope_base
+    if model.rope_scaling != checkpoint.rope_scaling:
+        out["rope_scaling"] = hf_rope_scaling(model)
+    for field, key in (
+        ("max_position_embeddings", "max_position_embeddings"),
+        ("sliding_window", "sliding_window"),
+        ("norm_epsilon", "rms_norm_eps"),
+    ):
+        value = getattr(model, field)
+        if value is not None and value != getattr(checkpoint, field):
+            out[key] = value
+    if model.sliding_window is None and checkpoint.sliding_window is not None:
+        out["sliding_window"] = None
+    return out
+
+
+def vllm_max_model_len(model: ModelSpec) -> int | None:
+    """The context vLLM derives from the model's config (None: the config does not say):
+    `max_position_embeddings`, times the rope-scaling factor for scaling types other than
+    llama3/longrope, with yarn from its `original_max_position_embeddings` (vllm-project/vllm
+    `ModelConfig._get_and_verify_max_len`)."""
+    n = model.max_position_embeddings
+    if n is None:
+        return None
+    rs = model.rope_scaling
+    if rs is None or rs.type == "llama3":
+        return n
+    if rs.type == "yarn" and rs.original_max_position_embeddings is not None:
+        n = rs.original_max_position_embeddings
+    return int(n * rs.factor)
+
+
+def sglang_context_length(model: ModelSpec) -> int | None:
+    """The context SGLang derives (`get_context_length` of sgl-project/sglang
+    `srt/hf_transformers_utils.py`): `max_position_embeddings` times the rope-scaling factor,
+    except for llama3 scaling or a scaling that names its original context."""
+    n = model.max_position_embeddings
+    if n is None:
+        return None
+    rs = model.rope_scaling
+    if rs is None or rs.type == "llama3" or rs.original_max_position_embeddings is not None:
+        return n
+    return int(n * rs.factor)
+
+
+def check_context_length(fmt: str, rule: str, asked: int, derived: int | None, env: str) -> None:
+    """The engine refuses a context longer than the model's (unless `env` is set to allow
+    it, which risks wrong outputs): so does the export."""
+    if derived is None:
+        return
+    require(
+        asked <= derived,
+        fmt,
+        rule,
+        f"the workload needs a context of {asked} tokens; the model's config allows "
+        f"{derived} (max_position_embeddings and rope scaling), which {fmt} enforces unless "
+        f"{env}=1",
+    )

@@ -17,6 +17,7 @@ and, when e > 1, `--dp-size e --enable-dp-attention --ep-size t·e`; `max_batch_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,11 +32,14 @@ from app.exports.base import (
 )
 from app.exports.serving_common import (
     ROLE_ORDER,
+    check_context_length,
     check_kv_heads,
+    checkpoint_overrides,
     instance_shape,
     kv_format,
     max_model_len,
     refuse_stages_across_groups,
+    sglang_context_length,
     weight_format,
 )
 from hardware_catalog.schema import ResolvedCluster
@@ -63,7 +67,11 @@ def instance_args(
     cluster: ResolvedCluster,
     port: int,
     engine_options: Mapping[str, Any] | None = None,
+    model: ModelSpec | None = None,
 ) -> list[str]:
+    """SGLang launcher arguments of one instance. With `model`, where it differs from the
+    checkpoint's config.json (`serving_common.checkpoint_overrides`), the difference is
+    passed as `--json-model-override-args` (SGLang's JSON of config keys to replace)."""
     par = inst.parallelism
     engine_options = engine_options or {}
     shape = instance_shape(FORMAT, cluster, inst)
@@ -87,6 +95,12 @@ def instance_args(
     if kv_format(inst, workload) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     args += ["--mem-fraction-static", "0.9"]
+    overrides = checkpoint_overrides(model) if model is not None else {}
+    if overrides:
+        args += [
+            "--json-model-override-args",
+            json.dumps(overrides, sort_keys=True, separators=(",", ":")),
+        ]
     # the engine profile's settings (`cost_models/serving/engines/sglang.py`)
     if engine_options.get("enable_mixed_chunk"):
         args.append("--enable-mixed-chunk")
@@ -157,6 +171,14 @@ def check_args(args: Sequence[str], model: ModelSpec) -> None:
             "sglang.tp-divisible-by-ep",
             f"ranks per MoE group ({tp}) must be divisible by ep_size ({ep})",
         )
+    # ModelConfig: a --context-length above the derived one is refused unless allowed
+    check_context_length(
+        FORMAT,
+        "sglang.context-length",
+        int_flag(f, "--context-length", 0),
+        sglang_context_length(model),
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+    )
     mode = f.get("--disaggregation-mode", "null")
     require(
         mode in ("null", "prefill", "decode"),
@@ -189,6 +211,7 @@ def export(ctx: ExportContext) -> ExportResult:
             cluster=ctx.cluster,
             port=30000 + 100 * n,
             engine_options=plan.engine_options,
+            model=ctx.model,
         )
         check_args(args, ctx.model)
         roles[inst.role] = [*LAUNCH, *args]

@@ -20,6 +20,12 @@ Mapping of the plan's data parallelism (torchtitan has FSDP2 and DDP, no ZeRO-1/
 torchtitan's tensor parallelism always shards norms over the sequence (Megatron-style
 sequence parallelism). Pipeline stages are listed exactly with `module_fqns_per_model_part`
 (chunk i runs on pipeline rank i mod pp, torchtitan's "loop" stage order).
+
+Architecture: a preset runs as torchtitan's built-in flavor only when that flavor's RoPE
+base, norm ε and rope scaling equal the model's (`FLAVOR_ARGS`); otherwise the export names
+a flavor to register and the file header gives its arguments as torchtitan spells them
+(`model_args`). What a torchtitan model family cannot express (a sliding window, rope
+scaling it does not implement) is refused.
 """
 
 from __future__ import annotations
@@ -48,12 +54,131 @@ FORMAT = "torchtitan"
 TORCHTITAN_FLAVORS: dict[str, tuple[str, str]] = {
     "llama3-8b": ("llama3", "8B"),
     "llama3-70b": ("llama3", "70B"),
+    "llama3.1-8b": ("llama3", "8B"),
+    "llama3.1-70b": ("llama3", "70B"),
     "llama3-405b": ("llama3", "405B"),
     "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
     "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
     "deepseek-v3": ("deepseek_v3", "671B"),
 }
-"""torchtitan's built-in (model name, flavor) of the presets it ships."""
+"""torchtitan's built-in (model name, flavor) of the same shape as a preset; the flavor is
+used only when its architecture arguments (`FLAVOR_ARGS`) equal the model's too."""
+
+_LLAMA31_SCALING = {
+    "scaling_factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+FLAVOR_ARGS: dict[tuple[str, str], dict[str, Any]] = {
+    ("llama3", "8B"): {
+        "rope_theta": 500000.0,
+        "norm_eps": 1e-5,
+        "rope_scaling_args": _LLAMA31_SCALING,
+    },
+    ("llama3", "70B"): {
+        "rope_theta": 500000.0,
+        "norm_eps": 1e-5,
+        "rope_scaling_args": _LLAMA31_SCALING,
+    },
+    ("llama3", "405B"): {
+        "rope_theta": 500000.0,
+        "norm_eps": 1e-5,
+        "rope_scaling_args": _LLAMA31_SCALING,
+    },
+    ("qwen3", "30B-A3B"): {"rope_theta": 1000000.0, "norm_eps": 1e-6},
+    ("qwen3", "235B-A22B"): {"rope_theta": 5000000.0, "norm_eps": 1e-6},
+    ("deepseek_v3", "671B"): {
+        "rope_theta": 10000.0,
+        "norm_eps": 1e-5,
+        "rope_factor": 40.0,
+        "original_seq_len": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+    },
+}
+"""The architecture arguments of torchtitan v0.2.2's built-in flavors
+(`torchtitan/models/<name>/__init__.py` and `model/args.py` defaults: llama3's
+`RoPEScalingArgs` always applies Llama 3.1 scaling; qwen3 235B-A22B sets rope_theta 5e6 where
+Qwen/Qwen3-235B-A22B has 1e6; deepseek_v3 keeps norm_eps 1e-5 where DeepSeek-V3 has 1e-6).
+The exports_real test checks this table against torchtitan itself."""
+
+
+def model_args(model: ModelSpec, name: str) -> dict[str, Any]:
+    """The model's architecture arguments without parameters, as torchtitan v0.2's
+    `TransformerModelArgs` (llama3), `Qwen3ModelArgs` and `DeepSeekV3ModelArgs` spell them.
+
+    llama3 always applies its `RoPEScalingArgs` (`precompute_freqs_cis`): a model without
+    scaling gets scaling_factor 1, which leaves every frequency unchanged. deepseek_v3 takes
+    YaRN as rope_factor/original_seq_len/beta_fast/beta_slow and one `mscale` for the
+    softmax temperature (Hugging Face's mscale_all_dim; the rotary tables carry
+    mscale/mscale_all_dim, 1 when they are equal). Raises `UnexpressiblePlan` for what the
+    family cannot express: rope scaling other than llama3 (llama3), any rope scaling (qwen3),
+    other than yarn (deepseek_v3), a sliding window (none of them)."""
+    require(
+        model.sliding_window is None,
+        FORMAT,
+        "torchtitan.sliding-window",
+        f"torchtitan's {name} model has no sliding-window attention "
+        f"(sliding_window {model.sliding_window})",
+    )
+    rs = model.rope_scaling
+    out: dict[str, Any] = {
+        "rope_theta": model.rope_base,
+        "norm_eps": model.norm_epsilon if model.norm_epsilon is not None else 1e-5,
+    }
+    if model.norm_epsilon is None and name == "qwen3":
+        out["norm_eps"] = 1e-6  # Qwen3ModelArgs' default: unknown keeps torchtitan's own
+    if name == "llama3":
+        require(
+            rs is None or rs.type == "llama3",
+            FORMAT,
+            "torchtitan.rope-scaling",
+            f"torchtitan's llama3 model has llama3 rope scaling only, not {rs and rs.type}",
+        )
+        scaling = (
+            {
+                "scaling_factor": float(rs.factor),
+                "low_freq_factor": float(rs.low_freq_factor or 0),
+                "high_freq_factor": float(rs.high_freq_factor or 0),
+                "original_max_position_embeddings": rs.original_max_position_embeddings,
+            }
+            if rs is not None
+            else {**_LLAMA31_SCALING, "scaling_factor": 1.0}
+        )
+        out["rope_scaling_args"] = scaling
+    elif name == "qwen3":
+        require(
+            rs is None,
+            FORMAT,
+            "torchtitan.rope-scaling",
+            f"torchtitan's qwen3 model has no rope scaling ({rs and rs.type} given)",
+        )
+    else:
+        require(
+            rs is None or rs.type == "yarn",
+            FORMAT,
+            "torchtitan.rope-scaling",
+            f"torchtitan's deepseek_v3 model takes yarn rope scaling only, not {rs and rs.type}",
+        )
+        if rs is not None:
+            require(
+                rs.mscale is None or rs.mscale_all_dim is None or rs.mscale == rs.mscale_all_dim,
+                FORMAT,
+                "torchtitan.yarn-mscale",
+                "torchtitan's deepseek_v3 has one mscale; the model's mscale "
+                f"({rs.mscale}) and mscale_all_dim ({rs.mscale_all_dim}) differ",
+            )
+        out |= {
+            "rope_factor": float(rs.factor) if rs else 1.0,
+            "original_seq_len": (rs.original_max_position_embeddings if rs else None) or 4096,
+            "beta_fast": float(rs.beta_fast or 32) if rs else 32.0,
+            "beta_slow": float(rs.beta_slow or 1) if rs else 1.0,
+            "mscale": float(rs.mscale_all_dim or rs.mscale or 1.0) if rs else 1.0,
+        }
+    return out
+
 
 SINGLE_STAGE_SCHEDULES = frozenset({"1F1B", "GPipe"})
 MULTI_STAGE_SCHEDULES = frozenset(
@@ -62,25 +187,47 @@ MULTI_STAGE_SCHEDULES = frozenset(
 AC_MODES = frozenset({"none", "selective", "full", "memory_budget"})
 
 
+def _python(value: Any) -> str:
+    """A model argument as Python source (the `RoPEScalingArgs` dataclass for llama3's)."""
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k}={v!r}" for k, v in value.items())
+        return f"RoPEScalingArgs({inner})"
+    return repr(value)
+
+
 def model_section(model: ModelSpec, precision: str) -> tuple[dict[str, Any], list[str]]:
-    """`[model]`: torchtitan's model name and flavor (built-in when known; otherwise the
-    family closest in architecture and a flavor named after the model, to register)."""
+    """`[model]`: torchtitan's model name and flavor: the built-in flavor when one has the
+    model's shape and architecture arguments (`FLAVOR_ARGS`), otherwise the family closest
+    in architecture and a flavor named after the model, to register with `model_args`."""
     notes: list[str] = []
     known = TORCHTITAN_FLAVORS.get(model.name.lower())
     if known is not None:
-        name, flavor = known
+        name = known[0]
+    elif model.mla is not None:
+        name = "deepseek_v3"
+    elif model.qk_norm or model.moe is not None:
+        name = "qwen3"
     else:
-        if model.mla is not None:
-            name = "deepseek_v3"
-        elif model.qk_norm or model.moe is not None:
-            name = "qwen3"
-        else:
-            name = "llama3"
-        flavor = model.name
+        name = "llama3"
+    args = model_args(model, name)
+    flavor = model.name
+    if known is not None and FLAVOR_ARGS[known] == args:
+        flavor = known[1]
+    elif known is not None:
+        differ = sorted(k for k in args if FLAVOR_ARGS[known].get(k) != args[k])
+        notes.append(
+            f"torchtitan's built-in flavor {known[1]!r} of {name!r} has this shape but differs "
+            f"in {', '.join(differ)}: register flavor {flavor!r} with the model arguments in "
+            "the file header"
+        )
+    else:
         notes.append(
             f"torchtitan has no built-in flavor for {model.name}: register flavor "
-            f"{flavor!r} of model {name!r} with the dimensions in the file header"
+            f"{flavor!r} of model {name!r} with the dimensions and model arguments in the "
+            "file header"
         )
+    if model.attention_bias or model.mlp_bias:
+        notes.append(f"torchtitan's {name} model has no linear biases; the model has them")
     hf_id = hf_model_id(model)
     assets = "./assets/hf/" + (hf_id.split("/")[-1] if hf_id else model.name)
     section: dict[str, Any] = {"name": name, "flavor": flavor, "hf_assets_path": assets}
@@ -371,6 +518,11 @@ def export(ctx: ExportContext) -> ExportResult:
             f"expert_ffn={m.moe.expert_ffn_hidden_size}"
             if m.moe
             else ""
+        )
+        + "\n"
+        f"# model args ({cfg['model']['name']}): "
+        + ", ".join(
+            f"{k}={_python(v)}" for k, v in model_args(m, str(cfg["model"]["name"])).items()
         )
         + "\n"
         f"# launch: torchrun --nnodes {layout.num_nodes} --nproc-per-node "

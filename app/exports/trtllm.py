@@ -31,6 +31,7 @@ from app.exports.base import (
     shell_command,
 )
 from app.exports.serving_common import (
+    checkpoint_overrides,
     instance_shape,
     kv_format,
     max_model_len,
@@ -38,6 +39,7 @@ from app.exports.serving_common import (
     weight_format,
 )
 from hardware_catalog.schema import ResolvedCluster
+from specs.model import ModelSpec
 from specs.serving import ServingInstance, ServingPlan, ServingWorkload
 
 FORMAT = "trtllm"
@@ -63,6 +65,20 @@ def llm_api_options(
     if inst.parallelism.expert > 1:
         options["enable_attention_dp"] = True
     return options
+
+
+def check_model(model: ModelSpec) -> None:
+    """`trtllm-serve` builds the model from the checkpoint's config.json and takes no
+    override of its keys: a model that differs from the checkpoint its name loads in an
+    architecture field (`serving_common.checkpoint_overrides`) is refused."""
+    overrides = checkpoint_overrides(model)
+    require(
+        not overrides,
+        FORMAT,
+        "trtllm.checkpoint-architecture",
+        f"the model differs from the checkpoint's config.json in {', '.join(sorted(overrides))}; "
+        "trtllm-serve has no override for them (export with vllm or sglang)",
+    )
 
 
 def instance_args(
@@ -154,6 +170,7 @@ def export(ctx: ExportContext) -> ExportResult:
         "trtllm-serve runs one engine on one kind of node with even pipeline stages (export it as vllm, which takes VLLM_PP_LAYER_PARTITION)",
     )
     check_plan(FORMAT, plan, ctx.cluster)
+    check_model(ctx.model)
     inst = plan.instances[0]
     shape = instance_shape(FORMAT, ctx.cluster, inst)
     env: dict[str, str] = {}

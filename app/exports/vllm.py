@@ -34,10 +34,13 @@ from app.exports.base import (
 )
 from app.exports.serving_common import (
     ROLE_ORDER,
+    check_context_length,
     check_kv_heads,
+    checkpoint_overrides,
     instance_shape,
     kv_format,
     max_model_len,
+    vllm_max_model_len,
     weight_format,
 )
 from cost_models.mixed import pool_names
@@ -92,8 +95,11 @@ def instance_args(
     port: int,
     engine: str | None = None,
     engine_options: Mapping[str, Any] | None = None,
+    model: ModelSpec | None = None,
 ) -> list[str]:
-    """`vllm serve` arguments (after `vllm serve`) of one instance."""
+    """`vllm serve` arguments (after `vllm serve`) of one instance. With `model`, where it
+    differs from the checkpoint's config.json (`serving_common.checkpoint_overrides`), the
+    difference is passed as `--hf-overrides` (vLLM's JSON of config keys to replace)."""
     engine_options = engine_options or {}
     par = inst.parallelism
     weights = weight_format(inst, workload)
@@ -126,6 +132,9 @@ def instance_args(
     if kv_format(inst, workload) == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
     args += ["--gpu-memory-utilization", "0.9"]
+    overrides = checkpoint_overrides(model) if model is not None else {}
+    if overrides:
+        args += ["--hf-overrides", json.dumps(overrides, sort_keys=True, separators=(",", ":"))]
     args += engine_args(engine, engine_options)
     if par.num_gpus > node_gpus:
         args += ["--distributed-executor-backend", "ray"]
@@ -178,6 +187,14 @@ def check_args(args: Sequence[str], model: ModelSpec) -> None:
         FORMAT,
         "vllm.batched-tokens-vs-seqs",
         f"max_num_batched_tokens ({tokens}) must be greater than or equal to max_num_seqs ({seqs})",
+    )
+    # ModelConfig._get_and_verify_max_len: no longer than the model's derived context
+    check_context_length(
+        FORMAT,
+        "vllm.max-model-len",
+        ctx_len,
+        vllm_max_model_len(model),
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
     )
     if not f.get("--enable-chunked-prefill"):
         require(
@@ -251,6 +268,7 @@ def _staged(
         port=8000,
         engine=plan.engine,
         engine_options=plan.engine_options,
+        model=ctx.model,
     )
     check_args(args, ctx.model)
     layout = "; ".join(
@@ -313,6 +331,7 @@ def export(ctx: ExportContext) -> ExportResult:
             port=8000 + 100 * n,
             engine=plan.engine,
             engine_options=plan.engine_options,
+            model=ctx.model,
         )
         check_args(args, ctx.model)
         roles[inst.role] = ["vllm", "serve", *args]

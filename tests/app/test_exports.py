@@ -345,7 +345,7 @@ def test_serving_plan_yields_vllm_sglang_slurm_kubernetes(searches: dict[str, An
     inst = row["plan"]["instances"][0]
     par = inst["parallelism"]
     vl = export_plan(row, problem, "vllm")
-    assert vl.args[:3] == ["vllm", "serve", "meta-llama/Meta-Llama-3-70B"]
+    assert vl.args[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B"]
     f = parse_flags(vl.args[3:], vl_export.SWITCHES)
     assert (int(f["--tensor-parallel-size"]), int(f["--pipeline-parallel-size"])) == (
         par["tensor"],
@@ -389,7 +389,7 @@ def test_serving_plan_yields_vllm_sglang_slurm_kubernetes(searches: dict[str, An
     assert deployment["kind"] == "Deployment" and deployment["spec"]["replicas"] == inst["count"]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == gpus // inst["count"]
-    assert container["command"][:3] == ["vllm", "serve", "meta-llama/Meta-Llama-3-70B"]
+    assert container["command"][:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B"]
     assert service["kind"] == "Service"
 
 
@@ -410,7 +410,7 @@ def test_tensorrt_llm_plans_launch_with_trtllm_serve_alone_and_wrapped(
         export_plan(trt_row, problem, "vllm")
     assert refused.value.rule == "vllm.engine"
     alone = export_plan(trt_row, problem, "trtllm")
-    assert alone.args[:2] == ["trtllm-serve", "meta-llama/Meta-Llama-3-70B"]
+    assert alone.args[:2] == ["trtllm-serve", "meta-llama/Llama-3.1-70B"]
     flags = dict(zip(alone.args[2::2], alone.args[3::2], strict=False))
     assert int(flags["--tp_size"]) == par["tensor"] * par["expert"]
     assert int(flags["--max_batch_size"]) == inst["max_batch_size"]

@@ -250,12 +250,14 @@ def test_training_sequence_beyond_max_positions() -> None:
     w = training_warnings(problem(model=model, seq=16384), estimate(100, 40, H100_MEMORY_GIB, 989))
     found = [x for x in w if x.code == "sequence_beyond_max_positions"]
     assert len(found) == 1 and "16384" in found[0].detail and "8192" in found[0].detail
-    for m, seq in (
-        (model, 8192),
-        (presets.get_preset("llama3-8b"), 16384),
-    ):  # at the limit; unknown
+    unknown = model.model_copy(update={"max_position_embeddings": None})
+    for m, seq in ((model, 8192), (unknown, 16384)):  # at the limit; unknown
         got = training_warnings(problem(model=m, seq=seq), estimate(1, 40, H100_MEMORY_GIB, 989))
         assert "sequence_beyond_max_positions" not in codes(got)
+    # the preset carries its config.json context (Meta-Llama-3-8B: 8192)
+    preset = presets.get_preset("llama3-8b")
+    got = training_warnings(problem(model=preset, seq=16384), estimate(1, 40, H100_MEMORY_GIB, 989))
+    assert "sequence_beyond_max_positions" in codes(got)
 
 
 def test_longest_serving_request() -> None:

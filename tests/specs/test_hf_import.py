@@ -28,12 +28,11 @@ def test_fixture_imports_to_the_preset_shape_and_count(name: str) -> None:
     config = _fixture(name)
     spec = model_from_hf_config(config)
     preset = get_preset(name)
-    # the import keeps the trained context length; presets (one per shape, aliases of
-    # several context lengths) leave it unset
+    # the import keeps the architecture fields without parameters, as the preset does
     assert spec.max_position_embeddings == config["max_position_embeddings"]
-    assert preset.max_position_embeddings is None
-    exclude = {"name", "max_position_embeddings"}
-    assert spec.model_dump(exclude=exclude) == preset.model_dump(exclude=exclude)
+    assert spec.rope_theta == config["rope_theta"]
+    assert spec.norm_epsilon == config["rms_norm_eps"]
+    assert spec.model_dump(exclude={"name"}) == preset.model_dump(exclude={"name"})
     assert spec.num_parameters() == preset.num_parameters()
     assert spec.num_active_parameters() == preset.num_active_parameters()
 
@@ -64,6 +63,8 @@ def _mistral_7b_config() -> dict[str, Any]:
         "sliding_window": 4096,
         "tie_word_embeddings": False,
         "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-05,
+        "max_position_embeddings": 32768,
     }
 
 

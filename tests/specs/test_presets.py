@@ -128,10 +128,10 @@ def test_preset_info_dense_has_no_active_count() -> None:
     assert info["name"] == "llama3-70b"
     assert info["num_kv_heads"] == 8
     # the spec fields round-trip into a ModelSpec
-    spec_fields = {
-        k: v for k, v in info.items() if k not in {"num_parameters", "published", "aliases"}
-    }
+    meta = {"num_parameters", "published", "aliases", "architecture_source"}
+    spec_fields = {k: v for k, v in info.items() if k not in meta}
     assert ModelSpec.model_validate(spec_fields) == get_preset("llama3-70b")
+    assert info["architecture_source"].startswith("config.json of meta-llama/Meta-Llama-3-70B")
 
 
 def test_preset_info_moe_has_active_count() -> None:
