@@ -48,6 +48,7 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
+from solver.search.diverse import layout_key
 from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
     BOUND_SAFETY,
@@ -179,7 +180,7 @@ def search_top(
                 if est is not None:
                     top.push(item.key, est)
                     if poller is not None:
-                        poller.found(est.metrics.step_time_s, item.key)
+                        poller.found(est.metrics.step_time_s, layout_key(item.key))
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
@@ -259,4 +260,4 @@ def _lazy(
         if est is not None:
             top.push(key, est)
             if poller is not None:
-                poller.found(est.metrics.step_time_s, key)
+                poller.found(est.metrics.step_time_s, layout_key(key))
