@@ -1,7 +1,8 @@
 """Exhaustive reference search: the branch-and-bound enumeration without bounds pruning.
 
 Every candidate that passes `check()` is split by the partition program and evaluated; the
-k best feasible plans by (step time, canonical key) are returned. Slow by design: the tests
+k best feasible non-dominated plans by (step time, canonical key) are returned, with the
+plans folded under them (`solver.search.diverse`; `fold=False`: the k best plans). Slow by design: the tests
 use it as the oracle of `search()`.
 """
 

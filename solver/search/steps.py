@@ -418,20 +418,25 @@ def split_lower_bound_s(profile: LayerProfile, max_rank_time_s: float) -> float:
 class TopK:
     """The k best feasible non-dominated estimates by (step time, canonical plan key), each
     with the plans folded under it (`solver.search.diverse`: same layout, no better on any
-    reported metric, ranked after it). A folded plan never takes one of the k slots.
+    reported metric, ranked after it; under its best-ranked dominator). A folded plan never
+    takes one of the k slots.
 
-    Kept while the search runs: every plan that is non-dominated among the plans pushed so
-    far and ranks no later than U, the k-th best of the layouts' best pushed plans (U's
-    time is `safe_worst`), and under each the best-ranked `max_folded` plans folded under
-    it. Why nothing else is needed: the best pushed plan of a layout ranks at or after the
-    best plan of that layout in the whole space, which no plan dominates (dominators share
-    the layout); k layouts give k non-dominated plans of the space ranked no later than U,
-    so the final k-th non-dominated plan ranks no later than U, and a plan ranked after U
-    is neither in the top-k nor folded under it (folded plans rank before the k-th). A
-    dominated plan stays dominated as plans arrive, and whatever it dominates its own
-    dominator dominates (transitivity), so new plans are checked against non-dominated
-    plans only, and a folded plan dropped past `max_folded` is never needed again (a plan
-    that is folded later under a new dominator brings its folded plans along, behind it).
+    Kept while the search runs: every plan pushed so far that ranks no later than U, the
+    k-th best of the layouts' best pushed plans (U's time is `safe_worst`); the
+    non-dominated ones as roots, each dominated one under its best-ranked dominator. Why
+    nothing else is needed: the best pushed plan of a layout ranks at or after the best
+    plan of that layout in the whole space, which no plan dominates (a dominator shares the
+    layout); k layouts give k non-dominated plans of the space ranked no later than U, so
+    the final k-th non-dominated plan ranks no later than U, and a plan ranked after U is
+    neither in the top-k nor folded under one of it (folded plans shown rank before the
+    k-th) nor the dominator of one (a dominator ranks first). Only plans of at most k
+    layouts rank no later than U. A dominated plan stays dominated as plans arrive, and
+    its best-ranked dominator is a root (transitivity: a plan dominating that dominator
+    would rank first and dominate the plan too), so a new plan is checked against the
+    roots of its layout; a new root takes over the roots it dominates with their folded
+    plans, and the folded plans of later roots that it dominates. The `max_folded` cap is
+    applied to what is shown (`entries`), not while plans arrive: a plan past the cap
+    under one root may be among the first under a root that arrives later.
 
     `worst()` is the k-th non-dominated plan among those pushed. Unlike the k-th plan of a
     plain top-k it can move later, when a new plan folds two of them; the drivers that
@@ -449,7 +454,7 @@ class TopK:
         self._roots: list[_Root] = []
         self._by_layout: dict[Any, list[_Root]] = {}
         self._seq = 0
-        self._bound: tuple[float, PlanKey, int] | None = None  # U, once k layouts were seen
+        self._bound: Rank | None = None  # U, once k layouts were seen
 
     def __len__(self) -> int:
         return min(len(self._roots), self.k)
@@ -470,7 +475,7 @@ class TopK:
 
     def push(self, key: PlanKey, est: TrainingEstimate) -> None:
         self._seq += 1
-        rank = (est.metrics.step_time_s, key, self._seq)
+        rank: Rank = (est.metrics.step_time_s, key, self._seq)
         if self._bound is not None and rank > self._bound:
             return
         prof = Profile.of(est) if self.fold else Profile((self._seq,), {})
@@ -479,16 +484,24 @@ class TopK:
             if root.rank >= rank:
                 break
             if profile_dominates(root.profile, prof):
-                root.add([(rank, est)], self.max_folded)
+                bisect.insort(root.folded, _Folded(rank, est, prof))
                 return
         new = _Root(rank, est, prof)
         kept: list[_Root] = []
         for root in same:
-            if root.rank > rank and profile_dominates(prof, root.profile):
-                new.add([(root.rank, root.estimate), *root.folded], self.max_folded)
+            if root.rank < rank:
+                kept.append(root)
+            elif profile_dominates(prof, root.profile):  # and so all folded under it
+                new.folded.append(_Folded(root.rank, root.estimate, root.profile))
+                new.folded.extend(root.folded)
                 self._roots.remove(root)
             else:
+                stay = []
+                for item in root.folded:
+                    (new.folded if profile_dominates(prof, item.profile) else stay).append(item)
+                root.folded = stay
                 kept.append(root)
+        new.folded.sort()
         bisect.insort(kept, new)
         self._by_layout[prof.layout] = kept
         bisect.insort(self._roots, new)
@@ -499,25 +512,31 @@ class TopK:
         if len(self._by_layout) < self.k:
             return
         bests = sorted(roots[0].rank for roots in self._by_layout.values())
-        self._bound = bound = bests[self.k - 1]
+        bound = bests[self.k - 1]
+        if bound == self._bound:
+            return
+        self._bound = bound
         while self._roots[-1].rank > bound:
             gone = self._roots.pop()
             same = self._by_layout[gone.profile.layout]
             same.remove(gone)
             if not same:
                 del self._by_layout[gone.profile.layout]
+        for root in self._roots:
+            if root.folded and root.folded[-1].rank > bound:
+                del root.folded[bisect.bisect_right(root.folded, _Folded(bound, None, None)) :]
 
-    def _shown(self) -> list[tuple[tuple[float, PlanKey, int], TrainingEstimate, _Root | None]]:
+    def _shown(self) -> list[tuple[Rank, TrainingEstimate, _Root | None]]:
         """(rank, estimate, the root it is folded under or None) of the diverse top-k, in
-        rank order."""
+        rank order: the k roots, and under each the first `max_folded` plans folded under
+        it that rank before the k-th root."""
         roots = self._roots[: self.k]
         last = roots[-1].rank if len(roots) == self.k else None
-        items: list[tuple[tuple[float, PlanKey, int], TrainingEstimate, _Root | None]] = []
+        items: list[tuple[Rank, TrainingEstimate, _Root | None]] = []
         for root in roots:
             items.append((root.rank, root.estimate, None))
-            items.extend(
-                (rank, est, root) for rank, est in root.folded if last is None or rank < last
-            )
+            shown = [f for f in root.folded if last is None or f.rank < last]
+            items.extend((f.rank, f.estimate, root) for f in shown[: self.max_folded])
         items.sort(key=lambda item: item[0])
         return items
 
@@ -549,24 +568,34 @@ class TopK:
         return [(rank[0], rank[1], est) for rank, est, _ in self._shown()]
 
 
+Rank = tuple[float, PlanKey, int]
+"""(step time, key, push sequence) of a `TopK` plan: its rank (keys are unique in one
+search; the sequence keeps the order total when a merge pushes a key twice)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Folded:
+    """A dominated plan of a `TopK`."""
+
+    rank: Rank
+    estimate: Any
+    profile: Any
+
+    def __lt__(self, other: _Folded) -> bool:
+        return self.rank < other.rank
+
+
 @dataclass(slots=True, eq=False)
 class _Root:
     """A non-dominated plan of a `TopK` and the plans folded under it (rank order)."""
 
-    rank: tuple[float, PlanKey, int]
+    rank: Rank
     estimate: TrainingEstimate
     profile: Profile
-    folded: list[tuple[tuple[float, PlanKey, int], TrainingEstimate]] = field(default_factory=list)
+    folded: list[_Folded] = field(default_factory=list)
 
     def __lt__(self, other: _Root) -> bool:
         return self.rank < other.rank
-
-    def add(
-        self, items: list[tuple[tuple[float, PlanKey, int], TrainingEstimate]], limit: int
-    ) -> None:
-        self.folded.extend(items)
-        self.folded.sort(key=lambda item: item[0])
-        del self.folded[limit:]
 
 
 def _validated(est: TrainingEstimate) -> TrainingEstimate:
