@@ -615,6 +615,12 @@ class PlanPublic(BaseModel):
     warnings: list[PlanWarning] = Field(default_factory=list)
     """Advisory warnings (`{"code", "detail"}`, possibly empty); they never change the
     plan's feasibility or rank."""
+    dominated_by: str | None = None
+    """The id of the better-ranked plan of the same search this one is folded under (same
+    layout, no better on any reported metric; listed only with `?include_dominated=true`);
+    null when not dominated."""
+    dominated_reason: str | None = None
+    """Why it is folded: the knobs that differ and the metrics it is no better on."""
 
 
 class PlanList(BaseModel):
