@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 from app import __version__
 from app.api import metrics as service_metrics
 from app.api.auth import rate_buckets
+from app.api.docs import install_offline_docs
 from app.api.etag import ETagMiddleware
 from app.api.links import document_links
 from app.api.problems import (
@@ -118,6 +119,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # the offline pages below replace FastAPI's CDN ones (issue 14)
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = service_metrics.Metrics(app)
@@ -145,18 +148,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         _docstring_summaries(module.router)
         app.include_router(module.router)
     app.include_router(ui.router)  # the plan explorer, /ui/ (issue 14)
+    install_offline_docs(app)
     document_problems(app)
     document_links(app)
     return app
 
 
 def _docstring_summaries(router: APIRouter) -> None:
-    """Each route's one-line docstring becomes its OpenAPI summary."""
+    """Each route's first docstring paragraph (its lines joined) becomes its OpenAPI
+    summary; the whole docstring stays the description."""
     for route in router.routes:
         if isinstance(route, APIRoute) and route.summary is None:
             doc = inspect.getdoc(route.endpoint) or ""
             if doc:
-                route.summary = doc.splitlines()[0].rstrip(".")
+                first = doc.split("\n\n", 1)[0]
+                route.summary = " ".join(first.split()).rstrip(".")
 
 
 def create_service() -> FastAPI:

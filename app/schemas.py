@@ -20,77 +20,16 @@ from pydantic import (
     model_validator,
 )
 
+from app.examples import ESTIMATE_EXAMPLES, RESOLVE_EXAMPLES, SEARCH_EXAMPLES
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
+from specs.model import ModelSpec
+from specs.model_input import ModelInput
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
 from specs.workload import Workload
-
-MODEL_EXAMPLES: list[dict[str, Any]] = [
-    {"preset": "llama3-70b"},
-    {
-        "name": "my-70b",
-        "num_layers": 80,
-        "hidden_size": 8192,
-        "num_attention_heads": 64,
-        "num_kv_heads": 8,
-        "ffn_hidden_size": 28672,
-        "vocab_size": 128256,
-        "gated_mlp": True,
-        "tie_embeddings": False,
-        "moe": None,
-    },
-]
-CLUSTER_EXAMPLE: dict[str, Any] = {
-    "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8, "gpus_per_node": 8}]
-}
-WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "training",
-    "global_batch_size": 1024,
-    "sequence_length": 4096,
-    "precision": "bf16",
-}
-PLAN_EXAMPLE: dict[str, Any] = {
-    "parallelism": {
-        "data": 2,
-        "tensor": 8,
-        "pipeline": 4,
-        "virtual_pipeline": 1,
-        "context": 1,
-        "expert": 1,
-        "expert_tensor": 1,
-        "sequence_parallel": True,
-    },
-    "micro_batch_size": 1,
-    "zero_stage": 1,
-    "recompute": "selective",
-    "pipeline_schedule": "1f1b",
-    "stage_layers": [20, 20, 20, 20],
-}
-
-SERVING_WORKLOAD_EXAMPLE: dict[str, Any] = {
-    "kind": "serving",
-    "prompt_tokens": 1024,
-    "output_tokens": 256,
-    "arrival_rate_rps": None,
-    "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90},
-    "precision": "bf16",
-    "objective": "max_goodput_per_gpu",
-}
-SERVING_PLAN_EXAMPLE: dict[str, Any] = {
-    "mode": "colocated",
-    "instances": [
-        {
-            "role": "both",
-            "count": 2,
-            "parallelism": {"tensor": 4, "pipeline": 1, "expert": 1},
-            "max_batch_size": 112,
-            "chunk_size": 2048,
-        }
-    ],
-}
 
 
 def _plan_kind(value: Any) -> str:
@@ -105,9 +44,6 @@ AnyPlan = Annotated[
     Discriminator(_plan_kind),
 ]
 """A training plan (`parallelism`, ...) or a serving plan (`mode`, `instances`)."""
-
-ModelInput = dict[str, Any]
-"""`{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
 
 
 def lone_surrogate_path(value: Any, path: str = "") -> str | None:
@@ -135,7 +71,7 @@ def lone_surrogate_path(value: Any, path: str = "") -> str | None:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -158,21 +94,31 @@ class CostModelRef(_Body):
     """Which cost model prices the plans, with its options."""
 
     name: str = Field(default="analytical", min_length=1, max_length=100)
+    """A registered cost model (`GET /v1/cost-models`): `analytical` (the default),
+    `calibrated` (fitted to the tenant's measured runs) or a plug-in."""
     config: dict[str, Any] | None = None
     """Options the cost model validates itself."""
 
 
 class EstimateConstraints(_Body):
+    """Limits an estimate checks the plan against."""
+
     memory_headroom_gib: float = Field(default=2.0, ge=0, le=1024)
-    """Memory left free on every GPU."""
+    """Memory left free on every GPU, GiB."""
     allow_tensor_across_nodes: bool = False
+    """Allow tensor (and expert-tensor) groups to span nodes."""
 
 
 class ModelResolveRequest(_Body):
-    model: ModelInput = Field(examples=MODEL_EXAMPLES)
+    """A model input to resolve to its explicit spec."""
+
+    model: ModelInput
+    """The model: `{"preset": name}` (`GET /v1/model-presets`), `{"hf_config": {...}}` (a
+    Hugging Face `config.json`) or an explicit model spec."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"model": {"preset": "llama3-8b"}}]}
+        extra="forbid",
+        json_schema_extra={"examples": [e["value"] for e in RESOLVE_EXAMPLES.values()]},
     )
 
 
@@ -180,37 +126,25 @@ class EstimateRequest(_Body):
     """One plan to price: the model, cluster, workload and the plan."""
 
     model: ModelInput
+    """The model: `{"preset": name}` (`GET /v1/model-presets`), `{"hf_config": {...}}` (a
+    Hugging Face `config.json`) or an explicit model spec."""
     cluster: ClusterSpec
+    """The GPUs: node groups and, optionally, the scale-out layout."""
     workload: Workload
+    """A training workload (`"kind": "training"`, the default) or a serving one
+    (`"kind": "serving"`)."""
     plan: AnyPlan
     """A training plan for a training workload, a serving plan for a serving one."""
     constraints: EstimateConstraints | None = None
+    """Memory headroom and placement limits; null: the defaults."""
     cost_model: CostModelRef | None = None
+    """The cost model that prices the plan; null: `analytical`."""
 
     _workload_kind = field_validator("workload", mode="before")(_default_kind)
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": CLUSTER_EXAMPLE,
-                    "workload": WORKLOAD_EXAMPLE,
-                    "plan": PLAN_EXAMPLE,
-                },
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": {
-                        "node_groups": [
-                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
-                        ]
-                    },
-                    "workload": SERVING_WORKLOAD_EXAMPLE,
-                    "plan": SERVING_PLAN_EXAMPLE,
-                },
-            ]
-        },
+        json_schema_extra={"examples": [e["value"] for e in ESTIMATE_EXAMPLES.values()]},
     )
 
 
@@ -243,13 +177,23 @@ class SearchCreate(_Body):
     """A plan search request."""
 
     model: ModelInput
+    """The model: `{"preset": name}` (`GET /v1/model-presets`), `{"hf_config": {...}}` (a
+    Hugging Face `config.json`) or an explicit model spec."""
     cluster: ClusterSpec
+    """The GPUs: node groups and, optionally, the scale-out layout."""
     workload: Workload
+    """A training workload (`"kind": "training"`, the default) or a serving one
+    (`"kind": "serving"`)."""
     constraints: SearchConstraints | None = None
+    """Restrictions on the searched space and the search's time limit; null: the
+    defaults."""
     objective: Literal["max_throughput"] = "max_throughput"
+    """What a training search ranks by: `max_throughput` (tokens per second); serving
+    searches rank by `workload.objective`."""
     top_k: int = Field(default=10, ge=1)
-    """Plans kept (at most the service's max_top_k)."""
+    """Plans kept, count (at most the service's max_top_k)."""
     cost_model: CostModelRef | None = None
+    """The cost model that prices the candidates; null: `analytical`."""
     callback_url: str | None = Field(default=None, min_length=1, max_length=CALLBACK_URL_MAX_LENGTH)
     """http(s) URL that receives a signed POST when the search finishes (succeeded, failed
     or cancelled); needs the service's `MESHPLAN_WEBHOOK_SECRET`."""
@@ -259,34 +203,24 @@ class SearchCreate(_Body):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": CLUSTER_EXAMPLE,
-                    "workload": WORKLOAD_EXAMPLE,
-                    "constraints": {"time_limit_s": 30},
-                    "top_k": 10,
-                },
-                {
-                    "model": {"preset": "llama3-70b"},
-                    "cluster": {
-                        "node_groups": [
-                            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}
-                        ]
-                    },
-                    "workload": SERVING_WORKLOAD_EXAMPLE,
-                    "top_k": 5,
-                },
-            ]
-        },
+        json_schema_extra={"examples": [e["value"] for e in SEARCH_EXAMPLES.values()]},
     )
 
 
 # ---- responses --------------------------------------------------------------------------
-class HealthPublic(BaseModel):
+class _Public(BaseModel):
+    """Response bodies: field docstrings are their OpenAPI descriptions."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class HealthPublic(_Public):
+    """`GET /v1/health`: the process is alive."""
+
     status: Literal["ok"] = "ok"
+    """Always `ok`: the process answers."""
     version: str
+    """The service's version."""
     database: str
     """`sqlite` or `postgresql`."""
     pool: dict[str, Any] | None = None
@@ -294,51 +228,67 @@ class HealthPublic(BaseModel):
     (a worker died and the pool is not rebuilt yet) or `stopped`."""
 
 
-class ReadinessPublic(BaseModel):
+class ReadinessPublic(_Public):
     """`GET /v1/health/ready` when ready (a 503 `not-ready` problem carries the same
     `checks` otherwise)."""
 
     status: Literal["ready"] = "ready"
+    """Always `ready` (otherwise the answer is a 503 problem)."""
     version: str
+    """The service's version."""
     database: str
+    """`sqlite` or `postgresql`."""
     checks: dict[str, Any]
     """`database` (`ok`, `latency_ms`, `error`), `workers` (executor, `workers`,
     `warm_workers`, `warm`, `active`), `database_pool` (size, checked out, overflow)."""
 
 
-class AcceleratorList(BaseModel):
+class AcceleratorList(_Public):
     items: list[AcceleratorSpec]
+    """Every accelerator of the catalog."""
 
 
-class SystemList(BaseModel):
+class SystemList(_Public):
     items: list[SystemSpec]
+    """Every system (node or rack type) of the catalog."""
 
 
-class FabricList(BaseModel):
+class FabricList(_Public):
     items: list[FabricSpec]
+    """Every fabric (interconnect tier) of the catalog."""
 
 
-class ModelPublic(BaseModel):
+def _spec_description(field: str) -> str | None:
+    """The OpenAPI description of a `ModelSpec` field (its attribute docstring)."""
+    return ModelSpec.model_fields[field].description
+
+
+class ModelPublic(_Public):
     """An explicit model spec plus its parameter counts (extra spec fields pass through)."""
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_kv_heads: int | None = None
-    ffn_hidden_size: int
-    vocab_size: int
+    # the spec's own fields take `ModelSpec`'s descriptions (one text per field)
+    name: str = Field(description=_spec_description("name"))
+    num_layers: int = Field(description=_spec_description("num_layers"))
+    hidden_size: int = Field(description=_spec_description("hidden_size"))
+    num_attention_heads: int = Field(description=_spec_description("num_attention_heads"))
+    num_kv_heads: int | None = Field(default=None, description=_spec_description("num_kv_heads"))
+    ffn_hidden_size: int = Field(description=_spec_description("ffn_hidden_size"))
+    vocab_size: int = Field(description=_spec_description("vocab_size"))
     num_parameters: int
+    """Total parameters, count (MoE: every expert; embeddings and LM head included)."""
     num_active_parameters: int | None = None
+    """Parameters one token passes through, count (MoE: the top_k routed experts); null
+    for dense models."""
 
 
-class ModelPresetList(BaseModel):
+class ModelPresetList(_Public):
     items: list[ModelPublic]
+    """Every built-in preset with its parameter counts."""
 
 
-class FrameworkOptionPublic(BaseModel):
+class FrameworkOptionPublic(_Public):
     """One behaviour option of a framework profile."""
 
     default: bool | float | str | None
@@ -354,7 +304,7 @@ class FrameworkOptionPublic(BaseModel):
     validated."""
 
 
-class FrameworkPublic(BaseModel):
+class FrameworkPublic(_Public):
     """A training framework profile: what it implements, how it behaves, what launches it."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
@@ -364,6 +314,7 @@ class FrameworkPublic(BaseModel):
     label: str
     """Human-readable name (explanations use it)."""
     description: str
+    """What the framework is and how the profile models it."""
     zero_stages: list[int]
     """ZeRO stages the framework implements."""
     supports_moe: bool
@@ -388,11 +339,12 @@ class FrameworkPublic(BaseModel):
     {"frameworks": {"<name>": {"<option>": value}}}}}`)."""
 
 
-class FrameworkList(BaseModel):
+class FrameworkList(_Public):
     items: list[FrameworkPublic]
+    """Every registered training framework profile."""
 
 
-class EnginePublic(BaseModel):
+class EnginePublic(_Public):
     """A serving engine profile: how it schedules iterations and what its host side costs."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
@@ -442,25 +394,37 @@ class EnginePublic(BaseModel):
     """Where the profile's figures come from."""
 
 
-class EngineList(BaseModel):
+class EngineList(_Public):
     items: list[EnginePublic]
+    """Every registered serving engine profile."""
 
 
-class CostModelPublic(BaseModel):
+class CostModelPublic(_Public):
+    """A registered cost model."""
+
     model_config = ConfigDict(extra="allow")
 
     name: str
+    """The name `cost_model.name` takes."""
     version: str | None = None
+    """The model's version (stored with every plan it prices); null when it cannot be built
+    with its default options."""
     description: str | None = None
+    """A one-line summary of the model; null: the service does not fill it in yet."""
 
 
-class CostModelList(BaseModel):
+class CostModelList(_Public):
     items: list[CostModelPublic]
+    """Every registered cost model."""
 
 
-class EstimatePublic(BaseModel):
+class EstimatePublic(_Public):
+    """The price of one plan."""
+
     feasible: bool
+    """Whether the plan can run: true when `violations` is empty."""
     violations: list[Violation]
+    """The rules the plan breaks (memory, divisibility, topology, SLO, ...)."""
     metrics: TrainingMetrics | ServingMetrics | None
     """Training metrics, or serving metrics (null when a serving plan cannot run at all)."""
     memory: MemoryReport | dict[str, Any] | None = None
@@ -470,6 +434,9 @@ class EstimatePublic(BaseModel):
     cost_model: dict[str, Any] = Field(default_factory=dict)
     """`{"name", "version"}` of the cost model used."""
     details: dict[str, Any] = Field(default_factory=dict)
+    """The cost model's working figures (per-rank times in seconds, micro-batch count,
+    collective tiers, ...; serving: per-instance costs); informative, not a stable
+    contract."""
     calibration: dict[str, Any] | None = None
     """With `cost_model` `{"name": "calibrated"}` and no explicit parameters: the fit used
     (`accelerator`, `num_samples`, `parameters`, `error_before`, `error_after`, ...)."""
@@ -478,75 +445,116 @@ class EstimatePublic(BaseModel):
     `feasible`."""
 
 
-class Progress(BaseModel):
+class Progress(_Public):
+    """How far a search has come."""
+
     evaluated: int
+    """Work done so far, in the units of `total`: candidate plans covered (priced or
+    pruned), or steps for a search over mixed hardware."""
     total: int | None
+    """Work the search has in all (candidates in its space, or steps); null until it has
+    counted them."""
 
 
-class DeliveryAttemptPublic(BaseModel):
-    """One HTTP POST of a webhook delivery."""
+class DeliveryAttemptPublic(_Public):
+    """One attempt of a webhook delivery: an HTTP POST, unless the URL was refused first."""
 
     number: int
+    """1 for the first attempt, then 2, 3, ..."""
     attempted_at: datetime
+    """When the attempt started (RFC 3339, UTC)."""
     duration_s: float
+    """How long the attempt took until the answer or the failure, seconds."""
     status_code: int | None
     """The receiver's HTTP status; null when no response came."""
     error: str | None
     """Why the attempt failed; null when it succeeded (2xx)."""
 
 
-class DeliveryPublic(BaseModel):
+class DeliveryPublic(_Public):
     """The completion webhook of a search for one callback URL."""
 
     id: str
     """Also sent as `X-Meshplan-Delivery` and `delivery_id` in the body."""
     search_id: str
+    """The search whose completion is delivered."""
     url: str
+    """The callback URL the POSTs go to."""
     status: Literal["waiting", "pending", "delivered", "failed"]
     """waiting: the search has not finished; pending: due or retrying; delivered: a 2xx
     answer came; failed: every attempt failed."""
     event: str | None
     """`search.succeeded`, `search.failed` or `search.cancelled` once the search finished."""
     attempt_count: int
+    """Attempts so far (count); each is a POST unless the URL was refused before sending
+    (`error` `refused (...)`)."""
     next_attempt_at: datetime | None
+    """When the next POST is due (exponential backoff after a failure; RFC 3339, UTC); null
+    when none is scheduled."""
     created_at: datetime
+    """When the delivery was registered (RFC 3339, UTC)."""
     delivered_at: datetime | None
+    """When a 2xx answer came (RFC 3339, UTC); null until then."""
     attempts: list[DeliveryAttemptPublic]
+    """Every attempt, oldest first."""
 
 
-class DeliveryList(BaseModel):
+class DeliveryList(_Public):
     items: list[DeliveryPublic]
+    """The search's webhook deliveries, one per callback URL."""
     total: int
+    """Number of deliveries listed."""
 
 
-class SearchPublic(BaseModel):
+class SearchPublic(_Public):
     """A search: state, progress, statistics and (when it failed) the problem."""
 
     id: str
+    """The search's id (a UUID)."""
     status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    """queued: waiting for a worker; running; succeeded: plans stored; failed: see
+    `error`; cancelled: stopped on request, with the plans found so far."""
     progress: Progress
+    """How far the search has come."""
     stats: dict[str, Any]
-    """Search statistics (`wall_time_s`, candidates enumerated/evaluated, pruned by reason)."""
+    """Search statistics (`wall_time_s` in seconds, candidates enumerated / evaluated, pruned
+    by reason)."""
     error: dict[str, Any] | None
     """An RFC 9457 problem when the search failed."""
     created_at: datetime
+    """When the search was created (RFC 3339, UTC)."""
     started_at: datetime | None
+    """When a worker last started running it (RFC 3339, UTC); null while queued."""
     finished_at: datetime | None
+    """When it succeeded, failed or was cancelled (RFC 3339, UTC); null before."""
     attempts: int
+    """Times a worker has started the search (a search interrupted by a restart or a dead
+    worker is run again, up to the service's max_attempts)."""
     objective: str
+    """What the search ranks by: the request's `objective` (`max_throughput`) for a training
+    search, `workload.objective` (`max_goodput_per_gpu`, `min_gpus`, `min_cost`,
+    `min_latency`) for a serving one."""
     top_k: int
+    """Plans kept at most, count."""
     model: ModelInput
     """The model as requested."""
     model_name: str
+    """The resolved model's `name`."""
     num_gpus: int
+    """GPUs in the cluster (nodes × GPUs per node, summed over the node groups)."""
     cluster: dict[str, Any]
+    """The cluster as requested."""
     workload: dict[str, Any]
+    """The workload as the search ran it (defaults filled in)."""
     constraints: dict[str, Any]
+    """The search constraints as the search ran them (defaults filled in)."""
     cost_model: dict[str, Any]
+    """`{"name", "version", "config"}` of the cost model that prices the plans."""
     num_plans: int | None = None
     """Plans stored for the search (succeeded or cancelled searches; null while it is queued,
     running, or when it failed), in the search list as in a single search."""
     plans_url: str
+    """Where the search's plans are listed (`GET /v1/searches/{id}/plans`)."""
     calibration: dict[str, Any] | None = None
     """The fit behind a `calibrated` cost model without explicit parameters."""
     callback_url: str | None = None
@@ -558,32 +566,48 @@ class SearchPublic(BaseModel):
     attempts (as `GET /v1/searches/{id}/deliveries` lists them)."""
 
 
-class SearchList(BaseModel):
+class SearchList(_Public):
     items: list[SearchPublic]
+    """One page of searches, newest first."""
     total: int
     """Searches matching the filter (all pages)."""
     limit: int
+    """The page size asked for (`?limit=`)."""
     offset: int
+    """Searches skipped before this page (`?offset=`)."""
     next_cursor: str | None = None
     """Pass as `?cursor=` for the next page; null on the last page."""
 
 
-class PlanPublic(BaseModel):
+class PlanPublic(_Public):
     """One ranked plan of a search."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     id: str
+    """The plan's id (a UUID): `GET /v1/plans/{id}`, exports and measurements use it."""
     search_id: str
+    """The search that found the plan."""
     rank: int
-    """1 = best."""
+    """Place in the search's ranking, 1 = best."""
     kind: Literal["training", "serving"] = "training"
+    """`training` or `serving`: which of the plan fields below are set."""
     parallelism: ParallelDims | None = None
+    """Training plans: the parallel degrees (data, tensor, pipeline, virtual pipeline,
+    context, expert, expert tensor) and sequence parallelism."""
     micro_batch_size: int | None = None
+    """Training plans: sequences per micro-batch per data-parallel rank."""
     zero_stage: int | None = None
+    """Training plans: ZeRO stage; 1 is Megatron's distributed optimizer."""
     recompute: str | None = None
+    """Training plans: activation recomputation: none, selective (attention core) or full
+    (whole layer)."""
     pipeline_schedule: str | None = None
+    """Training plans: the pipeline schedule (`gpipe`, `1f1b`, `interleaved_1f1b`, the
+    zero-bubble family, `dualpipe`, ...; as `plan.pipeline_schedule`)."""
     stage_layers: list[int] | None = None
+    """Training plans: layers per pipeline chunk, length pipeline × virtual_pipeline, in
+    pipeline order (chunk c runs on rank c mod pipeline)."""
     stage_groups: list[str] | None = None
     """Training plans on a mixed cluster: the node group (pool) of every pipeline stage;
     groups not named stay idle."""
@@ -594,6 +618,7 @@ class PlanPublic(BaseModel):
     """Training plans on a mixed cluster: data-parallel replicas per node group and the
     sequences each takes per step (`{"group", "replicas", "sequences"}`)."""
     flash_attention: bool | None = None
+    """Training plans: fused (flash) attention: no s×s score matrices are stored."""
     framework: str | None = None
     """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its
     overlaps and rules are part of the price, and exports refuse another launcher."""
@@ -608,10 +633,19 @@ class PlanPublic(BaseModel):
     engine_options: dict[str, Any] | None = None
     """Serving plans: the engine's settings the plan was priced with."""
     metrics: dict[str, Any]
+    """Training plans: `TrainingMetrics` (step time in seconds, tokens per second, MFU,
+    ...); serving plans: `ServingMetrics` (TTFT / TPOT in ms, goodput in requests/s, ...)."""
     memory: dict[str, Any] | None = None
+    """Training plans: `MemoryReport` (GiB per pipeline rank); serving plans: weights and
+    KV cache per instance (`{"instances": [{"role", "gpus", "weights_gib",
+    "kv_cache_gib", "kv_capacity_tokens", ...}]}`)."""
     explanation: str
+    """A sentence or two on why the plan ranks where it does (what limits it, how it
+    compares with the plan above)."""
     feasible: bool
+    """Whether the plan can run: true when `violations` is empty."""
     violations: list[dict[str, Any]]
+    """The rules the plan breaks, as `Violation` objects (`{"kind", "detail", "field"}`)."""
     warnings: list[PlanWarning] = Field(default_factory=list)
     """Advisory warnings (`{"code", "detail"}`, possibly empty); they never change the
     plan's feasibility or rank."""
@@ -623,9 +657,11 @@ class PlanPublic(BaseModel):
     """Why it is folded: the knobs that differ and the metrics it is no better on."""
 
 
-class PlanList(BaseModel):
+class PlanList(_Public):
     items: list[PlanPublic]
+    """One page of the search's plans, best (rank 1) first."""
     total: int
+    """Plans the search stored (all pages)."""
     next_cursor: str | None = None
     """Pass as `?cursor=` for the next page; null on the last page."""
 
@@ -662,15 +698,16 @@ class MeasurementCreate(_Body):
     when both come they must agree with the plan's tokens per step within 5 %."""
 
     step_time_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Measured seconds per optimizer step."""
+    """Measured wall time of one optimizer step, seconds."""
     tokens_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Measured training throughput, tokens per second (whole job)."""
     peak_memory_gib: PeakMemoryGiB = None
-    """Peak device memory: one figure, or one per pipeline rank (at most the device's
+    """Peak device memory, GiB: one figure, or one per pipeline rank (at most the device's
     capacity × 1.05)."""
     notes: str | None = Field(default=None, max_length=4000)
+    """Free text about the run (which steps, software versions, ...)."""
     measured_at: datetime | None = None
-    """When the run was measured (default: unknown)."""
+    """When the run was measured (RFC 3339; default: unknown)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -686,61 +723,85 @@ class MeasurementCreate(_Body):
     )
 
 
-class MeasurementPublic(BaseModel):
+class MeasurementPublic(_Public):
     """A stored measurement and how far the plan's prediction was from it."""
 
     id: str
+    """The measurement's id (a UUID)."""
     plan_id: str
+    """The measured plan."""
     search_id: str
+    """The search that found the plan."""
     accelerator_id: str
+    """Catalog id of the accelerator the plan ran on (the calibration groups by it)."""
     step_time_s: float
+    """Measured wall time of one optimizer step, seconds (derived from `tokens_per_s` when
+    only that was given)."""
     tokens_per_s: float
+    """Measured training throughput, tokens per second (whole job; derived from
+    `step_time_s` when only that was given)."""
     peak_memory_gib: float | list[float] | None
+    """Peak device memory as posted, GiB: one figure or one per pipeline rank; null when not
+    given."""
     notes: str | None
+    """Free text about the run, as posted."""
     measured_at: datetime | None
+    """When the run was measured (RFC 3339, UTC); null: unknown."""
     created_at: datetime
+    """When the measurement was stored (RFC 3339, UTC)."""
     predicted_step_time_s: float
-    """The plan's predicted step time."""
+    """The plan's predicted step time, seconds."""
     error: float
     """measured / predicted − 1 (positive: the run was slower than predicted)."""
 
 
-class MeasurementList(BaseModel):
+class MeasurementList(_Public):
     items: list[MeasurementPublic]
+    """One page of the plan's measurements, oldest first."""
     total: int
+    """Measurements of the plan (all pages)."""
 
 
-class CalibrationError(BaseModel):
+class CalibrationError(_Public):
+    """Absolute relative step-time errors over the measured runs."""
+
     mean: float
-    """Mean of |predicted / measured − 1| over the samples."""
+    """Mean of |predicted / measured − 1| over the samples (a fraction: 0.1 = 10 %)."""
     max: float
+    """Largest |predicted / measured − 1| over the samples (a fraction)."""
 
 
-class ParameterUncertainty(BaseModel):
+class ParameterUncertainty(_Public):
     """How well the measurements pin one fitted parameter (Gauss–Newton linearisation at
     the optimum)."""
 
     value: float
+    """The fitted value in the parameter's own unit (the efficiencies: a fraction 0–1;
+    `step_overhead_s`: seconds)."""
     std_error: float
+    """Its standard error, in the same unit."""
     low: float
-    """Lower end of the 95 % interval (within the parameter's bounds)."""
+    """Lower end of the 95 % interval, in the same unit (within the parameter's bounds)."""
     high: float
-    """Upper end of the 95 % interval (within the parameter's bounds)."""
+    """Upper end of the 95 % interval, in the same unit (within the parameter's bounds)."""
 
 
-class CalibrationPublic(BaseModel):
+class CalibrationPublic(_Public):
     """The calibrated cost model's current fit for one accelerator."""
 
     model_config = ConfigDict(extra="allow")
 
     accelerator: str
+    """Catalog id of the accelerator."""
     num_samples: int
+    """Measured runs the fit uses (the tenant's measurements on this accelerator)."""
     parameters: dict[str, Any]
     """The `parameters` member of the calibrated model's config."""
     error_before: CalibrationError | None
-    """With the catalog values (the analytical model)."""
+    """Step-time error with the catalog values (the analytical model); null without
+    measurements."""
     error_after: CalibrationError | None
-    """With the fitted values."""
+    """Step-time error with the fitted values; null without measurements."""
     fitted: list[str]
     """Parameters the samples could identify; the others keep their catalog values."""
     max_parameters: int = 0

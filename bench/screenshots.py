@@ -105,6 +105,8 @@ def shoot(url: str, seeded: dict[str, Any], out: Path) -> list[Path]:
         "plan-training": f"/ui/plans/{pipelined['id']}",
         "plan-serving": f"/ui/plans/{seeded['serving_plan']['id']}",
         "compare": "/ui/compare?plans=" + ",".join(p["id"] for p in plans[:3]),
+        "api-docs": "/docs",
+        "api-redoc": "/redoc",
     }
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -113,15 +115,20 @@ def shoot(url: str, seeded: dict[str, Any], out: Path) -> list[Path]:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         for name, path in pages.items():
             page.goto(url + path)
-            if name == "searches":
+            if name == "api-docs":
+                page.wait_for_selector(".opblock")
+            elif name == "api-redoc":
+                page.wait_for_selector("[data-section-id*='operation/']")
+            elif name == "searches":
                 page.wait_for_selector("#searches tbody tr td.best-throughput")
                 page.wait_for_function("document.querySelector('#preset').options.length > 0")
             else:
                 wait_ready(page, 120_000)
+            full = not name.startswith("api-")  # the API pages: their first screen
             if name == "plan-training":
                 page.click("#zoom-start")  # the warm-up: the schedule's structure is visible
             target = out / f"{name}.png"
-            page.screenshot(path=str(target), full_page=True)
+            page.screenshot(path=str(target), full_page=full)
             written.append(target)
         browser.close()
     return written

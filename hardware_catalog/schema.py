@@ -37,7 +37,9 @@ bandwidth above the wire rate (H100 NVLS: 480 GB/s busbw on a 450 GB/s link, 1.0
 
 
 class Source(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """One source behind catalog values."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     ref: str
     """URL or citation."""
@@ -48,53 +50,62 @@ class Source(BaseModel):
 class AcceleratorSpec(BaseModel):
     """One accelerator type (one device as the framework sees it)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     id: str
     """Catalog id, lower-case (`h100-sxm`)."""
     name: str
+    """Full product name (`NVIDIA H100 SXM5 80GB`)."""
     vendor: str
+    """Manufacturer (`NVIDIA`, `AMD`, `Intel (Habana)`, `Google`)."""
     aliases: list[str] = Field(default_factory=list)
     """Other names accepted on lookup (case-insensitive)."""
     memory_gib: float = Field(gt=0)
     """Device memory in GiB as the device reports it (e.g. nvidia-smi total)."""
     memory_bandwidth_gb_s: float = Field(gt=0)
-    """HBM bandwidth, GB/s."""
+    """Device-memory (HBM / GDDR) bandwidth, GB/s (peak, as the vendor states it)."""
     peak_tflops: dict[str, float | None]
-    """Dense peak TFLOP/s by precision (`bf16`, `fp16`, `fp8`, `fp32`, `tf32`, ...)."""
+    """Dense (no 2:4 sparsity) peak tensor rate by precision (`bf16`, `fp16`, `fp8`, `fp32`,
+    `tf32`, ...), TFLOP/s per device; null where the device has no such rate."""
     scale_up_bandwidth_gb_s: float = Field(gt=0)
     """Scale-up (NVLink / xGMI / ICI) bandwidth per device per direction, GB/s."""
     scale_up_peer_bandwidth_gb_s: float | None = None
     """Bandwidth to a single peer per direction when the fabric is a point-to-point mesh
-    (xGMI, Gaudi RoCE); null means a switched fabric (any pair gets the full rate)."""
+    (xGMI, Gaudi RoCE), GB/s; null means a switched fabric (any pair gets the full rate)."""
     scale_out_bandwidth_gb_s: float = Field(gt=0)
     """NIC bandwidth per device per direction, GB/s."""
     scale_up_domain_size: int = Field(ge=1)
-    """Largest group of devices sharing the scale-up fabric."""
+    """Largest group of devices sharing the scale-up fabric, count of devices."""
     gpus_per_node: int = Field(ge=1)
-    """Usual node size (the default scale-up domain of a cluster node)."""
+    """Usual node size, devices per node (the default scale-up domain of a cluster node)."""
     num_compute_units: int | None = Field(default=None, ge=1)
     """Streaming multiprocessors (NVIDIA) or compute units (AMD) that run GEMM tiles in
     parallel; null where the notion does not apply or is not sourced."""
     gemm_efficiency: float = Field(gt=0, le=1)
-    """Best-shape achieved fraction of the dense bf16 peak (MAMF-style measurement)."""
+    """Best-shape achieved fraction of the dense bf16 peak (MAMF-style measurement), 0–1."""
     gemm_efficiency_fp8: float | None = Field(default=None, gt=0, le=1)
-    """Best-shape achieved fraction of the dense fp8 peak."""
+    """Best-shape achieved fraction of the dense fp8 peak, 0–1; null when not measured."""
     attention_efficiency: float | None = Field(default=None, gt=0, le=1)
     """Achieved fraction of the dense bf16 peak in fused (flash) attention, forward and
-    backward together; null means the cost model's default (FlashAttention-2 on A100)."""
+    backward together, 0–1; null means the cost model's default (FlashAttention-2 on A100)."""
     scale_up_efficiency: float = Field(gt=0, le=1)
-    """Achieved ring bus bandwidth / line rate on the scale-up fabric."""
+    """Achieved ring bus bandwidth / line rate on the scale-up fabric, fraction 0–1."""
     scale_out_efficiency: float = Field(gt=0, le=1)
-    """Achieved bus bandwidth / line rate on the NIC."""
+    """Achieved bus bandwidth / line rate on the NIC, fraction 0–1."""
     tdp_w: float | None = None
+    """Thermal design power (board power limit), watts; null when not sourced."""
     default_system: str | None = None
     """Id of the system (`SystemSpec`) a node group of this accelerator gets when it names
     no system. Every catalog file sets it (the loader requires it); records built in code
     may leave it null and then get a system derived from the fields above."""
     unverified_fields: list[str] = Field(default_factory=list)
+    """Values not read from a source (derived or assumed), each line starting with the field
+    name."""
     notes: str | None = None
+    """How derived values were computed (sparse vs dense peaks, GiB conversions, efficiency
+    ratios)."""
     sources: list[Source] = Field(min_length=1)
+    """Where the values come from (`ref` + which values it `supports`)."""
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak FLOP/s for a precision; fp16 and bf16 stand in for each other (same
@@ -258,6 +269,7 @@ class FabricSpec(BaseModel):
     id: str
     """Catalog id, lower-case and hyphenated (`nvlink4-nvswitch`)."""
     name: str
+    """Human-readable name (`NVLink 4 + NVSwitch gen3 (H100 / H200 / H800 / H20 HGX)`)."""
     kind: Literal["scale_up", "scale_out"]
     """`scale_up`: joins the GPUs of one domain (node or rack); `scale_out`: joins nodes."""
     technology: str
@@ -287,8 +299,8 @@ class FabricSpec(BaseModel):
     """Scale-out: latency added per extra switch tier crossed, µs, when published; null
     otherwise (then `hop_latency_estimate_us`)."""
     hop_latency_estimate_us: float | None = Field(default=None, ge=0)
-    """Scale-out: our estimate where `hop_latency_us` is unpublished (always listed in
-    `unverified_fields`)."""
+    """Scale-out: our estimate of the latency per extra switch tier, µs, where
+    `hop_latency_us` is unpublished (always listed in `unverified_fields`)."""
     sources: list[Source] = Field(min_length=1)
     """Where the values come from (`ref` + which values it `supports`)."""
     unverified_fields: list[str] = Field(default_factory=list)
@@ -338,7 +350,10 @@ class SystemSpec(BaseModel):
     id: str
     """Catalog id, lower-case and hyphenated (`dgx-h100`)."""
     name: str
+    """Human-readable name (`NVIDIA DGX H100 / HGX H100 8-GPU`)."""
     vendor: str
+    """Who builds or sells the system (`NVIDIA`, `AWS`, `Google Cloud`; `generic` for a
+    plain PCIe server)."""
     aliases: list[str] = Field(default_factory=list)
     """Other names accepted on lookup (case-insensitive)."""
     accelerator: str
@@ -371,6 +386,7 @@ class SystemSpec(BaseModel):
     """Values not read from a source (assumed or derived), each line starting with the field
     name."""
     notes: str | None = None
+    """How derived values were computed, and caveats."""
 
 
 def default_scale_up_domain(system: SystemSpec, gpus_per_node: int) -> int:

@@ -46,9 +46,9 @@ class SearchConstraints(Spec):
     fixed: dict[str, Any] = Field(default_factory=dict)
     """Plan fields or parallel degrees (by name) held at the given value."""
     memory_headroom_gib: float = Field(default=2.0, ge=0, le=1024)
-    """Memory left free on every GPU."""
+    """Memory left free on every GPU, GiB."""
     time_limit_s: float = Field(default=60.0, gt=0, le=3600)
-    """Wall-time budget of the search; it stops with the best plans found so far."""
+    """Wall-time budget of the search, seconds; it stops with the best plans found so far."""
     allow_tensor_across_nodes: bool = False
     """Allow tensor (and expert-tensor) groups to span nodes."""
     max_virtual_pipeline: int = Field(default=8, ge=1, le=64)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PlainValidator, ValidationError
 
+from specs._base import Spec
 from specs.errors import CatalogLookupError, SpecError
 from specs.hf_import import model_from_hf_config
 from specs.model import ModelSpec
@@ -25,8 +26,54 @@ _FORMS_RULE = (
     'must be exactly one of {"preset": name}, {"hf_config": {...}} or an explicit model spec'
 )
 
+
+class PresetModelInput(Spec):
+    """A built-in model preset by name."""
+
+    preset: str = Field(min_length=1, max_length=200, examples=["llama3-70b"])
+    """Preset name or alias, case-insensitive (`GET /v1/model-presets` lists them)."""
+
+
+class HFConfigModelInput(Spec):
+    """A Hugging Face `config.json`, read as the model it describes."""
+
+    hf_config: dict[str, Any] = Field(
+        examples=[
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "num_hidden_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "intermediate_size": 14336,
+                "vocab_size": 128256,
+                "rope_theta": 500000.0,
+                "max_position_embeddings": 8192,
+                "rms_norm_eps": 1e-05,
+                "tie_word_embeddings": False,
+            }
+        ]
+    )
+    """The config's JSON object as published with the checkpoint (Llama, Mistral, Mixtral,
+    Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, DeepSeek-V2/V3 architectures)."""
+
+
+def _model_input(value: Any) -> Any:
+    """Request-time check of a model input: a JSON object. Which form it is and whether it
+    is valid is `resolve_model`'s job, so that every error names its `model.` field."""
+    if isinstance(value, ModelSpec):
+        return value.model_dump(mode="json")
+    if not isinstance(value, dict):
+        raise ValueError(_FORMS_RULE)
+    return value
+
+
 ModelInput = Annotated[
     dict[str, Any],
+    PlainValidator(
+        _model_input,
+        json_schema_input_type=PresetModelInput | HFConfigModelInput | ModelSpec,
+    ),
     Field(
         description=(
             'One of: {"preset": name} (GET /v1/model-presets), {"hf_config": <config.json>} '
@@ -50,7 +97,9 @@ ModelInput = Annotated[
         ],
     ),
 ]
-"""The request type of a model input; validate it with `resolve_model`."""
+"""The request type of a model input: documented as the union of its three forms (the
+OpenAPI document shows each with its fields), held as the JSON object it was sent as, and
+validated with `resolve_model`."""
 
 
 def _spec_error_from_validation(exc: ValidationError) -> SpecError:

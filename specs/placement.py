@@ -49,7 +49,7 @@ class ExpertPlacementRequest(Spec):
     """`coactivation[l][i][j]`: tokens routed to expert i at layer l and expert j at layer
     l + 1 (shape [layers − 1][experts][experts])."""
     time_limit_s: float = Field(default=DEFAULT_TIME_LIMIT_S, gt=0.0, le=MAX_TIME_LIMIT_S)
-    """Wall-clock limit of the whole solve (shared by the layers)."""
+    """Wall-clock limit of the whole solve (shared by the layers), seconds."""
 
     @property
     def num_layers(self) -> int:
@@ -193,10 +193,12 @@ class LayerPlacementPublic(BaseModel):
     status: str
     """`optimal` or `feasible` (time limit or model budget reached; see `gap`)."""
     gap: float
-    """(max rank load − best lower bound) / max rank load."""
+    """(max rank load − best lower bound) / max rank load, a fraction 0–1 (0: proven
+    optimal)."""
     lower_bound: float
     """Best proven lower bound on the max rank load."""
     solve_time_s: float
+    """Wall time the solver spent on this layer, seconds."""
     baselines: dict[str, float]
     """Imbalance of `round_robin`, `greedy` (LPT) and `eplb` on the same layer."""
 
@@ -209,13 +211,18 @@ class ExpertPlacementAnswer(BaseModel):
     status: str
     """`optimal` when every layer is proven optimal, else `feasible`."""
     gap: float
-    """Largest per-layer gap."""
+    """Largest per-layer `gap`, a fraction 0–1."""
     max_imbalance: float
-    """Largest per-layer imbalance."""
+    """Largest per-layer `imbalance` (max rank load / mean rank load; 1.0 = balanced)."""
     layers: list[LayerPlacementPublic]
+    """One placement per layer, in layer order."""
     solve_time_s: float
+    """Wall time of the whole solve (every layer), seconds."""
     num_ranks: int
+    """GPUs of the expert-parallel group, as requested."""
     ranks_per_node: int
+    """GPUs per node, as requested."""
     slots_per_rank: int
+    """Expert copies each rank holds: (experts + num_redundant) / num_ranks."""
     traffic_model: str
     """`uniform_senders` or `coactivation`."""

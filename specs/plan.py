@@ -187,6 +187,8 @@ class TrainingPlan(Spec):
     """One parallel execution plan for a training step."""
 
     parallelism: ParallelDims
+    """The parallel degrees (data, tensor, pipeline, virtual pipeline, context, expert,
+    expert tensor) and sequence parallelism."""
     micro_batch_size: int = Field(default=1, ge=1, le=65_536)
     """Sequences per micro-batch per data-parallel rank."""
     zero_stage: Literal[0, 1, 2, 3] = 1
@@ -445,7 +447,7 @@ def canonical_hash(payload: Any) -> str:
 class _Out(BaseModel):
     """Output records: plain, frozen, extra fields forbidden."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class TimeBreakdown(_Out):
@@ -454,65 +456,119 @@ class TimeBreakdown(_Out):
     `compute` spent re-running forwards."""
 
     compute: float
+    """Forward and backward GEMM / attention / elementwise kernels of the critical pipeline
+    rank over all its micro-batches, recomputation included, seconds per step."""
     tensor_parallel_comm: float = 0.0
+    """Tensor-parallel (and sequence-parallel) collectives on the critical rank not hidden
+    behind compute, seconds per step."""
     data_parallel_comm: float = 0.0
+    """Gradient reduction and ZeRO parameter gathers not hidden behind compute (plus the
+    slowdown the overlapped part causes to the compute it hides in) and the tied-embedding
+    gradient sync, seconds per step."""
     pipeline_comm: float = 0.0
+    """Exposed point-to-point activation / gradient sends between pipeline stages on the
+    critical rank, plus the pipeline fill and drain of overlapped sends, seconds per
+    step."""
     context_parallel_comm: float = 0.0
+    """Context-parallel K/V exchange on the critical rank not hidden behind attention,
+    seconds per step."""
     expert_parallel_comm: float = 0.0
+    """Expert-parallel all-to-all (token dispatch and combine) on the critical rank not
+    hidden behind compute, seconds per step."""
     bubble: float = 0.0
+    """Pipeline bubble: time the critical rank idles waiting for other stages under the
+    plan's pipeline schedule, seconds per step."""
     optimizer: float = 0.0
+    """Optimizer (Adam) step of the busiest rank, seconds per step."""
     recompute: float = 0.0
-    """Extra forward compute re-run for activation recomputation (part of compute)."""
+    """Extra forward compute re-run for activation recomputation (part of compute), seconds
+    per step."""
     overhead: float = 0.0
-    """Fixed per-step overhead (launch, data loading, synchronisation)."""
+    """Fixed per-step overhead (launch, data loading, synchronisation), host time per
+    micro-batch, fp8 weight casts and straggler slowdown, seconds per step."""
 
 
 class TrainingMetrics(_Out):
+    """What a training plan achieves per optimizer step."""
+
     step_time_s: float
+    """Predicted wall time of one optimizer step (the whole global batch), seconds."""
     tokens_per_s: float
+    """Training throughput of the whole job: global_batch_size × sequence_length /
+    step_time_s, tokens per second."""
     model_tflops_per_gpu: float
+    """Model FLOPs per step (forward + backward = 3 × forward, no recompute) / step time /
+    GPUs, TFLOP/s per GPU."""
     mfu: float
-    """Model FLOPs utilisation against the dense peak of the workload precision (the FP8
-    peak for FP8 training); published FP8 results quote `mfu_bf16_peak`."""
+    """Model FLOPs utilisation: model FLOPs per second per GPU (no recompute) over the
+    accelerator's dense peak at the workload precision (the FP8 peak for FP8 training),
+    fraction 0–1; on a mixed cluster, model FLOPs per second over the summed peaks of the
+    GPUs used. Published FP8 results quote `mfu_bf16_peak`."""
     peak_memory_gib: float
+    """Peak memory of the busiest GPU (the largest `memory.by_stage[].total_gib`), GiB."""
     bubble_fraction: float
+    """Share of the step the pipeline bubble takes (`time_breakdown_s.bubble` /
+    `step_time_s`), fraction 0–1."""
     time_breakdown_s: TimeBreakdown
+    """Where the step time goes, seconds per part."""
     hardware_tflops_per_gpu: float | None = None
-    """Achieved FLOP rate counting recomputation."""
+    """Achieved FLOP rate counting recomputation: (model + recompute FLOPs) per step / step
+    time / GPUs, TFLOP/s per GPU."""
     mfu_bf16_peak: float | None = None
     """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training): the
-    basis published FP8 tables use."""
+    basis published FP8 tables use; a fraction of that peak (FP8 training can exceed 1)."""
     mfu_fp8_peak: float | None = None
-    """MFU against the dense FP8 peak (FP8 training only)."""
+    """MFU against the dense FP8 peak (FP8 training only), fraction 0–1."""
     step_time_s_low: float | None = None
+    """Lower end of the step time's 80 % prediction interval, seconds: step_time_s ×
+    e^q10, q10 the 10th percentile of ln(measured / predicted) over the published runs
+    (`cost_models/data/residuals.json`) or over the calibrated fit's measurements; null
+    when the cost model has none."""
     step_time_s_high: float | None = None
+    """Upper end of the same interval (the 90th percentile), seconds."""
 
 
 class StageMemory(_Out):
     """Peak memory of the busiest GPU of one pipeline rank, GiB."""
 
     weights_gib: float
+    """Parameters held on the GPU (its ZeRO / tensor / pipeline share, plus ZeRO-3's
+    gathered working copy), GiB."""
     gradients_gib: float
+    """Gradients held on the GPU (its ZeRO share), GiB."""
     optimizer_gib: float
+    """Optimizer states (fp32 master weights, Adam moments; its ZeRO share), GiB."""
     activations_gib: float
+    """Activations stored for the backward pass of the micro-batches in flight under the
+    pipeline schedule (and recomputation's working set), GiB."""
     other_gib: float
+    """CUDA context, NCCL and framework buffers, data-parallel gradient buckets and allocator
+    fragmentation (a fraction of the activations), GiB."""
     total_gib: float
+    """Sum of the parts above, GiB: compared with `usable_gib`."""
 
 
 class MemoryReport(_Out):
+    """Memory per pipeline rank against the device's capacity."""
+
     peak_gib: float
+    """The largest `by_stage[].total_gib`, GiB."""
     capacity_gib: float
-    """Device memory as the device reports it."""
+    """Device memory as the device reports it, GiB."""
     usable_gib: float
-    """Capacity less the requested headroom: the feasibility limit."""
+    """Capacity less the requested `memory_headroom_gib`: the feasibility limit, GiB."""
     by_stage: list[StageMemory]
+    """One entry per pipeline rank, in pipeline order."""
 
 
 class Violation(_Out):
+    """A rule the plan breaks (it is then `feasible: false`)."""
+
     kind: str
     """Short machine-readable reason: memory, divisibility, topology, batch, schedule..."""
     detail: str
+    """A plain sentence naming the rule and the numbers that break it."""
     field: str | None = None
     """The plan or request field the rule constrains, dotted as in 422 problems
-    (`plan.parallelism.tensor`, `workload.sequence_length`); None when the rule binds the
+    (`plan.parallelism.tensor`, `workload.sequence_length`); null when the rule binds the
     plan as a whole (memory)."""

@@ -60,6 +60,16 @@ ServingObjective = Literal["max_goodput_per_gpu", "min_gpus", "min_latency", "mi
 InstanceRole = Literal["both", "prefill", "decode"]
 
 
+def _integer_or_object(schema: dict[str, Any]) -> None:
+    """The JSON schema of a LengthSpec says what it accepts: a bare integer (the `_from_int`
+    validator turns it into `fixed`) or the object form."""
+    integer = {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS}
+    obj = {k: v for k, v in schema.items() if k not in ("title", "description")}
+    for key in obj:
+        del schema[key]
+    schema["anyOf"] = [integer, obj]
+
+
 class LengthSpec(Spec):
     """A token-length distribution: fixed, summary statistics, or samples.
 
@@ -69,19 +79,21 @@ class LengthSpec(Spec):
 
     fixed: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     """Every request has exactly this many tokens."""
-    model_config = ConfigDict(**Spec.model_config, populate_by_name=True)
+    model_config = ConfigDict(
+        **Spec.model_config, populate_by_name=True, json_schema_extra=_integer_or_object
+    )
 
     mean_length: float | None = Field(default=None, ge=1, le=MAX_TOKENS, alias="mean")
-    """Mean length, given as `mean` (fitted with a lognormal together with p50 / p90, see
-    the module doc); the method `mean()` returns the distribution's mean."""
+    """Mean length in tokens, given as `mean`: alone, every request has round(mean) tokens;
+    with p50 and / or p90, a lognormal is fitted to the statistics."""
     p50: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    """Median length."""
+    """Median length, tokens."""
     p90: float | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    """90th-percentile length."""
+    """90th-percentile length, tokens."""
     samples: list[int] | None = Field(default=None, min_length=1, max_length=MAX_LIST_ROWS)
-    """Observed lengths, resampled with replacement."""
+    """Observed lengths in tokens, resampled with replacement."""
     percentiles: list[int] | None = Field(default=None, min_length=2, max_length=1001)
-    """Lengths at evenly spaced quantiles from the minimum to the maximum (101 values: the
+    """Lengths in tokens at evenly spaced quantiles from the minimum to the maximum (101 values: the
     0th, 1st, …, 100th percentile; a named `dataset` expands to 1001, one every 0.1 %),
     non-decreasing; sampled by inverse transform, linear between neighbours."""
 
@@ -242,22 +254,25 @@ class ServingSLO(Spec):
     tpot_ms: float | None = Field(default=None, gt=0, le=60_000)
     """Time per output token target (after the first), ms."""
     percentile: float = Field(default=90.0, ge=50.0, le=99.9)
-    """Share of requests (percent) that must meet both targets."""
+    """Share of requests that must meet both targets, percent (50–99.9)."""
 
 
 class ServingWorkload(Spec):
     """LLM inference under latency SLOs (`"kind": "serving"`)."""
 
     kind: Literal["serving"] = "serving"
+    """Workload kind: `serving` (LLM inference under latency SLOs)."""
     prompt_tokens: LengthSpec | None = None
-    """Prompt length distribution (replaced by `trace`)."""
+    """Prompt length in tokens: a fixed integer, `{mean, p50?, p90?}`, `{samples}` or
+    `{percentiles}` (replaced by `trace` or `dataset`)."""
     output_tokens: LengthSpec | None = None
-    """Output length distribution (replaced by `trace`)."""
+    """Output length in tokens, in the same forms as `prompt_tokens` (replaced by `trace`
+    or `dataset`)."""
     trace: list[tuple[float, int, int]] | None = Field(
         default=None, min_length=1, max_length=MAX_LIST_ROWS
     )
-    """Rows of (arrival offset s, prompt tokens, output tokens); replaces prompt_tokens,
-    output_tokens and arrival_rate_rps."""
+    """Rows of (arrival offset in seconds, non-decreasing; prompt tokens; output tokens);
+    replaces prompt_tokens, output_tokens and arrival_rate_rps."""
     arrival_rate_rps: float | None = Field(default=None, gt=0, le=1_000_000)
     """Poisson arrival rate, requests/s; null: the search maximises the rate (goodput)."""
     slo: ServingSLO = Field(default_factory=ServingSLO)
@@ -274,7 +289,7 @@ class ServingWorkload(Spec):
     that serve `arrival_rate_rps` under the SLO; on a cluster of mixed hardware, the mix of
     groups that does); `min_latency`."""
     num_requests: int = Field(default=600, ge=50, le=5000)
-    """Requests simulated per evaluation."""
+    """Requests simulated per evaluation (count)."""
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Seed of the request stream (lengths and arrivals)."""
     max_concurrency: int | None = Field(default=None, ge=1, le=100_000, strict=True)
@@ -433,8 +448,12 @@ class ServingParallelism(Spec):
     GPUs of a stage (vLLM's EP = TP × DP; SGLang's DP attention)."""
 
     tensor: int = Field(default=1, ge=1, le=1024)
+    """Tensor-parallel degree: GPUs that split every layer's weights and GEMMs."""
     pipeline: int = Field(default=1, ge=1, le=1024)
+    """Pipeline stages: the layers split over this many groups of GPUs."""
     expert: int = Field(default=1, ge=1, le=1024)
+    """Attention data-parallel replicas per stage, with the routed experts spread over
+    tensor × expert GPUs (MoE models only; 1 for dense models)."""
 
     @property
     def num_gpus(self) -> int:
@@ -447,8 +466,9 @@ class ServingInstance(Spec):
     role: InstanceRole = "both"
     """both (colocated), prefill or decode (disaggregated)."""
     count: int = Field(default=1, ge=1, le=100_000)
-    """Replicas."""
+    """Replicas of this instance (count)."""
     parallelism: ServingParallelism = Field(default_factory=ServingParallelism)
+    """Parallel degrees of one replica (tensor × pipeline × expert GPUs)."""
     max_batch_size: int = Field(default=256, ge=1, le=65_536)
     """Most sequences in one iteration (continuous batching)."""
     chunk_size: int | None = Field(default=None, ge=1, le=1_048_576)
@@ -511,6 +531,8 @@ class ServingPlan(Spec):
     """How the engine instances are laid out."""
 
     mode: Literal["colocated", "disaggregated"] = "colocated"
+    """`colocated`: every instance runs both prefill and decode; `disaggregated`: prefill
+    and decode instances apart, the KV cache sent from one to the other (DistServe)."""
     instances: list[ServingInstance] = Field(min_length=1, max_length=64)
     """One `both` instance (colocated), a `prefill` and a `decode` one (disaggregated), or on
     a cluster of mixed hardware one `both` instance per node group (colocated)."""
@@ -576,37 +598,56 @@ class ServingMetrics(Spec):
     """What a serving plan achieves (latencies at `arrival_rate_rps`)."""
 
     ttft_ms_p50: float = Field(ge=0)
+    """Time to first token (arrival → first output token, queueing included), median over
+    the simulated requests, ms (10^12 when the percentile falls on a request never
+    served)."""
     ttft_ms_p90: float = Field(ge=0)
+    """Time to first token, 90th percentile, ms."""
     ttft_ms_p99: float = Field(ge=0)
+    """Time to first token, 99th percentile, ms."""
     tpot_ms_p50: float = Field(ge=0)
+    """Time per output token after the first ((last token − first token) / (output tokens −
+    1) of each request, 0 for a one-token output), median, ms."""
     tpot_ms_p90: float = Field(ge=0)
+    """Time per output token, 90th percentile, ms."""
     tpot_ms_p99: float = Field(ge=0)
+    """Time per output token, 99th percentile, ms."""
     e2e_latency_s_p50: float = Field(ge=0)
+    """End-to-end latency (arrival → last token), median, seconds (at most 10^9)."""
     e2e_latency_s_p90: float = Field(ge=0)
+    """End-to-end latency, 90th percentile, seconds (at most 10^9)."""
     throughput_tokens_per_s: float = Field(ge=0)
-    """Output tokens per second over the simulated stream."""
+    """Output tokens of finished requests per second over the simulated stream (first
+    arrival → last finish), whole plan."""
     goodput_rps: float = Field(ge=0)
-    """Highest request rate at which the SLO percentile holds."""
+    """Highest request rate at which the SLO percentile holds, requests/s (whole plan)."""
     goodput_rps_per_gpu: float = Field(ge=0)
+    """`goodput_rps` / `gpus_used`, requests/s per GPU."""
     gpus_used: int = Field(ge=1)
+    """GPUs the plan's instances take (count × tensor × pipeline × expert, summed)."""
     kv_cache_gib: float = Field(ge=0)
-    """KV-cache memory per GPU, GiB."""
+    """KV-cache memory per GPU (the largest over the plan's instances), GiB."""
     kv_capacity_tokens: int | None = Field(default=None, ge=0)
     """KV-cache tokens one instance holds (decode instance when disaggregated)."""
     weights_gib: float | None = Field(default=None, ge=0)
-    """Weight memory per GPU, GiB."""
+    """Weight memory per GPU (the largest over the plan's instances), GiB."""
     max_concurrent_sequences: int = Field(ge=0)
+    """Peak number of sequences admitted at once (holding KV cache), summed over the
+    instances, in the simulation at `arrival_rate_rps` (count)."""
     arrival_rate_rps: float = Field(ge=0)
-    """The rate the percentiles were measured at."""
+    """The rate the percentiles were measured at, requests/s: the workload's (or its
+    trace's) rate; without one, the plan's goodput (or, for a closed loop under
+    `max_concurrency`, the rate it achieves; when no rate meets the SLO, a light load)."""
     slo_attainment: float = Field(ge=0, le=1)
-    """Fraction of requests meeting both targets at that rate."""
+    """Fraction of requests meeting both targets at that rate, 0–1."""
     requests_simulated: int | None = Field(default=None, ge=0)
+    """Requests in the simulation the percentiles come from (count)."""
     preemptions: int = Field(default=0, ge=0)
     """Requests preempted for KV-cache space and prefilled again at that rate (engines that
     page their cache: vLLM, SGLang; `GET /v1/engines`)."""
     price_per_hour: float | None = Field(default=None, ge=0)
-    """What the plan's GPUs cost per hour at the node groups' `price_per_gpu_hour` (null
-    when no group the plan uses has a price)."""
+    """What the plan's GPUs cost per hour, in the currency of the node groups'
+    `price_per_gpu_hour` (null when no group the plan uses has a price)."""
 
 
 __all__ = [

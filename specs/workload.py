@@ -84,6 +84,7 @@ class TrainingWorkload(Spec):
     """Pre-training or fine-tuning with mixed-precision Adam."""
 
     kind: Literal["training"] = "training"
+    """Workload kind: `training` (the default when a request leaves `kind` out)."""
     global_batch_size: int = Field(ge=1, le=16_777_216)
     """Sequences per optimizer step."""
     sequence_length: int = Field(ge=1, le=4_194_304)

@@ -344,12 +344,36 @@ PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "An RFC 9457 problem document; extensions (errors, rule, ...) vary.",
     "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "instance": {"type": ["string", "null"]},
-        "errors": {"type": "array", "items": {"type": "object"}},
+        "type": {
+            "type": "string",
+            "description": "URI naming the kind of problem, "
+            "`https://meshplan.dev/problems/<slug>` (`invalid-input`, `not-found`, ...).",
+        },
+        "title": {
+            "type": "string",
+            "description": "Short human-readable summary of the kind of problem (the same "
+            "for every problem of one `type`).",
+        },
+        "status": {
+            "type": "integer",
+            "description": "The HTTP status code of the answer (RFC 9110).",
+        },
+        "detail": {
+            "type": "string",
+            "description": "What went wrong in this request, in a sentence with the values "
+            "involved.",
+        },
+        "instance": {
+            "type": ["string", "null"],
+            "description": "The path of the resource the problem is about: the request "
+            "path, or `/v1/searches/{id}` in a failed search's `error`.",
+        },
+        "errors": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "422 `invalid-input` and other input problems: one entry per bad "
+            "field, `{field (dotted path), rule, value (the input), message}`.",
+        },
     },
     "required": ["type", "title", "status", "detail"],
     "additionalProperties": True,

@@ -43,7 +43,8 @@ _IMAGE = re.compile(
 )
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_-]{0,31}", re.ASCII | re.IGNORECASE)
 _MAX_IMAGE_NAME = 255
-_MAX_CPUS = 4096
+MAX_CPUS = 4096
+"""The largest `cpus_per_task` an export accepts."""
 
 
 def _refuse(name: str, rule: str, value: str, what: str) -> SpecError:
@@ -71,8 +72,8 @@ def _time(name: str, value: str) -> None:
 
 
 def _cpus(name: str, value: str) -> None:
-    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= _MAX_CPUS):
-        raise _refuse(name, "positive-integer", value, f"an integer from 1 to {_MAX_CPUS}")
+    if not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_CPUS):
+        raise _refuse(name, "positive-integer", value, f"an integer from 1 to {MAX_CPUS}")
 
 
 def _identifier(name: str, value: str) -> None:

@@ -289,3 +289,59 @@ def test_auth_on_asks_for_the_key_once(service: dict[str, Any], page: Any) -> No
     page.wait_for_function("document.querySelector('#preset').options.length > 0")
     assert page.locator("#error").is_hidden()
     assert page.evaluate("sessionStorage.getItem('meshplan.api_key')") == ADMIN_KEY
+
+
+def _offline_context(service: dict[str, Any]) -> tuple[Any, list[str]]:
+    """A browser context that refuses (and records) every request leaving 127.0.0.1: what a
+    machine without internet does to the page."""
+    context = service["browser"].new_context(viewport={"width": 1280, "height": 900})
+    refused: list[str] = []
+
+    def route(r: Any) -> None:
+        host = r.request.url.split("/")[2].split(":")[0] if "://" in r.request.url else ""
+        if r.request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    return context, refused
+
+
+def _operations(service: dict[str, Any]) -> list[tuple[str, str]]:
+    with service["client"]() as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    return [(m.upper(), p) for p, item in paths.items() for m in item if m != "parameters"]
+
+
+def test_swagger_ui_renders_offline(service: dict[str, Any]) -> None:
+    context, refused = _offline_context(service)
+    try:
+        page = context.new_page()
+        page.goto(service["url"] + "/docs")
+        page.wait_for_selector(".opblock", timeout=30_000)
+        operations = _operations(service)
+        assert page.locator(".opblock").count() == len(operations)
+        shown = page.locator(".opblock-summary-path").first.get_attribute("data-path")
+        assert shown in {p for _, p in operations}
+    finally:
+        context.close()
+    assert refused == []
+
+
+def test_redoc_renders_offline(service: dict[str, Any]) -> None:
+    context, refused = _offline_context(service)
+    try:
+        page = context.new_page()
+        page.goto(service["url"] + "/redoc")
+        page.wait_for_selector("[data-section-id*='operation/']", timeout=30_000)
+        sections = page.eval_on_selector_all(
+            "[data-section-id*='operation/']", "els => els.map(e => e.dataset.sectionId)"
+        )
+        # each operation once under its own id (ReDoc also lists it under its tag)
+        ops = {s for s in sections if s.startswith("operation/")}
+        assert len(ops) == len(_operations(service))
+    finally:
+        context.close()
+    assert refused == []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from specs.errors import CatalogLookupError, SpecError, UnsupportedModelError
 from specs.model_input import ModelInput, resolve_model
@@ -130,5 +130,15 @@ def test_explicit_reports_every_error() -> None:
 
 def test_model_input_type_has_schema_examples() -> None:
     schema = TypeAdapter(ModelInput).json_schema()
-    assert schema["type"] == "object"
+    forms = [option["$ref"].rsplit("/", 1)[-1] for option in schema["anyOf"]]
+    assert forms == ["PresetModelInput", "HFConfigModelInput", "ModelSpec"]
+    assert set(schema["$defs"]["ModelSpec"]["required"]) >= {"num_layers", "hidden_size"}
+    assert schema["$defs"]["PresetModelInput"]["required"] == ["preset"]
     assert {"preset": "llama3-70b"} in schema["examples"]
+
+
+def test_model_input_rejects_a_non_object_at_request_time() -> None:
+    adapter = TypeAdapter(ModelInput)
+    assert adapter.validate_python({"preset": "x"}) == {"preset": "x"}  # resolved later
+    with pytest.raises(ValidationError, match="must be exactly one of"):
+        adapter.validate_python(["llama3-8b"])

@@ -3,11 +3,20 @@ models and training framework profiles."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from fastapi.concurrency import run_in_threadpool
 
+from app.api.params import (
+    AcceleratorId,
+    EngineName,
+    FabricId,
+    FrameworkName,
+    PresetName,
+    SystemId,
+)
+from app.examples import RESOLVE_EXAMPLES
 from app.schemas import (
     AcceleratorList,
     CostModelList,
@@ -34,7 +43,7 @@ def list_hardware() -> dict[str, Any]:
 
 
 @router.get("/v1/hardware/{accelerator_id}", response_model=AcceleratorSpec)
-def read_hardware(accelerator_id: str) -> AcceleratorSpec:
+def read_hardware(accelerator_id: AcceleratorId) -> AcceleratorSpec:
     """Read one accelerator by id or alias."""
     return planning.get_hardware(accelerator_id)
 
@@ -46,7 +55,7 @@ def list_systems() -> dict[str, Any]:
 
 
 @router.get("/v1/systems/{system_id}", response_model=SystemSpec)
-def read_system(system_id: str) -> SystemSpec:
+def read_system(system_id: SystemId) -> SystemSpec:
     """Read one system by id or alias."""
     return planning.get_system(system_id)
 
@@ -58,7 +67,7 @@ def list_fabrics() -> dict[str, Any]:
 
 
 @router.get("/v1/fabrics/{fabric_id}", response_model=FabricSpec)
-def read_fabric(fabric_id: str) -> FabricSpec:
+def read_fabric(fabric_id: FabricId) -> FabricSpec:
     """Read one fabric by id or alias."""
     return planning.get_fabric(fabric_id)
 
@@ -70,13 +79,15 @@ def list_model_presets() -> dict[str, Any]:
 
 
 @router.get("/v1/model-presets/{name}", response_model=ModelPublic)
-def read_model_preset(name: str) -> dict[str, Any]:
+def read_model_preset(name: PresetName) -> dict[str, Any]:
     """Read one preset: the explicit spec plus its parameter counts."""
     return planning.get_model_preset(name)
 
 
 @router.post("/v1/models/resolve", response_model=ModelPublic)
-async def resolve_model(body: ModelResolveRequest) -> dict[str, Any]:
+async def resolve_model(
+    body: Annotated[ModelResolveRequest, Body(openapi_examples=RESOLVE_EXAMPLES)],
+) -> dict[str, Any]:
     """Resolve a model input (preset, hf_config or explicit spec) to the explicit spec."""
     spec = await run_in_threadpool(planning.resolve_model, body.model)
     return planning.model_public(spec)
@@ -95,7 +106,7 @@ def list_frameworks() -> dict[str, Any]:
 
 
 @router.get("/v1/frameworks/{name}", response_model=FrameworkPublic)
-def read_framework(name: str) -> dict[str, Any]:
+def read_framework(name: FrameworkName) -> dict[str, Any]:
     """Read one training framework profile: rules, behaviour and launchers."""
     return planning.get_framework(name)
 
@@ -107,6 +118,6 @@ def list_engines() -> dict[str, Any]:
 
 
 @router.get("/v1/engines/{name}", response_model=EnginePublic)
-def read_engine(name: str) -> dict[str, Any]:
+def read_engine(name: EngineName) -> dict[str, Any]:
     """Read one serving engine profile: scheduler, host costs, options and launcher."""
     return planning.get_serving_engine(name)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Request
 from sqlmodel import Session
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
 from app.api.offload import run_in_worker
+from app.examples import ESTIMATE_EXAMPLES
 from app.schemas import EstimatePublic, EstimateRequest
 from app.services import planning
 from app.services.offload import needs_worker
@@ -21,7 +22,10 @@ router = APIRouter(tags=["estimate"])
 
 @router.post("/v1/estimate", response_model=EstimatePublic)
 async def create_estimate(
-    body: EstimateRequest, session: SessionDep, request: Request, principal: Reader
+    body: Annotated[EstimateRequest, Body(openapi_examples=ESTIMATE_EXAMPLES)],
+    session: SessionDep,
+    request: Request,
+    principal: Reader,
 ) -> Any:
     """Estimate step time, throughput and memory of one plan.
 

@@ -12,6 +12,7 @@ from sqlmodel import Session
 
 from app.api.auth import Reader, Writer
 from app.api.deps import OffsetQuery, SessionDep
+from app.api.params import MeasurementId, PlanId, limit_description
 from app.db import crud
 from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
 from app.schemas import MeasurementCreate, MeasurementList, MeasurementPublic
@@ -207,7 +208,7 @@ def _check_memory(
     status_code=status.HTTP_201_CREATED,
 )
 def create_measurement(
-    plan_id: str,
+    plan_id: PlanId,
     body: MeasurementCreate,
     response: Response,
     session: SessionDep,
@@ -250,10 +251,10 @@ def create_measurement(
 
 @router.get("/v1/plans/{plan_id}/measurements", response_model=MeasurementList)
 def list_measurements(
-    plan_id: str,
+    plan_id: PlanId,
     session: SessionDep,
     principal: Reader,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description=limit_description(100, 1000))] = 100,
     offset: OffsetQuery = 0,
 ) -> dict[str, Any]:
     """List a plan's measurements, oldest first."""
@@ -266,7 +267,7 @@ def list_measurements(
 
 @router.get("/v1/plans/{plan_id}/measurements/{measurement_id}", response_model=MeasurementPublic)
 def read_measurement(
-    plan_id: str, measurement_id: str, session: SessionDep, principal: Reader
+    plan_id: PlanId, measurement_id: MeasurementId, session: SessionDep, principal: Reader
 ) -> dict[str, Any]:
     """Read one measurement of a plan."""
     record = session.get(MeasurementRecord, measurement_id)
@@ -281,7 +282,7 @@ def read_measurement(
     response_class=Response,
 )
 def delete_measurement(
-    plan_id: str, measurement_id: str, session: SessionDep, principal: Writer
+    plan_id: PlanId, measurement_id: MeasurementId, session: SessionDep, principal: Writer
 ) -> Response:
     """Delete one of the tenant's measurements of a plan (its calibrated fit no longer
     counts it); 404 when the plan has no such measurement of this tenant."""
@@ -298,7 +299,7 @@ def delete_measurement(
     response_class=Response,
 )
 def delete_measurement_by_id(
-    measurement_id: str, session: SessionDep, principal: Writer
+    measurement_id: MeasurementId, session: SessionDep, principal: Writer
 ) -> Response:
     """Delete one of the tenant's measurements by its id alone; 404 when there is none."""
     if not crud.delete_measurement(

@@ -9,6 +9,7 @@ from sqlmodel import Session
 
 from app.api.auth import Reader
 from app.api.deps import SessionDep
+from app.api.params import PlanId
 from app.db import crud
 from app.db.models import PlanRecord
 from app.schemas import PlanPublic
@@ -40,7 +41,7 @@ def plan_public(record: PlanRecord, *, rank: int | None = None) -> dict[str, Any
 
 
 @router.get("/v1/plans/{plan_id}", response_model=PlanPublic)
-def read_plan(plan_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
+def read_plan(plan_id: PlanId, session: SessionDep, principal: Reader) -> dict[str, Any]:
     """Read one plan. Its `rank` is the one the search's plan list shows it with: a
     non-dominated plan's among the non-dominated plans (the default list), a dominated
     plan's among all plans (`?include_dominated=true`)."""

@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.exc import IntegrityError
@@ -51,6 +51,7 @@ from sqlmodel import Session
 from app.api.auth import Principal, Reader, Writer
 from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.limits import QueueFull, TenantQuotaExceeded
+from app.api.params import CursorQuery, SearchId, limit_description
 from app.api.routes.plans import plan_public
 from app.core.config import Settings
 from app.db import crud
@@ -64,6 +65,7 @@ from app.db.models import (
     WebhookAttemptRecord,
     WebhookDeliveryRecord,
 )
+from app.examples import SEARCH_EXAMPLES
 from app.schemas import (
     DeliveryList,
     PlanList,
@@ -366,7 +368,7 @@ def _webhooks_notify(request: Request) -> None:
     },
 )
 async def create_search(
-    body: SearchCreate,
+    body: Annotated[SearchCreate, Body(openapi_examples=SEARCH_EXAMPLES)],
     request: Request,
     principal: Writer,
     response: Response,
@@ -495,11 +497,9 @@ async def create_search(
 def list_searches(
     session: SessionDep,
     principal: Reader,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=500, description=limit_description(50, 500))] = 50,
     offset: OffsetQuery = 0,
-    cursor: Annotated[
-        str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: CursorQuery = None,
     status_filter: Annotated[
         SearchStatus | None, Query(alias="status", description="Only this status.")
     ] = None,
@@ -530,7 +530,7 @@ def list_searches(
 
 
 @router.get("/v1/searches/{search_id}", response_model=SearchPublic)
-def read_search(search_id: str, session: SessionDep, principal: Reader) -> dict[str, Any]:
+def read_search(search_id: SearchId, session: SessionDep, principal: Reader) -> dict[str, Any]:
     """Read a search: status, progress, stats, error and webhook deliveries."""
     record = _load(session, search_id, principal.tenant)
     return _public_with_count(session, record, deliveries=True)
@@ -538,7 +538,7 @@ def read_search(search_id: str, session: SessionDep, principal: Reader) -> dict[
 
 @router.get("/v1/searches/{search_id}/deliveries", response_model=DeliveryList)
 def list_search_deliveries(
-    search_id: str, session: SessionDep, principal: Reader
+    search_id: SearchId, session: SessionDep, principal: Reader
 ) -> dict[str, Any]:
     """List a search's webhook deliveries with every attempt."""
     _load(session, search_id, principal.tenant)
@@ -550,14 +550,12 @@ def list_search_deliveries(
 
 @router.get("/v1/searches/{search_id}/plans", response_model=PlanList)
 def list_search_plans(
-    search_id: str,
+    search_id: SearchId,
     session: SessionDep,
     principal: Reader,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000, description=limit_description(100, 1000))] = 100,
     offset: OffsetQuery = 0,
-    cursor: Annotated[
-        str | None, Query(max_length=1000, description="`next_cursor` of the previous page.")
-    ] = None,
+    cursor: CursorQuery = None,
     include_dominated: Annotated[
         bool,
         Query(
@@ -623,12 +621,19 @@ def _sse(event: str | None, data: str | None = None, event_id: str | None = None
     },
 )
 async def search_events(
-    search_id: str,
+    search_id: SearchId,
     request: Request,
     settings: SettingsDep,
     engine: EngineDep,
     principal: Reader,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="The id of the last event received (EventSource sends it when it "
+            "reconnects): the state it names is not sent again.",
+        ),
+    ] = None,
 ) -> StreamingResponse:
     """Stream a search's progress as Server-Sent Events until it finishes.
 
@@ -703,7 +708,7 @@ async def search_events(
     responses={409: {"description": "the search has already finished"}},
 )
 def cancel_search(
-    search_id: str, session: SessionDep, runner: RunnerDep, principal: Writer
+    search_id: SearchId, session: SessionDep, runner: RunnerDep, principal: Writer
 ) -> dict[str, Any]:
     """Cancel a queued or running search (409 once it has finished).
 
@@ -718,7 +723,7 @@ def cancel_search(
     responses={409: {"description": "the search has already finished"}},
 )
 def cancel_search_by_delete(
-    search_id: str, session: SessionDep, runner: RunnerDep, principal: Writer
+    search_id: SearchId, session: SessionDep, runner: RunnerDep, principal: Writer
 ) -> dict[str, Any]:
     """Cancel a queued or running search, as `POST …/cancel` (409 once it has finished).
 
