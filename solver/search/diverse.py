@@ -59,6 +59,7 @@ at most `max_folded` of them (the best-ranked ones). A folded plan never takes a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -175,6 +176,8 @@ class Profile:
 
     @classmethod
     def of(cls, est: TrainingEstimate) -> Profile:
+        if not isinstance(est.plan, TrainingPlan):  # a plug-in returned something else
+            est = dataclasses.replace(est, plan=TrainingPlan.model_validate(est.plan))
         return cls(layout_of(est.plan), dominance_metrics(est))
 
 

@@ -254,3 +254,13 @@ def test_topk_without_folding_is_the_plain_top_k() -> None:
         folding.push(e.plan.key(), e)
     assert folding.estimates() == plans[:1] and not folding.full
     assert [e.dominated_by for e in folding.entries()] == [None, 0, 0, 0, 0]
+
+
+def test_a_plan_given_as_a_dict_by_a_plug_in_is_profiled_as_the_plan() -> None:
+    import dataclasses
+
+    from solver.search.diverse import Profile
+
+    a = est(1.0, 40.0)
+    as_dict = dataclasses.replace(a, plan=a.plan.model_dump(mode="json"))  # type: ignore[arg-type]
+    assert Profile.of(as_dict) == Profile.of(a)
