@@ -578,14 +578,23 @@ def searches(
 def plans(
     search_id: Annotated[str, typer.Argument(help="The search whose plans to show.")],
     limit: Annotated[int | None, typer.Option(help="Show the best N only.")] = None,
+    include_dominated: Annotated[
+        bool,
+        typer.Option(
+            "--include-dominated",
+            help="Also show the plans folded under a better plan of the same layout "
+            "(column 'under': the rank of that plan).",
+        ),
+    ] = False,
     url: UrlOption = None,
     output_json: JsonOption = False,
     wide: WideOption = False,
 ) -> None:
-    """Show a search's plans, best first, with their ids."""
+    """Show a search's plans, best first, with their ids (the non-dominated ones unless
+    --include-dominated)."""
     with _errors_exit(), connect(url) as client:
         found = client.get_search(search_id)
-        items = client.list_plans(search_id, limit=limit)
+        items = client.list_plans(search_id, limit=limit, include_dominated=include_dominated)
     if output_json:
         _dump([p.model_dump(mode="json") for p in items])
         return

@@ -263,8 +263,28 @@ SERVING_COLUMNS: tuple[Column, ...] = (
 """A serving plan's columns, most useful first."""
 
 
-def plan_columns(serving: bool, *, show_ids: bool) -> list[Column]:
+def _under_column(plans: Sequence[dict[str, Any]]) -> Column:
+    """'#3' for a plan folded under the plan ranked 3 in the same table (its id when that
+    plan is not in the table), empty for a non-dominated one."""
+    rank_of = {p.get("id"): p.get("rank") for p in plans}
+
+    def cell(plan: dict[str, Any]) -> str:
+        by = plan.get("dominated_by")
+        if by is None:
+            return ""
+        return f"#{rank_of[by]}" if rank_of.get(by) is not None else str(by)
+
+    return Column("under", cell, numeric=False, wrap=False)
+
+
+def plan_columns(
+    serving: bool, *, show_ids: bool, plans: Sequence[dict[str, Any]] = ()
+) -> list[Column]:
+    """The columns of a plan table; with `plans` of which some are folded under another
+    (`dominated_by`), an `under` column after the rank."""
     base = list(SERVING_COLUMNS if serving else TRAINING_COLUMNS)
+    if any(p.get("dominated_by") is not None for p in plans):
+        base.insert(1, _under_column(plans))
     return (
         [_id_column(), *base, _explanation_column()]
         if show_ids
@@ -286,7 +306,7 @@ def plans_layout(
     plans: Sequence[dict[str, Any]], width: int, *, wide: bool = False, show_ids: bool = False
 ) -> Layout:
     serving = bool(plans) and is_serving(plans[0])
-    return fit(plan_columns(serving, show_ids=show_ids), plans, width, wide=wide)
+    return fit(plan_columns(serving, show_ids=show_ids, plans=plans), plans, width, wide=wide)
 
 
 def details_table(plans: Sequence[dict[str, Any]], *, show_ids: bool) -> Table:

@@ -191,7 +191,8 @@ class SearchCreate(_Body):
     """What a training search ranks by: `max_throughput` (tokens per second); serving
     searches rank by `workload.objective`."""
     top_k: int = Field(default=10, ge=1)
-    """Plans kept, count (at most the service's max_top_k)."""
+    """Plans kept, count (at most the service's max_top_k): non-dominated plans; plans
+    folded under them (`?include_dominated=true`) do not count."""
     cost_model: CostModelRef | None = None
     """The cost model that prices the candidates; null: `analytical`."""
     callback_url: str | None = Field(default=None, min_length=1, max_length=CALLBACK_URL_MAX_LENGTH)
@@ -551,8 +552,9 @@ class SearchPublic(_Public):
     cost_model: dict[str, Any]
     """`{"name", "version", "config"}` of the cost model that prices the plans."""
     num_plans: int | None = None
-    """Plans stored for the search (succeeded or cancelled searches; null while it is queued,
-    running, or when it failed), in the search list as in a single search."""
+    """Non-dominated plans stored for the search, the default plan list's total
+    (succeeded or cancelled searches; null while it is queued, running, or when it
+    failed), in the search list as in a single search."""
     plans_url: str
     """Where the search's plans are listed (`GET /v1/searches/{id}/plans`)."""
     calibration: dict[str, Any] | None = None
@@ -649,6 +651,12 @@ class PlanPublic(_Public):
     warnings: list[PlanWarning] = Field(default_factory=list)
     """Advisory warnings (`{"code", "detail"}`, possibly empty); they never change the
     plan's feasibility or rank."""
+    dominated_by: str | None = None
+    """The id of the better-ranked plan of the same search this one is folded under (same
+    layout, no better on any reported metric; listed only with `?include_dominated=true`);
+    null when not dominated."""
+    dominated_reason: str | None = None
+    """Why it is folded: the knobs that differ and the metrics it is no better on."""
 
 
 class PlanList(_Public):

@@ -275,8 +275,13 @@ def searches_page(status: str | None, page_size: int) -> tuple[str, dict[str, An
     return "/v1/searches", params
 
 
-def plans_page(search_id: str, page_size: int) -> tuple[str, dict[str, Any]]:
-    return f"/v1/searches/{_seg(search_id)}/plans", {"limit": page_size}
+def plans_page(
+    search_id: str, page_size: int, include_dominated: bool = False
+) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {"limit": page_size}
+    if include_dominated:
+        params["include_dominated"] = "true"
+    return f"/v1/searches/{_seg(search_id)}/plans", params
 
 
 def measurements_page(plan_id: str, page_size: int) -> tuple[str, dict[str, Any]]:

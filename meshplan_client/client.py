@@ -370,10 +370,13 @@ class MeshplanClient:
         return search
 
     # ---- plans ---------------------------------------------------------------------------
-    def list_plans(self, search_id: str, *, limit: int | None = None) -> list[Plan]:
-        """A search's plans, best first (all of them, or the first `limit`)."""
+    def list_plans(
+        self, search_id: str, *, limit: int | None = None, include_dominated: bool = False
+    ) -> list[Plan]:
+        """A search's plans, best first (all of them, or the first `limit`); with
+        `include_dominated` also the plans folded under a better one (`dominated_by`)."""
         size = min(limit or DEFAULT_PAGE_SIZE, 1000)
-        path, params = _base.plans_page(search_id, size)
+        path, params = _base.plans_page(search_id, size, include_dominated)
         return list(self._pages(path, params, Plan, limit))
 
     def get_plan(self, plan_id: str) -> Plan:

@@ -280,6 +280,11 @@ class Plan(_Body):
     violations: list[Violation] = Field(default_factory=list)
     warnings: list[PlanWarning] = Field(default_factory=list)
     """Advisory warnings (empty from services that predate them)."""
+    dominated_by: str | None = None
+    """The id of the better plan of the same search this one is folded under (listed only
+    with `include_dominated`); None when not dominated."""
+    dominated_reason: str | None = None
+    """Why it is folded: the knobs that differ and the metrics it is no better on."""
 
     @property
     def is_serving(self) -> bool:

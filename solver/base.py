@@ -60,11 +60,18 @@ class RankedPlan:
     explanation: str
     warnings: tuple[PlanWarning, ...] = ()
     """Advisory warnings (`solver.warnings`); they never change the rank."""
+    dominated_by: int | None = None
+    """The rank, in the same list, of the plan this one is folded under
+    (`solver.search.diverse`); None for a non-dominated plan."""
+    dominated_reason: str | None = None
+    """Which knobs differ from that plan and on which metrics it is no better."""
 
     def to_dict(self) -> dict[str, Any]:
         est = self.estimate
         return {
             "rank": self.rank,
+            "dominated_by": self.dominated_by,
+            "dominated_reason": self.dominated_reason,
             "plan": est.plan.model_dump(mode="json"),
             "feasible": est.feasible,
             "violations": [v.model_dump(mode="json") for v in est.violations],
@@ -137,7 +144,18 @@ class SearchResult:
     """Ranked plans (best first) and the search's statistics."""
 
     plans: list[RankedPlan]
+    """The non-dominated plans (the diverse top-k, `solver.search.diverse`), ranks 1..k."""
     stats: SearchStats
+    all_plans: list[RankedPlan] | None = None
+    """`plans` and the plans folded under them, in rank order with their own consecutive
+    ranks (each folded one's `dominated_by` is its dominator's rank in this list); None:
+    the same as `plans` (nothing folded)."""
+
+    def ranked(self, *, include_dominated: bool = False) -> list[RankedPlan]:
+        """`plans`, or with `include_dominated` `all_plans`."""
+        if include_dominated and self.all_plans is not None:
+            return self.all_plans
+        return self.plans
 
     def to_dict(self) -> dict[str, Any]:
         return {"plans": [p.to_dict() for p in self.plans], "stats": self.stats.to_dict()}

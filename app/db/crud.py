@@ -368,27 +368,42 @@ def list_plans(
     limit: int,
     offset: int = 0,
     after_rank: int | None = None,
+    include_dominated: bool = True,
 ) -> tuple[list[PlanRecord], int]:
     """A search's plans, best first, and their total count; `after_rank` keeps only the
-    plans ranked after it (keyset pagination)."""
-    query = select(PlanRecord).where(col(PlanRecord.search_id) == search_id)
+    plans ranked after it (keyset pagination); `include_dominated=False` leaves out the
+    plans folded under another (`dominated_by` set)."""
+    where = [col(PlanRecord.search_id) == search_id]
+    if not include_dominated:
+        where.append(col(PlanRecord.dominated_by).is_(None))
+    query = select(PlanRecord).where(*where)
     if after_rank is not None:
         query = query.where(col(PlanRecord.rank) > after_rank)
     query = query.order_by(col(PlanRecord.rank)).offset(offset).limit(limit)
-    count = (
-        select(func.count()).select_from(PlanRecord).where(col(PlanRecord.search_id) == search_id)
-    )
+    count = select(func.count()).select_from(PlanRecord).where(*where)
     return list(session.exec(query).all()), int(session.exec(count).one())
 
 
+def count_plans_before(
+    *, session: Session, search_id: str, rank: int, include_dominated: bool = True
+) -> int:
+    """How many plans of the search rank before `rank` (with `include_dominated=False`:
+    how many non-dominated ones), so that a page of a list can number its plans."""
+    where = [col(PlanRecord.search_id) == search_id, col(PlanRecord.rank) < rank]
+    if not include_dominated:
+        where.append(col(PlanRecord.dominated_by).is_(None))
+    return int(session.exec(select(func.count()).select_from(PlanRecord).where(*where)).one())
+
+
 def plan_counts(*, session: Session, search_ids: Sequence[str]) -> dict[str, int]:
-    """How many plans each of `search_ids` has stored, in one grouped count (a search with
-    none is absent from the answer)."""
+    """How many non-dominated plans each of `search_ids` has stored (what its plan list
+    shows by default), in one grouped count (a search with none is absent)."""
     if not search_ids:
         return {}
     query = (
         select(col(PlanRecord.search_id), func.count())
         .where(col(PlanRecord.search_id).in_(list(search_ids)))
+        .where(col(PlanRecord.dominated_by).is_(None))
         .group_by(col(PlanRecord.search_id))
     )
     return {search_id: int(count) for search_id, count in session.exec(query).all()}

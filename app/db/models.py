@@ -118,7 +118,8 @@ class SearchRecord(SQLModel, table=True):
 
 
 class PlanRecord(SQLModel, table=True):
-    """One ranked plan of a search (rank 1 = best)."""
+    """One ranked plan of a search (rank 1 = best; ranks count the folded plans too:
+    the list of non-dominated plans renumbers them, `app.api.routes.searches`)."""
 
     __tablename__ = "plans"
     __table_args__ = (Index("ix_plans_search_id_rank", "search_id", "rank"),)
@@ -142,6 +143,14 @@ class PlanRecord(SQLModel, table=True):
     )
     """Advisory warnings `[{"code", "detail"}]`; null in rows stored before revision 0004
     (read as no warnings)."""
+    dominated_by: str | None = Field(default=None, sa_column=Column(String(36), nullable=True))
+    """The id of the plan of the same search this one is folded under (the diverse top-k,
+    `solver.search.diverse`: same layout, no better on any reported metric, ranked
+    before it); null for a non-dominated plan and in rows stored before revision 0006. An
+    id, not a foreign key: the two rows are written in one transaction and deleted with
+    their search, and adding a constraint would rebuild the table on SQLite."""
+    dominated_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """Which knobs differ from that plan and on which metrics it is no better."""
 
 
 class MeasurementRecord(SQLModel, table=True):

@@ -821,7 +821,8 @@ def prepare_search(
 
 @dataclass(frozen=True)
 class SearchOutcome:
-    """What a finished search stores: plans (best first, as dicts) and stats."""
+    """What a finished search stores: plans (best first, as dicts; a training plan folded
+    under another has its `dominated_by`, the other's rank in this list) and stats."""
 
     plans: list[dict[str, Any]]
     stats: dict[str, Any]
@@ -859,7 +860,9 @@ def run_problem(
     )
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
-    plans = [_ranked_plan_dict(p) for p in result.plans]
+    # every plan shown with include_dominated: the non-dominated ones and those folded under
+    # them (`dominated_by`: the rank of the dominator in this list)
+    plans = [_ranked_plan_dict(p) for p in result.ranked(include_dominated=True)]
     if not plans and not should_stop():
         raise NoFeasiblePlan(
             _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
@@ -960,6 +963,8 @@ def _ranked_plan_dict(ranked: Any) -> dict[str, Any]:
         "memory": est.memory.model_dump(mode="json"),
         "explanation": str(ranked.explanation),
         "warnings": [w.model_dump(mode="json") for w in getattr(ranked, "warnings", ())],
+        "dominated_by": getattr(ranked, "dominated_by", None),
+        "dominated_reason": getattr(ranked, "dominated_reason", None),
     }
 
 
@@ -982,6 +987,8 @@ def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[s
         "feasible": plan.get("feasible", True),
         "violations": plan.get("violations", []),
         "warnings": plan.get("warnings") or [],
+        "dominated_by": plan.get("dominated_by"),
+        "dominated_reason": plan.get("dominated_reason"),
     }
 
 

@@ -2,8 +2,8 @@
 processes: `ProcessBound` for shards in local processes (one multiprocessing shared
 array), `RayBound` for shards as Ray tasks (one small actor, `BoundBoard`, per Ray job).
 
-Both keep what `KBestTimes` keeps (the k fastest distinct plans offered, their k-th time
-answered) and count a re-offered plan once; the solver module's docstring has why the
+Both keep what `KBestTimes` keeps (the k fastest distinct keys offered, each at its
+smallest offered time, their k-th time answered) and count a re-offered key once; the solver module's docstring has why the
 shards may prune strictly above that time and still merge into the single search's top-k.
 """
 
@@ -62,8 +62,16 @@ class ProcessBound:
             changed = False
             for step_s, key in entries:
                 digest = plan_digest(key)
-                if step_s >= times[-1] or digest in digests[:kept]:
-                    continue  # no faster than the k-th, or a plan already counted
+                if step_s >= times[-1]:
+                    continue  # no faster than the k-th
+                if digest in digests[:kept]:  # counted once, at its smallest time
+                    at = digests[:kept].index(digest)
+                    if step_s >= times[at]:
+                        continue
+                    del times[at], digests[at]
+                    times.append(math.inf)
+                    digests.append(0)
+                    kept -= 1
                 at = next(i for i, t in enumerate(times) if t > step_s)
                 times.insert(at, float(step_s))
                 digests.insert(at, digest)

@@ -10,6 +10,19 @@
    only if its key sorts after the k-th plan's, so ties resolve exactly as in the exhaustive
    search. The result is the exhaustive search's top-k whenever the bounds are true bounds.
 
+The top-k is diverse (`solver.search.diverse`, `steps.TopK`): "the k-th best" is the k-th
+non-dominated plan found so far, x, and plans folded under a better-ranked plan of their
+layout take no slot. Why pruning against x stays exact although x can move later (a new
+plan may fold two plans before it): candidates are taken in (bound, key) order, and a
+candidate's bound is at most its step time, so when the candidate (b, key) comes up, every
+plan ranked before (b, key) in the (step time, key) order has been evaluated. A candidate
+is pruned only when (b, key) ranks after x; then every plan ranked up to x has been
+pushed, whether a plan is dominated depends only on the plans ranked before it, so x is
+the k-th non-dominated plan of the whole space, and the pruned candidate and all that
+remain (their (bound, key) is no smaller) rank after it: they are neither in the top-k nor
+folded under it (folded plans shown rank before the k-th). The lazy driver keeps the same
+order (a re-queued candidate goes back with a larger bound, still at most its time).
+
 With a cost model that offers the keyed entry points and bounds of `cost_models.base`
 (`KeyedTrainingCostModel`, `BoundedTrainingCostModel`) the same search runs lazily
 (best-first): screening only checks rules, applies the cost model's group memory bound (one
@@ -26,8 +39,9 @@ eager order (a candidate never profiled is counted as `throughput_bound`, not
 `memory_bound`), and fewer candidates are evaluated.
 
 A shard of a larger search (`solver.search.shards`) may also get a `SharedBound`
-(`solver.search.shared_bound`): every few steps it offers the plans it found and reads the
-k-th best step time B over all shards' plans; a candidate whose bound is strictly above B
+(`solver.search.shared_bound`): every few steps it offers the plans it found, under their
+layout keys (`diverse.layout_key`: one entry per layout), and reads the k-th best step time
+B over all shards' layouts; a candidate whose bound is strictly above B
 is dropped like one above the shard's own k-th best (that module's docstring: why the
 merged top-k stays exact).
 
@@ -48,6 +62,7 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
+from solver.search.diverse import layout_key
 from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
     BOUND_SAFETY,
@@ -179,7 +194,7 @@ def search_top(
                 if est is not None:
                     top.push(item.key, est)
                     if poller is not None:
-                        poller.found(est.metrics.step_time_s, item.key)
+                        poller.found(est.metrics.step_time_s, layout_key(item.key))
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", monitor.total - monitor.done)
@@ -259,4 +274,4 @@ def _lazy(
         if est is not None:
             top.push(key, est)
             if poller is not None:
-                poller.found(est.metrics.step_time_s, key)
+                poller.found(est.metrics.step_time_s, layout_key(key))

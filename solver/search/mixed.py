@@ -44,7 +44,7 @@ from cost_models.analytical.schedule import one_f_one_b
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.mixed import evaluate_mixed, gpus_of_stages, pool_problem
 from hardware_catalog.schema import ResolvedCluster
-from solver.base import SearchResult, SearchStats
+from solver.base import RankedPlan, SearchResult, SearchStats
 from solver.estimate import MixedProfiles, MixedViolations, estimate_plan, mixed_profiles
 from solver.formulations.mixed_partition import (
     solve_mixed_partition,
@@ -279,7 +279,7 @@ def mixed_search(
             stats.enumerated += alone.stats.enumerated
             if not alone.stats.complete:
                 stats.status = alone.stats.status
-            for ranked in alone.plans:
+            for ranked in alone.ranked(include_dominated=True):
                 plan = ranked.estimate.plan
                 pp = plan.parallelism.pipeline
                 carried = plan.model_copy(update={"stage_groups": [name] * pp})
@@ -303,17 +303,21 @@ def mixed_search(
 
     best_with = _best_step_with_each_pool(top, names)
     complete = stats.status == "complete"
-    plans = [
-        dataclasses.replace(
+
+    def with_groups(ranked: RankedPlan) -> RankedPlan:
+        return dataclasses.replace(
             ranked,
             explanation=(
                 f"{ranked.explanation} "
                 f"{_groups_sentence(problem, ranked.estimate, best_with, complete)}"
             ),
         )
-        for ranked in result.plans
-    ]
-    return dataclasses.replace(result, plans=plans)
+
+    return dataclasses.replace(
+        result,
+        plans=[with_groups(r) for r in result.plans],
+        all_plans=[with_groups(r) for r in result.ranked(include_dominated=True)],
+    )
 
 
 def _cross_pools(
@@ -352,7 +356,9 @@ def _cross_pools_of(
     """`_cross_pools` for the pipelines over `count` pools."""
 
     def hopeless(bound: float) -> bool:
-        return top.full and bound * (1.0 - BOUND_SAFETY) > top.worst()[0]
+        # the threshold that only moves earlier (`TopK.safe_worst`): plans are not pushed
+        # in the order of one lower bound here
+        return bound * (1.0 - BOUND_SAFETY) > top.safe_worst()
 
     bounded: list[_Profiled] = []
     orders = list(itertools.permutations(range(count)))

@@ -114,10 +114,7 @@ def run_shard(
         select_blocks=shard.select,
         shared_bound=shared_bound,
     )
-    entries = [
-        (est.metrics.step_time_s, key, est)
-        for key, est in zip(top.keys(), top.estimates(), strict=True)
-    ]
+    entries = top.ranked_entries()
     bound = top.worst()[0] if top.full else math.inf
     return ShardResult(shard, entries, stats, bound, monitor.total)
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import gc
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from cost_models.base import (
@@ -41,18 +42,26 @@ from cost_models.base import (
     TrainingProblem,
 )
 from solver.base import RankedPlan, SearchResult, SearchStats, SolveStatus
-from solver.explain import explain
+from solver.explain import describe, explain
 from solver.formulations.stage_partition import (
     PartitionSolver,
     balanced_lower_bound,
     memory_lower_bound_bytes,
     rank_times_s,
 )
+from solver.search.diverse import (
+    MAX_FOLDED,
+    FoldedEntry,
+    Profile,
+    dominance_reason,
+    profile_dominates,
+)
 from solver.space import Block, block_keys, candidates, count_candidates
 from solver.warnings import ordered, training_estimate_warnings, training_problem_warnings
 from specs.constraints import SearchConstraints
 from specs.errors import InfeasiblePlan
 from specs.plan import PlanKey, TrainingPlan
+from specs.warnings import PlanWarning
 
 BOUND_SAFETY = 1e-9
 """Relative slack on the bounds: floating-point summation order must not turn a true bound
@@ -407,44 +416,197 @@ def split_lower_bound_s(profile: LayerProfile, max_rank_time_s: float) -> float:
 
 
 class TopK:
-    """The k best feasible estimates by (step time, canonical plan key)."""
+    """The k best feasible non-dominated estimates by (step time, canonical plan key), each
+    with the plans folded under it (`solver.search.diverse`: same layout, no better on any
+    reported metric, ranked after it; under its best-ranked dominator). A folded plan never
+    takes one of the k slots.
 
-    def __init__(self, k: int) -> None:
+    Kept while the search runs: every plan pushed so far that ranks no later than U, the
+    k-th best of the layouts' best pushed plans (U's time is `safe_worst`); the
+    non-dominated ones as roots, each dominated one under its best-ranked dominator. Why
+    nothing else is needed: the best pushed plan of a layout ranks at or after the best
+    plan of that layout in the whole space, which no plan dominates (a dominator shares the
+    layout); k layouts give k non-dominated plans of the space ranked no later than U, so
+    the final k-th non-dominated plan ranks no later than U, and a plan ranked after U is
+    neither in the top-k nor folded under one of it (folded plans shown rank before the
+    k-th) nor the dominator of one (a dominator ranks first). Only plans of at most k
+    layouts rank no later than U. A dominated plan stays dominated as plans arrive, and
+    its best-ranked dominator is a root (transitivity: a plan dominating that dominator
+    would rank first and dominate the plan too), so a new plan is checked against the
+    roots of its layout; a new root takes over the roots it dominates with their folded
+    plans, and the folded plans of later roots that it dominates. The `max_folded` cap is
+    applied to what is shown (`entries`), not while plans arrive: a plan past the cap
+    under one root may be among the first under a root that arrives later.
+
+    `worst()` is the k-th non-dominated plan among those pushed. Unlike the k-th plan of a
+    plain top-k it can move later, when a new plan folds two of them; the drivers that
+    prune against it (`branch_and_bound`) push plans in the order of a lower bound, so that
+    when they compare a candidate's (bound, key) with it, every plan ranked before it has
+    been pushed and it is final (`branch_and_bound` module docstring). `safe_worst()` only
+    moves earlier: a driver pushing in another order prunes against it (`mixed`).
+
+    `fold=False`: no plan dominates another (the plain top-k of the k fastest plans)."""
+
+    def __init__(self, k: int, *, fold: bool = True, max_folded: int = MAX_FOLDED) -> None:
         self.k = k
-        self._items: list[tuple[float, PlanKey, int, TrainingEstimate]] = []
+        self.fold = fold
+        self.max_folded = max_folded
+        self._roots: list[_Root] = []
+        self._by_layout: dict[Any, list[_Root]] = {}
         self._seq = 0
+        self._bound: Rank | None = None  # U, once k layouts were seen
 
     def __len__(self) -> int:
-        return len(self._items)
+        return min(len(self._roots), self.k)
 
     @property
     def full(self) -> bool:
-        return len(self._items) >= self.k
+        return len(self._roots) >= self.k
 
     def worst(self) -> tuple[float, PlanKey]:
-        step, key, _, _ = self._items[-1]
-        return step, key
+        """(step time, key) of the k-th non-dominated plan (needs `full`)."""
+        rank = self._roots[self.k - 1].rank
+        return rank[0], rank[1]
+
+    def safe_worst(self) -> float:
+        """U's step time (class docstring), infinity while fewer than k layouts were seen:
+        no plan slower than it can enter the top-k, whatever is pushed later."""
+        return self._bound[0] if self._bound is not None else math.inf
 
     def push(self, key: PlanKey, est: TrainingEstimate) -> None:
         self._seq += 1
-        bisect.insort(self._items, (est.metrics.step_time_s, key, self._seq, est))
-        del self._items[self.k :]
+        rank: Rank = (est.metrics.step_time_s, key, self._seq)
+        if self._bound is not None and rank > self._bound:
+            return
+        prof = Profile.of(est) if self.fold else Profile((self._seq,), {})
+        same = self._by_layout.get(prof.layout, [])
+        for root in same:  # best-ranked first: the first that dominates is the best one
+            if root.rank >= rank:
+                break
+            if profile_dominates(root.profile, prof):
+                bisect.insort(root.folded, _Folded(rank, est, prof))
+                return
+        new = _Root(rank, est, prof)
+        kept: list[_Root] = []
+        for root in same:
+            if root.rank < rank:
+                kept.append(root)
+            elif profile_dominates(prof, root.profile):  # and so all folded under it
+                new.folded.append(_Folded(root.rank, root.estimate, root.profile))
+                new.folded.extend(root.folded)
+                self._roots.remove(root)
+            else:
+                stay = []
+                for item in root.folded:
+                    (new.folded if profile_dominates(prof, item.profile) else stay).append(item)
+                root.folded = stay
+                kept.append(root)
+        new.folded.sort()
+        bisect.insort(kept, new)
+        self._by_layout[prof.layout] = kept
+        bisect.insort(self._roots, new)
+        self._cut()
+
+    def _cut(self) -> None:
+        """Recompute U and drop the plans ranked after it."""
+        if len(self._by_layout) < self.k:
+            return
+        bests = sorted(roots[0].rank for roots in self._by_layout.values())
+        bound = bests[self.k - 1]
+        if bound == self._bound:
+            return
+        self._bound = bound
+        while self._roots[-1].rank > bound:
+            gone = self._roots.pop()
+            same = self._by_layout[gone.profile.layout]
+            same.remove(gone)
+            if not same:
+                del self._by_layout[gone.profile.layout]
+        for root in self._roots:
+            if root.folded and root.folded[-1].rank > bound:
+                del root.folded[bisect.bisect_right(root.folded, _Folded(bound, None, None)) :]
+
+    def _shown(self) -> list[tuple[Rank, TrainingEstimate, _Root | None]]:
+        """(rank, estimate, the root it is folded under or None) of the diverse top-k, in
+        rank order: the k roots, and under each the first `max_folded` plans folded under
+        it that rank before the k-th root."""
+        roots = self._roots[: self.k]
+        last = roots[-1].rank if len(roots) == self.k else None
+        items: list[tuple[Rank, TrainingEstimate, _Root | None]] = []
+        for root in roots:
+            items.append((root.rank, root.estimate, None))
+            shown = [f for f in root.folded if last is None or f.rank < last]
+            items.extend((f.rank, f.estimate, root) for f in shown[: self.max_folded])
+        items.sort(key=lambda item: item[0])
+        return items
 
     def estimates(self) -> list[TrainingEstimate]:
-        return [item[3] for item in self._items]
+        """The k non-dominated estimates, best first."""
+        return [root.estimate for root in self._roots[: self.k]]
 
     def keys(self) -> list[PlanKey]:
-        return [item[1] for item in self._items]
+        return [root.rank[1] for root in self._roots[: self.k]]
+
+    def entries(self) -> list[FoldedEntry]:
+        """The diverse top-k in rank order (what `diverse.fold_ranked` answers for the same
+        plans): the k non-dominated plans and the plans folded under them that rank before
+        the k-th, each with the index of its dominator."""
+        items = self._shown()
+        position = {id(est): n for n, (_, est, under) in enumerate(items) if under is None}
+        return [
+            FoldedEntry(est)
+            if under is None
+            else FoldedEntry(
+                est, position[id(under.estimate)], dominance_reason(under.estimate, est)
+            )
+            for _, est, under in items
+        ]
+
+    def ranked_entries(self) -> list[tuple[float, PlanKey, TrainingEstimate]]:
+        """(step time, key, estimate) of `entries()`' plans in rank order: what a shard
+        sends to the merge (pushed again, they rebuild the same diverse top-k)."""
+        return [(rank[0], rank[1], est) for rank, est, _ in self._shown()]
+
+
+Rank = tuple[float, PlanKey, int]
+"""(step time, key, push sequence) of a `TopK` plan: its rank (keys are unique in one
+search; the sequence keeps the order total when a merge pushes a key twice)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Folded:
+    """A dominated plan of a `TopK`."""
+
+    rank: Rank
+    estimate: Any
+    profile: Any
+
+    def __lt__(self, other: _Folded) -> bool:
+        return self.rank < other.rank
+
+
+@dataclass(slots=True, eq=False)
+class _Root:
+    """A non-dominated plan of a `TopK` and the plans folded under it (rank order)."""
+
+    rank: Rank
+    estimate: TrainingEstimate
+    profile: Profile
+    folded: list[_Folded] = field(default_factory=list)
+
+    def __lt__(self, other: _Root) -> bool:
+        return self.rank < other.rank
+
+
+def _validated(est: TrainingEstimate) -> TrainingEstimate:
+    if not isinstance(est.plan, TrainingPlan):  # a plug-in returned something else
+        est = dataclasses.replace(est, plan=TrainingPlan.model_validate(est.plan))
+    return est
 
 
 def validated_estimates(top: TopK) -> list[TrainingEstimate]:
-    """The top-k estimates, their plans checked to be `TrainingPlan`s."""
-    out: list[TrainingEstimate] = []
-    for est in top.estimates():
-        if not isinstance(est.plan, TrainingPlan):  # a plug-in returned something else
-            est = dataclasses.replace(est, plan=TrainingPlan.model_validate(est.plan))
-        out.append(est)
-    return out
+    """The top-k (non-dominated) estimates, their plans checked to be `TrainingPlan`s."""
+    return [_validated(est) for est in top.estimates()]
 
 
 def total_candidates(problem: TrainingProblem, constraints: SearchConstraints) -> int:
@@ -455,21 +617,43 @@ def finish(
     top: TopK, stats: SearchStats, monitor: Monitor, *, problem: TrainingProblem
 ) -> SearchResult:
     """Rank, explain, warn (`solver.warnings`, after ranking: warnings never reorder) and
-    time the result."""
-    estimates = validated_estimates(top)
+    time the result: `plans` the non-dominated top-k, `all_plans` with the folded plans
+    (`solver.search.diverse`) between them. Non-dominated plans are explained against
+    their neighbours among the non-dominated plans (the numbers of the default list);
+    a folded plan by what it is and why it is folded."""
+    entries = [dataclasses.replace(e, estimate=_validated(e.estimate)) for e in top.entries()]
+    estimates = [e.estimate for e in entries if e.dominated_by is None]
     sentences = explain(estimates)
     common = training_problem_warnings(problem) if estimates else []
+
+    def warnings_of(est: TrainingEstimate) -> tuple[PlanWarning, ...]:
+        return tuple(ordered([*common, *training_estimate_warnings(problem, est)]))
+
     plans = [
-        RankedPlan(
-            rank=i + 1,
-            estimate=est,
-            explanation=sentences[i],
-            warnings=tuple(ordered([*common, *training_estimate_warnings(problem, est)])),
-        )
+        RankedPlan(rank=i + 1, estimate=est, explanation=sentences[i], warnings=warnings_of(est))
         for i, est in enumerate(estimates)
     ]
+    all_plans: list[RankedPlan] = []
+    roots = iter(plans)
+    for n, entry in enumerate(entries):
+        if entry.dominated_by is None:
+            all_plans.append(dataclasses.replace(next(roots), rank=n + 1))
+        else:
+            all_plans.append(
+                RankedPlan(
+                    rank=n + 1,
+                    estimate=entry.estimate,
+                    explanation=(
+                        f"{describe(entry.estimate)} Folded under a better-ranked plan of the "
+                        f"same layout: {entry.reason}."
+                    ),
+                    warnings=warnings_of(entry.estimate),
+                    dominated_by=entry.dominated_by + 1,
+                    dominated_reason=entry.reason,
+                )
+            )
     stats.best_step_time_s = estimates[0].metrics.step_time_s if estimates else None
     stats.wall_time_s = time.perf_counter() - monitor.start
     if monitor.progress is not None:
         monitor.progress(monitor.total if stats.complete else monitor.done, monitor.total)
-    return SearchResult(plans=plans, stats=stats)
+    return SearchResult(plans=plans, stats=stats, all_plans=all_plans)

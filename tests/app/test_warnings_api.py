@@ -87,8 +87,11 @@ def test_stored_plans_carry_their_warnings(settings_factory: Any, tiny: dict[str
             assert _codes(plan) == ["outside_validated_range"]
             one = client.get(f"/v1/plans/{plan['id']}").json()
             assert one["warnings"] == plan["warnings"]
-            # the same plan through /v1/estimate gets the same warnings
-            fields = {k: plan[k] for k in ("parallelism", "micro_batch_size", "stage_layers")}
+            # the same plan through /v1/estimate gets the same warnings (every plan field:
+            # the diverse top-10 reaches an interleaved plan, whose schedule must be given)
+            names = ("parallelism", "micro_batch_size", "zero_stage", "recompute")
+            names += ("pipeline_schedule", "stage_layers", "flash_attention", "framework")
+            fields = {k: plan[k] for k in names}
             estimate = client.post("/v1/estimate", json={**tiny, "plan": fields}).json()
             assert estimate["warnings"] == plan["warnings"]
     with TestClient(create_app(settings)) as client:  # stored, not recomputed

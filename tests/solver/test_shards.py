@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from solver import search
 from solver.formulations.stage_partition import PartitionSolver
+from solver.search.diverse import fold_ranked
 from solver.search.shards import Shard, deal_pairs, merge, run_shard, sharded_search
 from solver.search.shared_bound import BoundPoller, KBestTimes
 from solver.space import candidate_blocks, count_candidates
@@ -82,11 +83,17 @@ def test_each_shard_returns_its_bound() -> None:
     problem, cons = _problem(8, 2, 80.0, 64), SearchConstraints(max_virtual_pipeline=2)
     results = [run_shard(problem, FakeCostModel(), cons, Shard(i, 2), top_k=3) for i in range(2)]
     for result in results:
-        assert len(result.entries) == 3
+        # the shard's diverse top-3: three non-dominated plans and the plans folded under
+        # them, all ranked no later than the third, which sets the bound
+        entries = [e[2] for e in result.entries]
+        roots = [e for e in fold_ranked(entries, k=3) if e.dominated_by is None]
+        assert len(roots) == 3 and len(fold_ranked(entries, k=3)) == len(entries)
         assert result.bound_s == result.entries[-1][0] == max(e[0] for e in result.entries)
+        assert roots[-1].estimate is result.entries[-1][2]
     merged = merge(results, problem, top_k=3)
-    best = sorted(e[:2] for r in results for e in r.entries)[:3]
-    assert [(p.estimate.metrics.step_time_s) for p in merged.plans] == [b[0] for b in best]
+    union = [e[2] for e in sorted((e for r in results for e in r.entries), key=lambda e: e[:2])]
+    best = [e.estimate for e in fold_ranked(union, k=3) if e.dominated_by is None]
+    assert [p.estimate for p in merged.plans] == best
     # too small a shard: fewer than k plans, an infinite bound
     few = run_shard(problem, FakeCostModel(), cons, Shard(0, 2), top_k=10_000)
     assert few.bound_s == float("inf")

@@ -190,7 +190,9 @@ def _public_with_count(
 ) -> dict[str, Any]:
     count = None
     if record.status in PLANS_COUNTED:
-        count = crud.list_plans(session=session, search_id=record.id, limit=0)[1]
+        count = crud.list_plans(
+            session=session, search_id=record.id, limit=0, include_dominated=False
+        )[1]
     public = search_public(record, num_plans=count)
     if deliveries:
         public["deliveries"] = [
@@ -554,8 +556,22 @@ def list_search_plans(
     limit: Annotated[int, Query(ge=1, le=1000, description=limit_description(100, 1000))] = 100,
     offset: OffsetQuery = 0,
     cursor: CursorQuery = None,
+    include_dominated: Annotated[
+        bool,
+        Query(
+            description=(
+                "Also list the plans folded under a better-ranked plan of the same layout "
+                "(same degrees, schedule and framework; only recompute, micro-batch size, "
+                "ZeRO stage, sequence parallelism, flash attention or the stage split "
+                "differ) that is at least as good on every reported metric. Each has "
+                "`dominated_by` (that plan's id) and `dominated_reason`. Ranks stay "
+                "consecutive among the plans listed."
+            )
+        ),
+    ] = False,
 ) -> dict[str, Any]:
-    """List a search's plans, best first."""
+    """List a search's plans, best first: by default the non-dominated ones (the diverse
+    top-k); `?include_dominated=true` adds the plans folded under them."""
     _no_offset_with_cursor(cursor, offset)
     _load(session, search_id, principal.tenant)
     rows, total = crud.list_plans(
@@ -564,10 +580,20 @@ def list_search_plans(
         limit=limit + 1,
         offset=offset,
         after_rank=_plan_after(cursor) if cursor is not None else None,
+        include_dominated=include_dominated,
     )
     more, rows = len(rows) > limit, rows[:limit]
     next_cursor = _encode_cursor({"k": "p", "r": rows[-1].rank}) if more else None
-    return {"items": [plan_public(r) for r in rows], "total": total, "next_cursor": next_cursor}
+    first = 1
+    if rows:  # number the page's plans among the plans this list shows
+        first += crud.count_plans_before(
+            session=session,
+            search_id=search_id,
+            rank=rows[0].rank,
+            include_dominated=include_dominated,
+        )
+    items = [plan_public(r, rank=first + i) for i, r in enumerate(rows)]
+    return {"items": items, "total": total, "next_cursor": next_cursor}
 
 
 # ---- Server-Sent Events ------------------------------------------------------------------
