@@ -26,6 +26,12 @@ model's `check()` has the last word.
   torchtitan adds its FSDP2 + pipeline plans.
 - Recompute none / selective / full (Korthikanti et al. 2022); sequence parallelism is on
   whenever tensor > 1 (it only saves memory and time) unless fixed off.
+- Context-parallel algorithm (`context > 1` only; the ring without context parallelism):
+  ring, ulysses, all_gather and hybrid with every head degree that divides the context
+  degree strictly between 1 and it, those whose all-to-all degree divides a tensor rank's
+  query and KV heads, and only those some searched framework runs (Megatron-Core all four,
+  torchtitan / PyTorch FSDP ring and all_gather, DeepSpeed ulysses);
+  `fixed.context_parallel_algorithm` / `fixed.context_parallel_heads` restrict.
 - Expert degrees (MoE models only; dense models keep 1 / 1 unless fixed): `expert` divides
   `num_experts`; `expert_tensor` divides the expert FFN width, stays inside a scale-up domain unless
   tensor groups may span nodes; `expert × expert_tensor` divides `data × context × tensor`
@@ -46,7 +52,7 @@ from cost_models.base import TrainingProblem
 from cost_models.frameworks import DEFAULT_PREFERENCE, FrameworkProfile, build_framework
 from specs.constraints import SearchConstraints
 from specs.errors import PlannerError, SpecError
-from specs.plan import ParallelDims, PlanKey
+from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, ParallelDims, PlanKey
 
 RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "selective", "full")
 """Recompute modes in canonical order."""
@@ -64,6 +70,7 @@ _INT_FIELDS = (
     "expert_tensor",
     "micro_batch_size",
     "zero_stage",
+    "context_parallel_heads",
 )
 _BOOL_FIELDS = ("sequence_parallel", "flash_attention")
 
@@ -117,6 +124,11 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
                 raise SpecError(field, f"must be one of {', '.join(SCHEDULES)}", value)
         elif name == "framework":
             check_framework(value, field)
+        elif name == "context_parallel_algorithm":
+            if value not in CONTEXT_PARALLEL_ALGORITHMS:
+                raise SpecError(
+                    field, f"must be one of {', '.join(CONTEXT_PARALLEL_ALGORITHMS)}", value
+                )
         elif name == "stage_layers":
             if value is not None and (
                 not isinstance(value, list | tuple)
@@ -259,6 +271,49 @@ def expert_degree_options(
         if et <= _EXPERT_MAX["expert_tensor"] and (across or et <= gpn)
     ]
     return [(e, et) for e in experts for et in etps if not grid % (e * et)]
+
+
+def context_parallel_options(
+    problem: TrainingProblem,
+    fixed: Mapping[str, Any],
+    tensor: int,
+    context: int,
+    runnable: frozenset[str],
+) -> list[tuple[str, int]]:
+    """Legal `(context_parallel_algorithm, context_parallel_heads)` pairs for one tensor and
+    context degree, in `CONTEXT_PARALLEL_ALGORITHMS` order, hybrids by ascending head
+    degree.
+
+    Without context parallelism only the ring (the default, nothing to exchange). With it:
+    every algorithm some searched framework runs (`runnable`) or the one fixed, where the
+    all-to-all degree (Ulysses: the context degree; a hybrid: its head degree, every
+    divisor of the context degree strictly between 1 and it) divides the query and KV heads
+    of a tensor rank (the cost model's rule, `rules._context_parallel_rules`)."""
+    if context == 1:
+        if fixed.get("context_parallel_algorithm", "ring") != "ring":
+            return []
+        if fixed.get("context_parallel_heads", 1) != 1:
+            return []
+        return [("ring", 1)]
+    model = problem.model
+    a_t = model.num_attention_heads // tensor
+    g_t = (model.num_attention_heads if model.mla is not None else model.kv_heads) // tensor
+
+    def splits(degree: int) -> bool:
+        return a_t % degree == 0 and g_t % degree == 0
+
+    names = _restrict(list(CONTEXT_PARALLEL_ALGORITHMS), fixed, "context_parallel_algorithm")
+    if "context_parallel_algorithm" not in fixed:
+        names = [n for n in names if n in runnable]
+    out: list[tuple[str, int]] = []
+    for name in names:
+        if name == "hybrid":
+            out += [(name, u) for u in divisors(context)[1:-1] if splits(u)]
+        elif name != "ulysses" or splits(context):
+            out.append((name, 1))
+    if "context_parallel_heads" in fixed:
+        out = [o for o in out if o[1] == fixed["context_parallel_heads"]]
+    return out
 
 
 def virtual_pipeline_options(num_layers: int, pipeline: int, max_v: int) -> list[int]:
@@ -411,6 +466,8 @@ def block_keys(block: Block, slot: Slot) -> list[PlanKey]:
                 b.stage_layers,
                 b.flash_attention,
                 framework,
+                b.context_parallel_algorithm,
+                b.context_parallel_heads,
             ),
         )
         for framework in slot.frameworks
@@ -459,6 +516,7 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     fixed = validated_fixed(constraints)
     profiles, requested = framework_options(constraints)
     frameworks_of = _FrameworkChooser(problem.model, profiles, requested)
+    cp_runnable = frozenset().union(*(p.context_parallel_algorithms for p in profiles))
     num_layers = problem.model.num_layers
     flash = fixed.get("flash_attention", True)
     stage_layers = fixed.get("stage_layers") or ()
@@ -473,8 +531,11 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
             for inner in _inner_options(problem, constraints, fixed, data, pipeline)
             if _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers)
         ]
-        for expert, expert_tensor in expert_degree_options(
-            problem, constraints, data, tensor, context
+        cp_options = context_parallel_options(problem, fixed, tensor, context, cp_runnable)
+        for (expert, expert_tensor), (algorithm, heads) in (
+            (ex, cp)
+            for ex in expert_degree_options(problem, constraints, data, tensor, context)
+            for cp in cp_options
         ):
             base = PlanKey(
                 data=data,
@@ -486,6 +547,8 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 sequence_parallel=sp,
                 stage_layers=stage_layers,
                 flash_attention=flash,
+                context_parallel_algorithm=algorithm,
+                context_parallel_heads=heads,
             )
             # the frameworks depend on the inner option's (virtual pipeline, schedule) only
             runnable = {

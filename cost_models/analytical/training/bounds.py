@@ -123,6 +123,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         e,
         etp,
         key.framework,
+        key.context_parallel_algorithm,
+        key.context_parallel_heads,
     )
     terms = ctx.bound_terms.get((layer, d, pp))
     if terms is None:
