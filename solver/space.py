@@ -28,8 +28,9 @@ model's `check()` has the last word.
   whenever tensor > 1 (it only saves memory and time) unless fixed off.
 - Context-parallel algorithm (`context > 1` only; the ring without context parallelism):
   ring, ulysses, all_gather and hybrid with every head degree that divides the context
-  degree strictly between 1 and it, those whose all-to-all degree divides a tensor rank's
-  query and KV heads, and only those some searched framework runs (Megatron-Core all four,
+  degree strictly between 1 and it (by default only where the context group spans
+  scale-up domains and the head group fits in one), those whose all-to-all degree divides a
+  tensor rank's query and KV heads, and only those some searched framework runs (Megatron-Core all four,
   torchtitan / PyTorch FSDP ring and all_gather, DeepSpeed ulysses);
   `fixed.context_parallel_algorithm` / `fixed.context_parallel_heads` restrict.
 - Expert degrees (MoE models only; dense models keep 1 / 1 unless fixed): `expert` divides
@@ -286,9 +287,13 @@ def context_parallel_options(
 
     Without context parallelism only the ring (the default, nothing to exchange). With it:
     every algorithm some searched framework runs (`runnable`) or the one fixed, where the
-    all-to-all degree (Ulysses: the context degree; a hybrid: its head degree, every
-    divisor of the context degree strictly between 1 and it) divides the query and KV heads
-    of a tensor rank (the cost model's rule, `rules._context_parallel_rules`)."""
+    all-to-all degree (Ulysses: the context degree; a hybrid: its head degree, a divisor of
+    the context degree strictly between 1 and it) divides the query and KV heads of a
+    tensor rank (the cost model's rule, `rules._context_parallel_rules`). Hybrids are
+    enumerated where they are meant to run (Megatron-Core's a2a+p2p): the context group
+    spans scale-up domains and the head group (head degree × tensor GPUs) fits in one;
+    pinning `context_parallel_algorithm` hybrid or `context_parallel_heads` enumerates every
+    head degree."""
     if context == 1:
         if fixed.get("context_parallel_algorithm", "ring") != "ring":
             return []
@@ -306,9 +311,19 @@ def context_parallel_options(
     if "context_parallel_algorithm" not in fixed:
         names = [n for n in names if n in runnable]
     out: list[tuple[str, int]] = []
+    domain = min(problem.cluster.scale_up_domain_gpus, problem.num_gpus)
+    pinned = "context_parallel_algorithm" in fixed or "context_parallel_heads" in fixed
     for name in names:
         if name == "hybrid":
-            out += [(name, u) for u in divisors(context)[1:-1] if splits(u)]
+            # all-to-all inside a scale-up domain, the ring across domains (Megatron-Core's
+            # a2a+p2p: "A2A communications in low-level CP groups (e.g., via NVLink), and
+            # P2P communications in high-level CP groups (e.g., via IBLink)"); any head
+            # degree when the request pins the hybrid
+            out += [
+                (name, u)
+                for u in divisors(context)[1:-1]
+                if splits(u) and (pinned or (u * tensor <= domain < context * tensor))
+            ]
         elif name != "ulysses" or splits(context):
             out.append((name, 1))
     if "context_parallel_heads" in fixed:
