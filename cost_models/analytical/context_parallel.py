@@ -195,10 +195,9 @@ def hybrid_exchange(
 
 def attention_launches(algorithm: str, context: int, heads: int) -> int:
     """Attention-core kernels one forward launches: two per ring step with load-balanced
-    causal chunks (TE CP), two for the all-gather's two local chunks, one for Ulysses."""
-    if context <= 1:
-        return 1
-    if algorithm == "ulysses":
+    causal chunks (TE CP), two for the all-gather's two local chunks, one for Ulysses (and
+    for the bounds' "" of no exchange)."""
+    if context <= 1 or algorithm in ("ulysses", ""):
         return 1
     if algorithm == "all_gather":
         return 2
@@ -209,7 +208,7 @@ def attention_launches(algorithm: str, context: int, heads: int) -> int:
 def attention_steps(algorithm: str, context: int, heads: int) -> int:
     """Attention steps per direction (each backward step runs FlashAttention-2's three
     backward kernels): the ring's degree, 2 chunks for the all-gather, 1 for Ulysses."""
-    if context <= 1 or algorithm == "ulysses":
+    if context <= 1 or algorithm in ("ulysses", ""):
         return 1
     if algorithm == "all_gather":
         return 2

@@ -157,7 +157,9 @@ class FrameworkProfile:
             out.append(f"{self.name} has no mixture-of-experts layers")
         algorithm = key.context_parallel_algorithm
         if key.context > 1 and algorithm not in self.context_parallel_algorithms:
-            runs = ", ".join(a for a in CONTEXT_PARALLEL_ALGORITHMS if a in self.context_parallel_algorithms)
+            runs = ", ".join(
+                a for a in CONTEXT_PARALLEL_ALGORITHMS if a in self.context_parallel_algorithms
+            )
             out.append(
                 f"{self.name} does not run context_parallel_algorithm {algorithm} "
                 f"(it runs: {runs or 'no context parallelism'})"

@@ -55,8 +55,14 @@ class FSDP(FrameworkProfile):
     label = "PyTorch FSDP"
     zero_stages = frozenset({0, 2, 3})
     rule_fields = frozenset(
-        {"zero_stage", "expert", "pipeline_schedule", "pipeline", "context",
-         "context_parallel_algorithm"}
+        {
+            "zero_stage",
+            "expert",
+            "pipeline_schedule",
+            "pipeline",
+            "context",
+            "context_parallel_algorithm",
+        }
     )
     context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ring", "all_gather"})
     """PyTorch's `context_parallel` rotates K/V shards between SDPA steps: all-to-all

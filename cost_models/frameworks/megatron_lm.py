@@ -41,8 +41,14 @@ class MegatronLM(FrameworkProfile):
     zero_stages = frozenset({0, 1})
     supports_moe = False
     rule_fields = frozenset(
-        {"zero_stage", "context", "expert", "pipeline_schedule", "pipeline",
-         "context_parallel_algorithm"}
+        {
+            "zero_stage",
+            "context",
+            "expert",
+            "pipeline_schedule",
+            "pipeline",
+            "context_parallel_algorithm",
+        }
     )
     rules: ClassVar[tuple[str, ...]] = (
         "no context parallelism",

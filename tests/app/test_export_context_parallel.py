@@ -77,7 +77,9 @@ def test_megatron_refuses_an_all_to_all_over_too_few_kv_heads() -> None:
     assert refused(problem, row, "megatron").rule == "megatron.cp-a2a-heads"
 
 
-@pytest.mark.parametrize(("algorithm", "rotate"), [("ring", "alltoall"), ("all_gather", "allgather")])
+@pytest.mark.parametrize(
+    ("algorithm", "rotate"), [("ring", "alltoall"), ("all_gather", "allgather")]
+)
 def test_torchtitan_rotate_method(algorithm: str, rotate: str) -> None:
     problem, row = training(
         LLAMA, data=8, context=8, zero_stage=3, context_parallel_algorithm=algorithm

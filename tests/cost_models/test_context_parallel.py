@@ -40,7 +40,9 @@ def test_ring_exposes_what_outlasts_each_attention_step() -> None:
     assert x.forward_s == pytest.approx(34.45728 * US, rel=1e-9)
     assert x.backward_s == pytest.approx(bwd, rel=1e-12)
     assert x.backward_s == pytest.approx(41.040192 * US, rel=1e-9)
-    assert x.wire_forward_s == pytest.approx(3 * hop) and x.wire_backward_s == pytest.approx(6 * hop)
+    assert x.wire_forward_s == pytest.approx(3 * hop) and x.wire_backward_s == pytest.approx(
+        6 * hop
+    )
     assert x.working_bytes == 0.0 and x.ring_steps == 4
 
 

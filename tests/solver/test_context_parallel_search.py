@@ -98,9 +98,7 @@ def test_with_one_algorithm_pinned_equals_exhaustive(algorithm: str) -> None:
 
 def test_frameworks_limit_the_algorithms() -> None:
     cons = SearchConstraints(fixed={"framework": "torchtitan", "zero_stage": 2})
-    algorithms = {
-        k.context_parallel_algorithm for k in candidates(PROBLEM, cons) if k.context > 1
-    }
+    algorithms = {k.context_parallel_algorithm for k in candidates(PROBLEM, cons) if k.context > 1}
     assert algorithms == {"ring", "all_gather"}
     cons = SearchConstraints(fixed={"framework": "deepspeed", "pipeline": 1, "zero_stage": 2})
     keys = [k for k in candidates(PROBLEM, cons) if k.context > 1]
@@ -113,3 +111,33 @@ def test_fixed_algorithm_is_validated() -> None:
     with pytest.raises(SpecError) as info:
         list(candidates(PROBLEM, SearchConstraints(fixed={"context_parallel_algorithm": "x"})))
     assert info.value.field == "constraints.fixed.context_parallel_algorithm"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CP_KEYS))
+def test_the_group_bound_is_below_every_algorithm(key) -> None:
+    """`context_free_step_lower_bound_s` (one queue entry for all of a candidate's
+    algorithms, `solver.search.cp_groups`) is at most the step bound and the evaluated step
+    time of each algorithm."""
+    group = ANALYTICAL.context_free_step_lower_bound_s(PROBLEM, key)
+    assert group <= ANALYTICAL.step_time_lower_bound_s(PROBLEM, key) * (1 + 1e-9)
+    split = _even_split(PROBLEM.model.num_layers, key.pipeline * key.virtual_pipeline)
+    est = ANALYTICAL.evaluate(PROBLEM, key.to_plan(split))
+    assert group <= est.metrics.step_time_s * (1 + 1e-9)
+    # the same for every sibling algorithm of the key
+    for other in CP_KEYS:
+        if other._replace(context_parallel_algorithm="ring", context_parallel_heads=1) == (
+            key._replace(context_parallel_algorithm="ring", context_parallel_heads=1)
+        ):
+            assert ANALYTICAL.context_free_step_lower_bound_s(PROBLEM, other) == group
+
+
+def test_grouped_search_counts_every_candidate() -> None:
+    cons = SearchConstraints(fixed={"micro_batch_size": 1, "zero_stage": 1}, max_virtual_pipeline=1)
+    bnb = search(PROBLEM, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())
+    ref = exhaustive_search(PROBLEM, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())
+    assert bnb.stats.enumerated == ref.stats.enumerated
+    # every candidate is accounted for once: pruned (by reason) or evaluated and feasible
+    for result in (bnb, ref):
+        stats = result.stats
+        assert sum(stats.pruned.values()) + stats.feasible == stats.enumerated, stats

@@ -30,7 +30,9 @@ def problem() -> TrainingProblem:
 
 
 def _best(problem: TrainingProblem, **fixed):
-    result = search(problem, build_cost_model("analytical"), SearchConstraints(fixed=fixed), top_k=1)
+    result = search(
+        problem, build_cost_model("analytical"), SearchConstraints(fixed=fixed), top_k=1
+    )
     return result.plans[0].estimate
 
 

@@ -20,7 +20,7 @@ from cost_models.analytical.training.estimate import (
     stage_times,
 )
 from cost_models.analytical.training.extras import extra_times
-from cost_models.analytical.training.layer_costs import cost_seq
+from cost_models.analytical.training.layer_costs import NO_EXCHANGE, cost_seq
 from cost_models.analytical.training.model_states import (
     extra_states,
     head_params_on_last,
@@ -156,6 +156,48 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
             named = StateShape.of(key)
             unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
         gathers = terms.microbatches * unit
+    return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
+
+
+def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """A step-time lower bound of `key` under every context-parallel algorithm and head
+    degree (the search screens a key's algorithms as one entry with it,
+    `solver.search.cp_groups`).
+
+    Why it is a bound: the layers are priced with no exchange (`layer_costs.NO_EXCHANGE`:
+    every part of a layer's cost at most its value under any algorithm), so the busiest
+    rank's work per micro-batch is at least the `max W` computed as in
+    `step_time_lower_bound_s` from them (monotone in each layer's time); every rank runs its
+    work once per micro-batch, so a step takes at least m · max W (every schedule's bound
+    is at least that: `steps` module docstring), plus the optimizer and gathers as there.
+    Keys with a fixed split are not grouped (use `step_time_lower_bound_s`)."""
+    pp, v, d = key.pipeline, key.virtual_pipeline, key.data
+    free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
+    shape = LayerShape.of(free)
+    terms = ctx.bound_terms.get((shape, d, pp))
+    if terms is None:
+        terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, free, shape)
+    states = StateShape.of(key)
+    optimizer = ctx.bound_optimizer.get((states, pp))
+    if optimizer is None:
+        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+    p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
+    total = terms.total_s + pp * p2p_rank
+    if pp == 1:
+        w_max = total
+    else:
+        w_max = max(
+            total / pp,
+            terms.largest_layer_s + p2p_rank,
+            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
+        )
+    gathers = 0.0
+    if key.zero_stage >= 2:
+        unit = ctx.bound_gathers.get((states, pp))
+        if unit is None:
+            unit = ctx.bound_gathers[(states, pp)] = _unit_gather_s(ctx, key)
+        gathers = terms.microbatches * unit
+    sched = terms.microbatches * w_max
     return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
 
 

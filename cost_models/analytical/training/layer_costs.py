@@ -241,6 +241,8 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
     # The GPU waits when issuing the kernels takes the host longer than running them.
     host = kernels * ctx.framework(shape.framework).config.host_overhead_per_kernel_s
     host_excess = max(0.0, host - (compute + rc_s + tp + cp + ep))
+    if shape.context_parallel_algorithm == NO_EXCHANGE:
+        host_excess = 0.0  # a lower bound of every algorithm's layer (`NO_EXCHANGE`)
     forward_share = core.forward_kernels / kernels
     forward = (
         core.forward_s
@@ -408,7 +410,7 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         bwd += quant_b / hbm
     # Context parallel exchange of the plan's algorithm (`context_parallel.py`).
     cp_f = cp_b = cp_work = 0.0
-    if c > 1:
+    if c > 1 and algorithm != NO_EXCHANGE:
         kv_heads = model.num_attention_heads if model.mla is not None else model.kv_heads
         cpx = cp_exchange(ctx, shape, CPShape(tokens, heads, kv_heads / t, qk, vd, c), att_f, att_b)
         cp_f, cp_b, cp_work = cpx.forward_s, cpx.backward_s, cpx.working_bytes
@@ -474,6 +476,13 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         attention_kernels=att_kernels,
     )
 
+
+NO_EXCHANGE = ""
+"""The context-parallel "algorithm" of a bound, not of a plan: no exchange, one attention
+launch and step, no host excess. Each part of its layer cost (forward, backward, weight
+gradients, total) is at most that of the same layer under any algorithm (each adds its
+exchange, its launches and kernels; max(host, GPU) is at least the GPU time), so bounds built
+from it hold for every algorithm (`bounds.context_free_step_lower_bound_s`)."""
 
 NORM_FED_LINEARS = frozenset({"qkv", "q", "q_down", "kv_down", "mlp_up", "shared_up"})
 """Linears whose input is a norm's output: Transformer Engine's LayerNormLinear /

@@ -116,7 +116,8 @@ def _context_parallel_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation
     elif algorithm in ("ulysses", "hybrid") and c > 1:
         degree = c if algorithm == "ulysses" else u
         field = (
-            "plan.context_parallel_algorithm" if algorithm == "ulysses"
+            "plan.context_parallel_algorithm"
+            if algorithm == "ulysses"
             else "plan.context_parallel_heads"
         )
         a = model.num_attention_heads
