@@ -40,10 +40,6 @@ def groups_capable(cost_model: TrainingCostModel) -> bool:
     return callable(getattr(cost_model, "context_free_step_lower_bound_s", None))
 
 
-def _canonical(key: PlanKey) -> PlanKey:
-    return key._replace(context_parallel_algorithm="ring", context_parallel_heads=1)
-
-
 def screen_grouped(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
@@ -56,16 +52,24 @@ def screen_grouped(
     docstring); the other blocks are screened as before. The memory group bound (states
     only: the same for every variant) prunes a whole group."""
     plain: list[Block] = []
-    grouped: dict[PlanKey, list[PlanKey]] = {}
+    # variants keyed by their fields but the last two (the algorithm and head degree:
+    # `PlanKey`'s field order)
+    grouped: dict[tuple[Any, ...], list[PlanKey]] = {}
     sizes = 0
     for blk in blocks:
         if blk.base.context <= 1 or blk.base.stage_layers:
             plain.append(blk)
             continue
         for slot in blk.slots:
-            for key in block_keys(blk, slot):
-                grouped.setdefault(_canonical(key), []).append(key)
-                sizes += 1
+            keys = block_keys(blk, slot)
+            sizes += len(keys)
+            for key in keys:
+                prefix = key[:-2]
+                members = grouped.get(prefix)
+                if members is None:
+                    grouped[prefix] = [key]
+                else:
+                    members.append(key)
     out: list[Any] = screen_light(problem, cost_model, plain, stats, monitor)
     cm: Any = cost_model
     group_bound = cm.group_memory_lower_bound_bytes
@@ -74,7 +78,8 @@ def screen_grouped(
     slack = 1.0 - BOUND_SAFETY
     fits: dict[tuple[Any, ...], bool] = {}
     memory_bound = 0
-    for canon, members in grouped.items():
+    for prefix, members in grouped.items():
+        canon = PlanKey._make((*prefix, "ring", 1))
         memo = (
             canon.data,
             canon.tensor,
