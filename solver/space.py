@@ -440,7 +440,7 @@ class Slot(NamedTuple):
 
 class Block(NamedTuple):
     """The candidates of one degree tuple: `base` carries the degrees, sequence parallelism,
-    the fixed split (or ()) and flash attention; every slot (inner option, ZeRO stage and
+    the fixed split (or ()), flash attention and the context-parallel algorithm; every slot (inner option, ZeRO stage and
     its frameworks) times every recompute mode fills the rest, in `candidates()` order
     (slots outermost, recompute innermost). Slots no framework can run are left out."""
 
