@@ -25,6 +25,11 @@ so the result is the same. Only the reason a candidate is counted under may diff
 eager order (a candidate never profiled is counted as `throughput_bound`, not
 `memory_bound`), and fewer candidates are evaluated.
 
+On a cost model that bounds a candidate under every context-parallel algorithm at once
+(`context_free_step_lower_bound_s`), the lazy search queues a candidate's algorithms as one
+entry and expands it when it reaches the front (`solver.search.cp_groups`: why that stays
+exact).
+
 A shard of a larger search (`solver.search.shards`) may also get a `SharedBound`
 (`solver.search.shared_bound`): every few steps it offers the plans it found and reads the
 k-th best step time B over all shards' plans; a candidate whose bound is strictly above B
