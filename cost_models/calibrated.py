@@ -297,6 +297,11 @@ class CalibratedTrainingCostModel:
         """The analytical bound on the calibrated problem."""
         return self.inner.step_time_lower_bound_s(self.calibrated(problem), key)
 
+    def context_free_step_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """The analytical bound under every context-parallel algorithm, on the calibrated
+        problem (`solver.search.cp_groups`)."""
+        return self.inner.context_free_step_lower_bound_s(self.calibrated(problem), key)
+
 
 # ---- the fit ----------------------------------------------------------------------------
 class CalibrationSample(NamedTuple):

@@ -64,6 +64,7 @@ def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
         ("pipeline", p.pipeline),
         ("virtual pipeline", p.virtual_pipeline),
         ("context", p.context),
+        ("context-parallel algorithm", _cp_text(plan)),
         ("expert", p.expert),
         ("sequence parallel", p.sequence_parallel),
         ("micro-batch", plan.micro_batch_size),
@@ -72,6 +73,15 @@ def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
         ("flash attention", plan.flash_attention),
         ("framework", _framework_label(plan.framework)),
     ]
+
+
+def _cp_text(plan: TrainingPlan) -> str:
+    """'ring', or 'hybrid (heads 8 × ring 2)'."""
+    algorithm = plan.context_parallel_algorithm
+    if algorithm == "hybrid":
+        u = plan.context_parallel_heads
+        return f"hybrid (heads {u} × ring {plan.parallelism.context // u})"
+    return algorithm
 
 
 def _group_order(plan: TrainingPlan) -> list[str]:

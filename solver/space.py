@@ -26,6 +26,13 @@ model's `check()` has the last word.
   torchtitan adds its FSDP2 + pipeline plans.
 - Recompute none / selective / full (Korthikanti et al. 2022); sequence parallelism is on
   whenever tensor > 1 (it only saves memory and time) unless fixed off.
+- Context-parallel algorithm (`context > 1` only; the ring without context parallelism):
+  ring, ulysses, all_gather and hybrid with every head degree that divides the context
+  degree strictly between 1 and it (by default only where the context group spans
+  scale-up domains and the head group fits in one), those whose all-to-all degree divides a
+  tensor rank's query and KV heads, and only those some searched framework runs (Megatron-Core all four,
+  torchtitan / PyTorch FSDP ring and all_gather, DeepSpeed ulysses);
+  `fixed.context_parallel_algorithm` / `fixed.context_parallel_heads` restrict.
 - Expert degrees (MoE models only; dense models keep 1 / 1 unless fixed): `expert` divides
   `num_experts`; `expert_tensor` divides the expert FFN width, stays inside a scale-up domain unless
   tensor groups may span nodes; `expert × expert_tensor` divides `data × context × tensor`
@@ -46,7 +53,7 @@ from cost_models.base import TrainingProblem
 from cost_models.frameworks import DEFAULT_PREFERENCE, FrameworkProfile, build_framework
 from specs.constraints import SearchConstraints
 from specs.errors import PlannerError, SpecError
-from specs.plan import ParallelDims, PlanKey
+from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, ParallelDims, PlanKey
 
 RECOMPUTE_OPTIONS: tuple[str, ...] = ("none", "selective", "full")
 """Recompute modes in canonical order."""
@@ -64,6 +71,7 @@ _INT_FIELDS = (
     "expert_tensor",
     "micro_batch_size",
     "zero_stage",
+    "context_parallel_heads",
 )
 _BOOL_FIELDS = ("sequence_parallel", "flash_attention")
 
@@ -117,6 +125,11 @@ def validated_fixed(constraints: SearchConstraints) -> dict[str, Any]:
                 raise SpecError(field, f"must be one of {', '.join(SCHEDULES)}", value)
         elif name == "framework":
             check_framework(value, field)
+        elif name == "context_parallel_algorithm":
+            if value not in CONTEXT_PARALLEL_ALGORITHMS:
+                raise SpecError(
+                    field, f"must be one of {', '.join(CONTEXT_PARALLEL_ALGORITHMS)}", value
+                )
         elif name == "stage_layers":
             if value is not None and (
                 not isinstance(value, list | tuple)
@@ -261,6 +274,63 @@ def expert_degree_options(
     return [(e, et) for e in experts for et in etps if not grid % (e * et)]
 
 
+def context_parallel_options(
+    problem: TrainingProblem,
+    fixed: Mapping[str, Any],
+    tensor: int,
+    context: int,
+    runnable: frozenset[str],
+) -> list[tuple[str, int]]:
+    """Legal `(context_parallel_algorithm, context_parallel_heads)` pairs for one tensor and
+    context degree, in `CONTEXT_PARALLEL_ALGORITHMS` order, hybrids by ascending head
+    degree.
+
+    Without context parallelism only the ring (the default, nothing to exchange). With it:
+    every algorithm some searched framework runs (`runnable`) or the one fixed, where the
+    all-to-all degree (Ulysses: the context degree; a hybrid: its head degree, a divisor of
+    the context degree strictly between 1 and it) divides the query and KV heads of a
+    tensor rank (the cost model's rule, `rules._context_parallel_rules`). Hybrids are
+    enumerated where they are meant to run (Megatron-Core's a2a+p2p): the context group
+    spans scale-up domains and the head group (head degree × tensor GPUs) fits in one;
+    pinning `context_parallel_algorithm` hybrid or `context_parallel_heads` enumerates every
+    head degree."""
+    if context == 1:
+        if fixed.get("context_parallel_algorithm", "ring") != "ring":
+            return []
+        if fixed.get("context_parallel_heads", 1) != 1:
+            return []
+        return [("ring", 1)]
+    model = problem.model
+    a_t = model.num_attention_heads // tensor
+    g_t = (model.num_attention_heads if model.mla is not None else model.kv_heads) // tensor
+
+    def splits(degree: int) -> bool:
+        return a_t % degree == 0 and g_t % degree == 0
+
+    names = _restrict(list(CONTEXT_PARALLEL_ALGORITHMS), fixed, "context_parallel_algorithm")
+    if "context_parallel_algorithm" not in fixed:
+        names = [n for n in names if n in runnable]
+    out: list[tuple[str, int]] = []
+    domain = min(problem.cluster.scale_up_domain_gpus, problem.num_gpus)
+    pinned = "context_parallel_algorithm" in fixed or "context_parallel_heads" in fixed
+    for name in names:
+        if name == "hybrid":
+            # all-to-all inside a scale-up domain, the ring across domains (Megatron-Core's
+            # a2a+p2p: "A2A communications in low-level CP groups (e.g., via NVLink), and
+            # P2P communications in high-level CP groups (e.g., via IBLink)"); any head
+            # degree when the request pins the hybrid
+            out += [
+                (name, u)
+                for u in divisors(context)[1:-1]
+                if splits(u) and (pinned or (u * tensor <= domain < context * tensor))
+            ]
+        elif name != "ulysses" or splits(context):
+            out.append((name, 1))
+    if "context_parallel_heads" in fixed:
+        out = [o for o in out if o[1] == fixed["context_parallel_heads"]]
+    return out
+
+
 def virtual_pipeline_options(num_layers: int, pipeline: int, max_v: int) -> list[int]:
     """Virtual pipeline degrees: 1 (plain 1F1B), and with pipeline > 1 every v in 2..max_v
     with `pipeline·v ≤ num_layers` (each chunk needs a layer; Narayanan et al. 2021 §2.2)."""
@@ -370,7 +440,7 @@ class Slot(NamedTuple):
 
 class Block(NamedTuple):
     """The candidates of one degree tuple: `base` carries the degrees, sequence parallelism,
-    the fixed split (or ()) and flash attention; every slot (inner option, ZeRO stage and
+    the fixed split (or ()), flash attention and the context-parallel algorithm; every slot (inner option, ZeRO stage and
     its frameworks) times every recompute mode fills the rest, in `candidates()` order
     (slots outermost, recompute innermost). Slots no framework can run are left out."""
 
@@ -411,6 +481,8 @@ def block_keys(block: Block, slot: Slot) -> list[PlanKey]:
                 b.stage_layers,
                 b.flash_attention,
                 framework,
+                b.context_parallel_algorithm,
+                b.context_parallel_heads,
             ),
         )
         for framework in slot.frameworks
@@ -459,6 +531,7 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     fixed = validated_fixed(constraints)
     profiles, requested = framework_options(constraints)
     frameworks_of = _FrameworkChooser(problem.model, profiles, requested)
+    cp_runnable = frozenset().union(*(p.context_parallel_algorithms for p in profiles))
     num_layers = problem.model.num_layers
     flash = fixed.get("flash_attention", True)
     stage_layers = fixed.get("stage_layers") or ()
@@ -473,8 +546,11 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
             for inner in _inner_options(problem, constraints, fixed, data, pipeline)
             if _stage_layers_ok(fixed, pipeline, inner.virtual_pipeline, num_layers)
         ]
-        for expert, expert_tensor in expert_degree_options(
-            problem, constraints, data, tensor, context
+        cp_options = context_parallel_options(problem, fixed, tensor, context, cp_runnable)
+        for (expert, expert_tensor), (algorithm, heads) in (
+            (ex, cp)
+            for ex in expert_degree_options(problem, constraints, data, tensor, context)
+            for cp in cp_options
         ):
             base = PlanKey(
                 data=data,
@@ -486,6 +562,8 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 sequence_parallel=sp,
                 stage_layers=stage_layers,
                 flash_attention=flash,
+                context_parallel_algorithm=algorithm,
+                context_parallel_heads=heads,
             )
             # the frameworks depend on the inner option's (virtual pipeline, schedule) only
             runnable = {

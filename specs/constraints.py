@@ -29,6 +29,8 @@ TRAINING_FIXABLE_FIELDS = frozenset(
         "stage_layers",
         "flash_attention",
         "framework",
+        "context_parallel_algorithm",
+        "context_parallel_heads",
     }
 )
 """`fixed` keys of a training search."""

@@ -51,6 +51,17 @@ SCHEDULE_CHUNKS: dict[str, tuple[int, int | None]] = {
 """Model chunks per pipeline rank (`parallelism.virtual_pipeline`) each schedule runs:
 (least, most; None = no limit). The V-shape schedules run 2, in a V."""
 
+ContextParallelAlgorithm = Literal["ring", "ulysses", "all_gather", "hybrid"]
+"""How the context-parallel ranks exchange attention inputs (`cost_models.analytical.
+context_parallel` prices each): `ring` passes K/V blocks around the ring, overlapped with the
+attention blocks (Liu et al. 2023; Megatron-Core `--cp-comm-type p2p`); `ulysses` re-splits
+Q, K, V and the output from sequence to heads with all-to-alls (Jacobs et al. 2023,
+DeepSpeed-Ulysses; `a2a`); `all_gather` gathers the whole sequence's K/V before a local
+attention (Llama 3, Dubey et al. 2024 §3.3.2; `allgather`); `hybrid` runs Ulysses inside
+groups of `context_parallel_heads` ranks and a ring across the groups (USP, Fang & Zhao 2024,
+arXiv 2405.07719; LoongTrain's 2D attention, Gu et al. 2024, arXiv 2406.18485; `a2a+p2p`)."""
+CONTEXT_PARALLEL_ALGORITHMS: tuple[str, ...] = get_args(ContextParallelAlgorithm)
+
 
 class ParallelDims(Spec):
     """Parallel degrees. `data × tensor × pipeline × context` is the GPU count; expert groups
@@ -206,6 +217,19 @@ class TrainingPlan(Spec):
     (chunk c runs on rank c mod pipeline); null lets the service choose the split."""
     flash_attention: bool = True
     """Fused (flash) attention: no s×s score matrices are stored."""
+    context_parallel_algorithm: ContextParallelAlgorithm = "ring"
+    """How the `parallelism.context` ranks exchange attention inputs: `ring` (K/V blocks
+    passed around a ring, overlapped with attention), `ulysses` (all-to-alls from sequence to
+    heads: the per-tensor-rank query and KV heads must divide by the context degree),
+    `all_gather` (the whole sequence's K/V gathered before a local attention, exposed) or
+    `hybrid` (Ulysses inside groups of `context_parallel_heads` ranks, a ring across them).
+    Anything but `ring` needs `parallelism.context` > 1."""
+    context_parallel_heads: int = Field(default=1, ge=1, le=1024)
+    """With `context_parallel_algorithm` = `hybrid`: the degree of its head-parallel
+    (Ulysses, all-to-all) part, ranks per head group (consecutive ranks, inside a node when
+    they fit); the ring part has `parallelism.context / context_parallel_heads` ranks. It
+    must divide the context degree and lie strictly between 1 and it. 1 for every other
+    algorithm."""
     stage_groups: list[str] | None = Field(default=None, min_length=1, max_length=65_536)
     """On a cluster of mixed hardware: the node group (or pool of identical groups, by the
     name of its first group; `cluster.node_groups[].name`, default the accelerator id) that
@@ -236,6 +260,43 @@ class TrainingPlan(Spec):
     @classmethod
     def _canonical_framework(cls, value: Any) -> Any:
         return canonical_framework_name(value)
+
+    @field_validator("context_parallel_algorithm")
+    @classmethod
+    def _algorithm_needs_context(cls, value: str, info: ValidationInfo) -> str:
+        """Only the ring (the default) without context parallelism (reported at
+        `plan.context_parallel_algorithm`)."""
+        p = info.data.get("parallelism")
+        if value != "ring" and isinstance(p, ParallelDims) and p.context == 1:
+            raise ValueError(
+                f"context_parallel_algorithm {value} needs parallelism.context > 1 (got 1)"
+            )
+        return value
+
+    @field_validator("context_parallel_heads")
+    @classmethod
+    def _heads_degree(cls, value: int, info: ValidationInfo) -> int:
+        """The hybrid's head degree divides the context degree, strictly between 1 and it;
+        1 for the other algorithms (reported at `plan.context_parallel_heads`)."""
+        p = info.data.get("parallelism")
+        algorithm = info.data.get("context_parallel_algorithm")
+        if not isinstance(p, ParallelDims) or algorithm is None:
+            return value
+        c = p.context
+        if algorithm != "hybrid":
+            if value != 1:
+                raise ValueError(
+                    f"context_parallel_heads must be 1 unless context_parallel_algorithm is "
+                    f"hybrid (got {value} with {algorithm})"
+                )
+            return value
+        if not 1 < value < c or c % value:
+            raise ValueError(
+                f"context_parallel_heads of a hybrid must divide parallelism.context ({c}) "
+                f"and lie strictly between 1 and it (got {value}); use ulysses or ring for "
+                "the ends"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TrainingPlan:
@@ -352,8 +413,15 @@ class TrainingPlan(Spec):
         return sum(self.stage_tensor) * p.context * p.data
 
     def content_hash(self) -> str:
-        """Hash of the canonical JSON of every field (update me when you add a field)."""
-        return canonical_hash(self.model_dump(mode="json"))
+        """Hash of the canonical JSON of every field (update me when you add a field); the
+        ring with no head degree (the context-parallel defaults) hashes as before those
+        fields existed, so that stored plans keep their hashes."""
+        data = self.model_dump(mode="json")
+        if data.get("context_parallel_algorithm") == "ring":
+            data.pop("context_parallel_algorithm")
+        if data.get("context_parallel_heads") == 1:
+            data.pop("context_parallel_heads")
+        return canonical_hash(data)
 
     def key(self) -> PlanKey:
         """The plan as a `PlanKey` (the search's and the cost models' encoding)."""
@@ -374,6 +442,8 @@ class TrainingPlan(Spec):
             stage_layers=tuple(self.stage_layers) if self.stage_layers else (),
             flash_attention=self.flash_attention,
             framework=self.framework or "",
+            context_parallel_algorithm=self.context_parallel_algorithm,
+            context_parallel_heads=self.context_parallel_heads,
         )
 
 
@@ -404,6 +474,9 @@ class PlanKey(NamedTuple):
     flash_attention: bool = True
     framework: str = ""
     """The framework's registered name, or "" when the service is to pick one."""
+    context_parallel_algorithm: str = "ring"
+    context_parallel_heads: int = 1
+    """The hybrid's head-parallel degree (1 otherwise)."""
 
     @property
     def world_size(self) -> int:
@@ -435,6 +508,8 @@ class PlanKey(NamedTuple):
             stage_layers=list(layers) if layers is not None else None,
             flash_attention=self.flash_attention,
             framework=self.framework or None,
+            context_parallel_algorithm=self.context_parallel_algorithm,  # type: ignore[arg-type]
+            context_parallel_heads=self.context_parallel_heads,
         )
 
 

@@ -13,9 +13,11 @@ expert tensor size 1, ep × etp tiles a pipeline stage, AutoTP folding only with
 
 What a DeepSpeed config cannot express is refused: tensor parallelism together with pipeline
 parallelism (AutoTP shards a model DeepSpeed wraps itself and takes over the model-parallel
-groups, which a PipelineModule's topology owns), context parallelism (DeepSpeed's sequence
-parallelism is Ulysses all-to-all over heads, a different algorithm), interleaved schedules
-and pipeline splits other than an even (±1 layer) one.
+groups, which a PipelineModule's topology owns), context parallelism other than Ulysses
+(DeepSpeed's sequence parallelism is DeepSpeed-Ulysses, Jacobs et al. 2023: a plan with
+`context_parallel_algorithm` ulysses maps to the config's `sequence_parallel_size`, the
+attention wrapped in DeepSpeed's all-to-all attention; not with a PipelineModule),
+interleaved schedules and pipeline splits other than an even (±1 layer) one.
 """
 
 from __future__ import annotations
@@ -37,13 +39,30 @@ def build_config(
 ) -> tuple[dict[str, Any], list[str]]:
     p = plan.parallelism
     notes: list[str] = []
-    require(
-        p.context == 1,
-        FORMAT,
-        "deepspeed.context-parallel",
-        "DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism "
-        "exchanges heads all-to-all, a different plan)",
-    )
+    if p.context > 1:
+        require(
+            plan.context_parallel_algorithm == "ulysses",
+            FORMAT,
+            "deepspeed.context-parallel",
+            f"DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads); it has no "
+            f"{plan.context_parallel_algorithm} context parallelism",
+        )
+        require(
+            p.pipeline == 1,
+            FORMAT,
+            "deepspeed.ulysses-with-pipeline",
+            "DeepSpeed-Ulysses (sequence_parallel_size) runs without a PipelineModule",
+        )
+        kv = model.num_attention_heads if model.mla is not None else model.kv_heads
+        require(
+            (model.num_attention_heads // p.tensor) % p.context == 0
+            and (kv // p.tensor) % p.context == 0,
+            FORMAT,
+            "deepspeed.ulysses-heads",
+            f"Ulysses splits heads over the sequence-parallel group: "
+            f"{model.num_attention_heads} query and {kv} KV heads over tensor {p.tensor} × "
+            f"sequence_parallel_size {p.context}",
+        )
     require(
         p.virtual_pipeline == 1,
         FORMAT,
@@ -94,6 +113,14 @@ def build_config(
             "fp8 GEMMs come from Transformer Engine in the model code; the config "
             "keeps bf16 weights"
         )
+    if p.context > 1:
+        cfg["sequence_parallel_size"] = p.context
+        notes.append(
+            f"sequence_parallel_size {p.context} is DeepSpeed-Ulysses: the model's attention "
+            "must run through DeepSpeed's all-to-all attention (UlyssesSPAttentionHF."
+            "register_with_transformers, or deepspeed.sequence.layer.DistributedAttention), "
+            "its mpu passed to deepspeed.initialize"
+        )
     if p.tensor > 1:
         require(
             model.num_attention_heads % p.tensor == 0,
@@ -142,17 +169,26 @@ def build_config(
 
 def check_config(cfg: Mapping[str, Any], *, world_size: int) -> None:
     """DeepSpeed's rules on a config for a job of `world_size` GPUs (the data-parallel size
-    is world / (autotp_size × pipeline stages))."""
+    is world / (autotp_size × pipeline stages × sequence_parallel_size): the ranks of a
+    sequence-parallel group share one micro-batch)."""
     tp = int(cfg.get("tensor_parallel", {}).get("autotp_size", 1) or 1)
     pipeline = cfg.get("pipeline")
     pp = int(pipeline.get("stages", 1)) if isinstance(pipeline, Mapping) else 1
+    sp = int(cfg.get("sequence_parallel_size", 1) or 1)
     require(
-        world_size % (tp * pp) == 0,
+        world_size % (tp * pp * sp) == 0,
         FORMAT,
         "deepspeed.world-size",
-        f"world size {world_size} is not divisible by autotp_size × stages = {tp * pp}",
+        f"world size {world_size} is not divisible by autotp_size × stages × "
+        f"sequence_parallel_size = {tp * pp * sp}",
     )
-    dp = world_size // (tp * pp)
+    require(
+        sp == 1 or pp == 1,
+        FORMAT,
+        "deepspeed.ulysses-with-pipeline",
+        "DeepSpeed-Ulysses (sequence_parallel_size) runs without a PipelineModule",
+    )
+    dp = world_size // (tp * pp * sp)
     train = cfg.get("train_batch_size")
     micro = cfg.get("train_micro_batch_size_per_gpu")
     gas = cfg.get("gradient_accumulation_steps")

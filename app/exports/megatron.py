@@ -14,6 +14,9 @@ schedules.py` (interleaved micro-batch groups).
 Plan → flags:
 - parallel sizes: `--tensor-/--pipeline-model-parallel-size`, `--context-parallel-size`,
   `--expert-model-parallel-size`, `--expert-tensor-parallel-size`, `--sequence-parallel`;
+- context-parallel algorithm (context > 1): `--cp-comm-type` p2p (ring), a2a (ulysses),
+  allgather (all_gather) or a2a+p2p (hybrid, with `--hierarchical-context-parallel-sizes
+  <heads> <context / heads>`: the a2a level first, adjacent GPUs);
 - pipeline split (chunk c of `stage_layers` runs on pipeline rank c mod pp, virtual stage
   c div pp): an even split needs no flag (`--num-layers-per-virtual-pipeline-stage` when
   interleaved); a split whose ranks differ only at the first and last rank uses
@@ -202,6 +205,84 @@ def expand_layer_pattern(text: str) -> list[int]:
 
 
 # ---- building ----------------------------------------------------------------------------
+CP_COMM_TYPES = {"ring": "p2p", "ulysses": "a2a", "all_gather": "allgather", "hybrid": "a2a+p2p"}
+"""`--cp-comm-type` of each `context_parallel_algorithm` (Megatron-LM arguments.py:
+"p2p, a2a, allgather or a2a+p2p")."""
+
+
+def _context_parallel_args(plan: TrainingPlan) -> list[str]:
+    """`--cp-comm-type` (and the hybrid's two levels) when context parallelism is on."""
+    c = plan.parallelism.context
+    if c == 1:
+        return []
+    algorithm = plan.context_parallel_algorithm
+    args = ["--cp-comm-type", CP_COMM_TYPES[algorithm]]
+    if algorithm == "hybrid":
+        u = plan.context_parallel_heads
+        args += ["--hierarchical-context-parallel-sizes", str(u), str(c // u)]
+    return args
+
+
+def _list_flag(args: Sequence[str], name: str) -> list[str]:
+    """The values of an nargs='+' flag (the tokens after it up to the next flag)."""
+    out: list[str] = []
+    for i, token in enumerate(args):
+        if token == name:
+            out = []
+            for value in args[i + 1 :]:
+                if value.startswith("--"):
+                    break
+                out.append(value)
+    return out
+
+
+def _check_context_parallel(
+    args: Sequence[str], cp: int, *, heads: int, groups: int, tp: int, mla: bool
+) -> None:
+    """validate_args' context-parallel rules: a known `--cp-comm-type`; a2a+p2p needs
+    `--hierarchical-context-parallel-sizes`, whose product is the context size; and
+    Transformer Engine's all-to-all rule (`AttnFuncWithCPAndQKVOA2A`: "The number of
+    attention heads needs to be divisible by CP size!", on the query and the key heads of a
+    tensor rank) over the a2a group (the whole context group, or the first level)."""
+    comm = _list_flag(args, "--cp-comm-type") or ["p2p"]
+    for kind in comm:
+        require(
+            kind in CP_COMM_TYPES.values(),
+            FORMAT,
+            "megatron.cp-comm-type",
+            f"--cp-comm-type must be p2p, a2a, allgather or a2a+p2p (got {kind})",
+        )
+    sizes = _list_flag(args, "--hierarchical-context-parallel-sizes")
+    if "a2a+p2p" in comm:
+        require(
+            bool(sizes),
+            FORMAT,
+            "megatron.hierarchical-cp-sizes",
+            "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm",
+        )
+    if sizes:
+        product = 1
+        for size in sizes:
+            product *= int(size)
+        require(
+            product == cp,
+            FORMAT,
+            "megatron.hierarchical-cp-sizes",
+            f"context_parallel_size ({cp}) must equal the product of "
+            f"--hierarchical-context-parallel-sizes ({' × '.join(sizes)} = {product})",
+        )
+    if cp > 1 and ("a2a" in comm or "a2a+p2p" in comm):
+        degree = cp if "a2a" in comm or not sizes else int(sizes[0])
+        kv = heads if mla else groups
+        require(
+            (heads // tp) % degree == 0 and (kv // tp) % degree == 0,
+            FORMAT,
+            "megatron.cp-a2a-heads",
+            f"the attention heads ({heads} / tp {tp}) and key heads ({kv} / tp {tp}) of a "
+            f"tensor rank must be divisible by the all-to-all context size ({degree})",
+        )
+
+
 def build_args(
     model: ModelSpec, plan: TrainingPlan, workload: TrainingWorkload
 ) -> tuple[list[str], dict[str, str], list[str]]:
@@ -217,6 +298,7 @@ def build_args(
         "--context-parallel-size",
         str(p.context),
     ]
+    args += _context_parallel_args(plan)
     if model.moe is not None:
         args += [
             "--expert-model-parallel-size",
@@ -593,6 +675,9 @@ def check_args(args: Sequence[str], *, world_size: int, env: Mapping[str, str]) 
             "megatron.query-groups-divisible-by-tp",
             f"num_query_groups ({groups}) must be a multiple of tensor_model_parallel_size ({tp})",
         )
+    _check_context_parallel(
+        args, cp, heads=heads, groups=groups, tp=tp, mla="--multi-latent-attention" in f
+    )
     # validate_args: seq-length multiple of 2 × cp
     if cp > 1:
         require(

@@ -17,6 +17,10 @@ Mapping of the plan's data parallelism (torchtitan has FSDP2 and DDP, no ZeRO-1/
   more memory than the plan);
 - ZeRO-0 → `data_parallel_replicate_degree = data` (DDP), which torchtitan allows only when
   data parallelism is the only parallel dimension.
+Context parallelism (`context_parallel_degree`) is PyTorch's `context_parallel`, whose K/V
+shards rotate by `context_parallel_rotate_method` (v0.2 job_config: "allgather" gathers all
+K/V shards after the first sub-SDPA, "alltoall" shuffles them step by step): ring →
+"alltoall", all_gather → "allgather"; Ulysses and the hybrid (head split) are refused.
 torchtitan's tensor parallelism always shards norms over the sequence (Megatron-style
 sequence parallelism). Pipeline stages are listed exactly with `module_fqns_per_model_part`
 (chunk i runs on pipeline rank i mod pp, torchtitan's "loop" stage order).
@@ -271,6 +275,16 @@ def build_config(
             f"torchtitan supports expert tensor parallel degree 1 or tp ({p.tensor}); the "
             f"plan has {p.expert_tensor}",
         )
+    rotate = None
+    if p.context > 1:
+        rotate = ROTATE_METHODS.get(plan.context_parallel_algorithm)
+        require(
+            rotate is not None,
+            FORMAT,
+            "torchtitan.context-parallel-algorithm",
+            f"torchtitan's context parallelism rotates K/V shards (ring: alltoall, "
+            f"all_gather: allgather); it has no {plan.context_parallel_algorithm} head split",
+        )
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,
@@ -281,6 +295,8 @@ def build_config(
         "expert_parallel_degree": p.expert,
         "expert_tensor_parallel_degree": p.expert_tensor if p.expert > 1 else 1,
     }
+    if rotate is not None:
+        parallelism["context_parallel_rotate_method"] = rotate
     dp = p.data
     gbs, mbs = workload.global_batch_size, plan.micro_batch_size
     require(
@@ -367,6 +383,10 @@ def module_fqns(stage_layers: list[int], num_layers: int) -> list[list[str]]:
     return parts
 
 
+ROTATE_METHODS = {"ring": "alltoall", "all_gather": "allgather"}
+"""`context_parallel_rotate_method` of the algorithms torchtitan runs."""
+
+
 def check_config(cfg: Mapping[str, Any], *, world_size: int, num_layers: int) -> None:
     """torchtitan's rules on a job config (raises `UnexpressiblePlan` naming the rule)."""
     par = cfg.get("parallelism", {})
@@ -380,6 +400,13 @@ def check_config(cfg: Mapping[str, Any], *, world_size: int, num_layers: int) ->
     etp = int(par.get("expert_tensor_parallel_degree", 1))
     if shard < 0:
         shard = world_size // (rep * cp * tp * pp)
+    rotate = par.get("context_parallel_rotate_method", "allgather")
+    require(
+        rotate in ROTATE_METHODS.values(),
+        FORMAT,
+        "torchtitan.rotate-method",
+        f"context_parallel_rotate_method must be allgather or alltoall (got {rotate})",
+    )
     # ParallelDims._validate
     require(
         rep * shard * cp * tp * pp == world_size,

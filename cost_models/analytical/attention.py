@@ -40,15 +40,26 @@ class AttentionCoreModel:
     launch_s: float = 5e-6
 
     def forward_time_s(
-        self, b: int, s: int, heads: float, qk_dim: int, v_dim: int, context: int, flash: bool
+        self,
+        b: int,
+        s: int,
+        heads: float,
+        qk_dim: int,
+        v_dim: int,
+        context: int,
+        flash: bool,
+        launches: int | None = None,
     ) -> float:
         """Forward seconds per micro-batch of b sequences of s tokens, `heads` query heads
-        on this GPU (a / t), causal, split over `context` ranks."""
+        on this GPU (a / t), causal, split over `context` ranks (whatever the algorithm:
+        each rank does 1/c of the work). `launches`: flash kernels the forward runs (None:
+        a ring's 2c, `context_parallel.attention_launches` for the others)."""
         full_flops = 2.0 * b * s * s * heads * (qk_dim + v_dim) / context
         if flash:
             # A context-parallel ring runs one kernel per ring step and, with load-balanced
             # causal chunks, two per step (Megatron-Core / Transformer Engine CP): 2c launches.
-            launches = 2 * context if context > 1 else 1
+            if launches is None:
+                launches = 2 * context if context > 1 else 1
             return (
                 0.5 * full_flops / (self.peak_flops * self.flash_efficiency)
                 + launches * self.launch_s
@@ -59,8 +70,16 @@ class AttentionCoreModel:
         return compute + memory + 4 * self.launch_s
 
     def backward_time_s(
-        self, b: int, s: int, heads: float, qk_dim: int, v_dim: int, context: int, flash: bool
+        self,
+        b: int,
+        s: int,
+        heads: float,
+        qk_dim: int,
+        v_dim: int,
+        context: int,
+        flash: bool,
+        launches: int | None = None,
     ) -> float:
         """Backward seconds: `backward_ratio` × forward (flash) or 2 × forward (unfused)."""
-        fwd = self.forward_time_s(b, s, heads, qk_dim, v_dim, context, flash)
+        fwd = self.forward_time_s(b, s, heads, qk_dim, v_dim, context, flash, launches)
         return (self.backward_ratio if flash else 2.0) * fwd

@@ -24,11 +24,27 @@ class AttentionTimeModel(Protocol):
     """Attention core (QKᵀ, softmax, AV) on one GPU, per micro-batch."""
 
     def forward_time_s(
-        self, b: int, s: int, heads: float, qk_dim: int, v_dim: int, context: int, flash: bool
+        self,
+        b: int,
+        s: int,
+        heads: float,
+        qk_dim: int,
+        v_dim: int,
+        context: int,
+        flash: bool,
+        launches: int | None = None,
     ) -> float: ...
 
     def backward_time_s(
-        self, b: int, s: int, heads: float, qk_dim: int, v_dim: int, context: int, flash: bool
+        self,
+        b: int,
+        s: int,
+        heads: float,
+        qk_dim: int,
+        v_dim: int,
+        context: int,
+        flash: bool,
+        launches: int | None = None,
     ) -> float: ...
 
 

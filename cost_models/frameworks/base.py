@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specs.model import ModelSpec
-from specs.plan import PlanKey
+from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, PlanKey
 
 ReduceCollective = Literal["reduce_scatter", "all_reduce"]
 P2POverlap = Literal["none", "interleaved", "always"]
@@ -133,8 +133,11 @@ class FrameworkProfile:
     """Whether the framework trains mixture-of-experts models."""
     rules: ClassVar[tuple[str, ...]] = ()
     """The combination rules `_rules` checks, in words (`GET /v1/frameworks`)."""
+    context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset(CONTEXT_PARALLEL_ALGORITHMS)
+    """The context-parallel algorithms (`plan.context_parallel_algorithm`) the framework
+    runs when `context` > 1."""
     rule_fields: ClassVar[frozenset[str]] = frozenset(
-        {"zero_stage", "pipeline", "pipeline_schedule"}
+        {"zero_stage", "pipeline", "pipeline_schedule", "context", "context_parallel_algorithm"}
     )
     """The `PlanKey` fields `violations` reads (callers may cache its answer per these
     fields and the model); a profile whose `_rules` reads more must list them."""
@@ -152,6 +155,15 @@ class FrameworkProfile:
             out.append(f"{self.name} implements zero_stage {stages} (got {key.zero_stage})")
         if model.moe is not None and not self.supports_moe:
             out.append(f"{self.name} has no mixture-of-experts layers")
+        algorithm = key.context_parallel_algorithm
+        if key.context > 1 and algorithm not in self.context_parallel_algorithms:
+            runs = ", ".join(
+                a for a in CONTEXT_PARALLEL_ALGORITHMS if a in self.context_parallel_algorithms
+            )
+            out.append(
+                f"{self.name} does not run context_parallel_algorithm {algorithm} "
+                f"(it runs: {runs or 'no context parallelism'})"
+            )
         out.extend(self._rules(key))
         schedule = self._schedule_rule(key)
         if schedule and not any("schedule" in o for o in out):

@@ -68,12 +68,23 @@ class DeepSpeed(FrameworkProfile):
     name = "deepspeed"
     label = "DeepSpeed"
     rule_fields = frozenset(
-        {"zero_stage", "pipeline", "virtual_pipeline", "context", "pipeline_schedule"}
+        {
+            "zero_stage",
+            "pipeline",
+            "virtual_pipeline",
+            "context",
+            "pipeline_schedule",
+            "context_parallel_algorithm",
+        }
     )
+    context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ulysses"})
+    """DeepSpeed's sequence parallelism is DeepSpeed-Ulysses (Jacobs et al. 2023:
+    `sequence_parallel_size`, the attention wrapped in its all-to-all `DistributedAttention`
+    / `UlyssesSPAttentionHF`)."""
     rules: ClassVar[tuple[str, ...]] = (
         "ZeRO-2/3 only without pipeline parallelism (PipelineEngine)",
         "no interleaved (virtual) pipeline schedule",
-        "no ring context parallelism",
+        "context parallelism only as ulysses (DeepSpeed-Ulysses), without pipeline parallelism",
     )
     Config = DeepSpeedConfig
 
@@ -89,9 +100,9 @@ class DeepSpeed(FrameworkProfile):
                 "deepspeed's PipelineEngine has no interleaved schedule "
                 f"(virtual_pipeline = {key.virtual_pipeline})"
             )
-        if key.context > 1:
+        if key.context > 1 and key.pipeline > 1:
             out.append(
-                f"deepspeed has no ring context parallelism (context = {key.context}; "
-                "DeepSpeed-Ulysses splits heads, a different scheme)"
+                "deepspeed runs DeepSpeed-Ulysses sequence parallelism without its "
+                f"PipelineEngine (context = {key.context}, pipeline = {key.pipeline})"
             )
         return out

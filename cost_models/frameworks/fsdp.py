@@ -54,9 +54,22 @@ class FSDP(FrameworkProfile):
     name = "fsdp"
     label = "PyTorch FSDP"
     zero_stages = frozenset({0, 2, 3})
-    rule_fields = frozenset({"zero_stage", "expert", "pipeline_schedule", "pipeline"})
+    rule_fields = frozenset(
+        {
+            "zero_stage",
+            "expert",
+            "pipeline_schedule",
+            "pipeline",
+            "context",
+            "context_parallel_algorithm",
+        }
+    )
+    context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ring", "all_gather"})
+    """PyTorch's `context_parallel` rotates K/V shards between SDPA steps: all-to-all
+    (a ring) or one all-gather (`_RotateMethod`); no head split."""
     rules: ClassVar[tuple[str, ...]] = (
         "no expert parallelism (not part of PyTorch; torchtitan adds it)",
+        "context parallelism as ring or all_gather (torch context_parallel's rotate methods)",
     )
     Config = FSDPConfig
 

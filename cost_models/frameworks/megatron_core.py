@@ -41,8 +41,14 @@ class MegatronCore(FrameworkProfile):
 
     name = "megatron_core"
     label = "Megatron-Core"
-    rule_fields = frozenset({"zero_stage", "pipeline", "pipeline_schedule"})
-    rules: ClassVar[tuple[str, ...]] = ("ZeRO-2/3 (its FSDP) only without pipeline parallelism",)
+    rule_fields = frozenset(
+        {"zero_stage", "pipeline", "pipeline_schedule", "context", "context_parallel_algorithm"}
+    )
+    rules: ClassVar[tuple[str, ...]] = (
+        "ZeRO-2/3 (its FSDP) only without pipeline parallelism",
+        "context parallelism as ring (--cp-comm-type p2p), ulysses (a2a), all_gather "
+        "(allgather) or hybrid (a2a+p2p with --hierarchical-context-parallel-sizes)",
+    )
     Config = MegatronCoreConfig
 
     def _rules(self, key: PlanKey) -> list[str]:

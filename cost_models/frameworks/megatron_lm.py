@@ -40,7 +40,16 @@ class MegatronLM(FrameworkProfile):
     label = "Megatron-LM (2021–2022)"
     zero_stages = frozenset({0, 1})
     supports_moe = False
-    rule_fields = frozenset({"zero_stage", "context", "expert", "pipeline_schedule", "pipeline"})
+    rule_fields = frozenset(
+        {
+            "zero_stage",
+            "context",
+            "expert",
+            "pipeline_schedule",
+            "pipeline",
+            "context_parallel_algorithm",
+        }
+    )
     rules: ClassVar[tuple[str, ...]] = (
         "no context parallelism",
         "no expert parallelism and no mixture-of-experts models",

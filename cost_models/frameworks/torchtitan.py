@@ -51,5 +51,10 @@ class Torchtitan(FrameworkProfile):
     name = "torchtitan"
     label = "torchtitan"
     zero_stages = frozenset({0, 2, 3})
-    rules: ClassVar[tuple[str, ...]] = ()
+    context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ring", "all_gather"})
+    """torchtitan's CP is PyTorch's `context_parallel`: K/V shards rotated all-to-all (a ring,
+    `context_parallel_rotate_method = "alltoall"`) or all-gathered (`"allgather"`)."""
+    rules: ClassVar[tuple[str, ...]] = (
+        "context parallelism as ring (rotate method alltoall) or all_gather (allgather)",
+    )
     Config = TorchtitanConfig

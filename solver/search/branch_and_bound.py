@@ -38,6 +38,11 @@ so the result is the same. Only the reason a candidate is counted under may diff
 eager order (a candidate never profiled is counted as `throughput_bound`, not
 `memory_bound`), and fewer candidates are evaluated.
 
+On a cost model that bounds a candidate under every context-parallel algorithm at once
+(`context_free_step_lower_bound_s`), the lazy search queues a candidate's algorithms as one
+entry and expands it when it reaches the front (`solver.search.cp_groups`: why that stays
+exact).
+
 A shard of a larger search (`solver.search.shards`) may also get a `SharedBound`
 (`solver.search.shared_bound`): every few steps it offers the plans it found, under their
 layout keys (`diverse.layout_key`: one entry per layout), and reads the k-th best step time
@@ -62,6 +67,7 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
+from solver.search.cp_groups import entry_size, expand, groups_capable, screen_grouped
 from solver.search.diverse import layout_key
 from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
@@ -215,29 +221,43 @@ def _lazy(
 ) -> None:
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
     step_bound = cast(BoundedTrainingCostModel, cost_model).step_time_lower_bound_s
-    heap: list[Queued] = screen_light(problem, cost_model, blocks, stats, monitor)
+    grouped = groups_capable(cost_model)
+    if grouped:  # a candidate's context-parallel algorithms as one entry (`cp_groups`)
+        heap: list[Queued] = screen_grouped(problem, cost_model, blocks, stats, monitor)
+    else:
+        heap = screen_light(problem, cost_model, blocks, stats, monitor)
     heapq.heapify(heap)
     heappop, heappush = heapq.heappop, heapq.heappush
+
+    def queued() -> int:
+        return sum(entry_size(e) for e in heap) if grouped else len(heap)
+
     while heap:
         monitor.poll(report=True)
         entry = heap[0]
         bound, key = entry[0], entry[1]
         if poller is not None and bound > poller.step():  # every queued bound is ≥ this one
-            stats.add_pruned("throughput_bound", len(heap))
-            monitor.done += len(heap)
+            left = queued()
+            stats.add_pruned("throughput_bound", left)
+            monitor.done += left
             return
         if top.full:
             worst_time, worst_key = top.worst()
             if bound > worst_time:  # every queued bound is at least this one
-                stats.add_pruned("throughput_bound", len(heap))
-                monitor.done += len(heap)
+                left = queued()
+                stats.add_pruned("throughput_bound", left)
+                monitor.done += left
                 return
             if bound == worst_time and key > worst_key:
                 heappop(heap)
-                stats.add_pruned("throughput_bound")
-                monitor.done += 1
+                stats.add_pruned("throughput_bound", entry_size(entry))
+                monitor.done += entry_size(entry)
                 continue
         heappop(heap)
+        if len(entry) == 5:  # a group of context-parallel variants: queue each
+            for item in expand(problem, cost_model, entry, stats, monitor):  # type: ignore[arg-type]
+                heappush(heap, item)
+            continue
         if len(entry) == 2:
             reason, profile, refined = refine(problem, cost_model, key)
             if reason is not None:

@@ -51,8 +51,14 @@ def test_frameworks_list_every_profile_with_its_rules_and_launchers(client: Any)
     # the combination rules, in words, one per rule the profile checks
     rules = {f["name"]: f["rules"] for f in items}
     assert len(rules["deepspeed"]) == 3 and any("interleaved" in r for r in rules["deepspeed"])
-    assert rules["torchtitan"] == []
-    assert len(rules["fsdp"]) == 1 and "no expert parallelism" in rules["fsdp"][0]
+    assert any("only as ulysses" in r for r in rules["deepspeed"])
+    # the context-parallel algorithms each framework runs (issue 15)
+    assert rules["torchtitan"] == [
+        "context parallelism as ring (rotate method alltoall) or all_gather (allgather)"
+    ]
+    assert len(rules["fsdp"]) == 2 and "no expert parallelism" in rules["fsdp"][0]
+    assert "ring or all_gather" in rules["fsdp"][1]
+    assert any("a2a+p2p" in r for r in rules["megatron_core"])
     labels = {f["name"]: f["label"] for f in items}
     assert labels["megatron_core"] == "Megatron-Core"
     assert labels["fsdp"] == "PyTorch FSDP"

@@ -142,8 +142,17 @@ def test_fixed_fields_restrict_the_space() -> None:
     cands = list(candidates(problem, SearchConstraints(fixed=fixed)))
     # 16 GPUs / (4 × 2) = 2 = data × context; context ∈ {1, 2} (1024 % 2 == 0) → 2 tuples;
     # micro-batches per replica: 64/2/2 = 16 (data 2) or 64/1/2 = 32 (data 1), both multiples
-    # of pipeline 2; v ∈ {1, 2, 3, 4} (2·v ≤ 8) → 2 tuples × 4 v = 8 candidates
-    assert len(cands) == 8
+    # of pipeline 2; v ∈ {1, 2, 3, 4} (2·v ≤ 8) → 4 per tuple; context 1 runs the ring only,
+    # context 2 the ring, Ulysses (16 / 4 = 4 query and 8 / 4 = 2 KV heads per tensor rank
+    # split over 2) and the all-gather (no hybrid: no head degree strictly between 1 and 2)
+    # → 4 + 3 × 4 = 16 candidates
+    assert len(cands) == 16
+    assert {(c.context, c.context_parallel_algorithm) for c in cands} == {
+        (1, "ring"),
+        (2, "ring"),
+        (2, "ulysses"),
+        (2, "all_gather"),
+    }
     assert {
         (c.tensor, c.pipeline, c.recompute, c.zero_stage, c.sequence_parallel, c.micro_batch_size)
         for c in cands

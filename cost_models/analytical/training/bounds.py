@@ -11,6 +11,8 @@ from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import flat_group
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.schedules import StageSums
+from cost_models.analytical.schedules.base import BubbleSchedule
+from cost_models.analytical.schedules.one_f_one_b import GPipe
 from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.estimate import (
@@ -20,7 +22,7 @@ from cost_models.analytical.training.estimate import (
     stage_times,
 )
 from cost_models.analytical.training.extras import extra_times
-from cost_models.analytical.training.layer_costs import cost_seq
+from cost_models.analytical.training.layer_costs import NO_EXCHANGE, cost_seq
 from cost_models.analytical.training.model_states import (
     extra_states,
     head_params_on_last,
@@ -123,6 +125,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         e,
         etp,
         key.framework,
+        key.context_parallel_algorithm,
+        key.context_parallel_heads,
     )
     terms = ctx.bound_terms.get((layer, d, pp))
     if terms is None:
@@ -155,6 +159,84 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
             unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
         gathers = terms.microbatches * unit
     return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
+
+
+def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """A step-time lower bound of `key` under every context-parallel algorithm and head
+    degree (the search screens a key's algorithms as one entry with it,
+    `solver.search.cp_groups`).
+
+    Why it is a bound: the layers are priced with no exchange (`layer_costs.NO_EXCHANGE`:
+    every part of a layer's cost at most its value under any algorithm), so the busiest
+    rank's work per micro-batch is at least the `max W` computed as in
+    `step_time_lower_bound_s` from them (monotone in each layer's time), and ΣF, ΣB at most
+    the algorithm's (ΣW, the weight-gradient GEMMs, is the same). Every rank runs its work
+    once per micro-batch, so a step takes at least m · max W (`steps` module docstring);
+    where the schedule's own bound does not decrease as max W, ΣF and ΣB grow
+    (`_monotone_bound`) it is taken too. Plus the optimizer and gathers as there.
+    Keys with a fixed split are not grouped (use `step_time_lower_bound_s`)."""
+    pp, v, d = key.pipeline, key.virtual_pipeline, key.data
+    layer = (
+        key.tensor,
+        key.context,
+        key.micro_batch_size,
+        key.recompute,
+        key.sequence_parallel,
+        key.flash_attention,
+        key.expert,
+        key.expert_tensor,
+        key.framework,
+        NO_EXCHANGE,
+        1,
+    )
+    terms = ctx.bound_terms.get((layer, d, pp))
+    if terms is None:
+        free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
+        shape = LayerShape.of(free)
+        terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, free, shape)
+    states = StateShape.of(key)
+    optimizer = ctx.bound_optimizer.get((states, pp))
+    if optimizer is None:
+        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+    p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
+    total = terms.total_s + pp * p2p_rank
+    if pp == 1:
+        w_max = total
+    else:
+        w_max = max(
+            total / pp,
+            terms.largest_layer_s + p2p_rank,
+            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
+        )
+    gathers = 0.0
+    if key.zero_stage >= 2:
+        unit = ctx.bound_gathers.get((states, pp))
+        if unit is None:
+            unit = ctx.bound_gathers[(states, pp)] = _unit_gather_s(ctx, key)
+        gathers = terms.microbatches * unit
+    m = terms.microbatches
+    sched = m * w_max
+    schedule = get_schedule(key.pipeline_schedule)
+    if _monotone_bound(schedule, m, pp, v):
+        forward = terms.forward_s + pp * p2p_rank / 2.0
+        sums = StageSums(forward, total - forward - terms.wgrad_s, terms.wgrad_s)
+        sched = max(sched, schedule.lower_bound_s(m, pp, v, w_max, sums))
+    return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
+
+
+def _monotone_bound(schedule: object, m: int, pp: int, v: int) -> bool:
+    """Whether the schedule's own bound can take the no-exchange terms: it must not
+    decrease when max W, ΣF or ΣB grow (ΣW, the weight-gradient GEMMs, is the same under
+    every algorithm). GPipe's (m − 1)·max W + ΣT is; a `BubbleSchedule`'s m·w + κ·max(0,
+    β·(F, B, W) − a·w, F − w) is when β_F, β_B ≥ 0 and m ≥ κ·max(a, 1) (its slope in w);
+    any other schedule is not trusted (m · max W alone is used)."""
+    if isinstance(schedule, GPipe):
+        return True
+    if not isinstance(schedule, BubbleSchedule):
+        return False
+    b_f, b_b, b_w = schedule.beta
+    kappa = schedule.kappa(pp, v) if pp > 1 else 0.0
+    return b_f >= 0 and b_b >= 0 and m >= kappa * max(b_f, b_b, b_w, 1.0)
 
 
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:

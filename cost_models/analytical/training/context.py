@@ -104,10 +104,11 @@ class ProblemContext:
     combinations_clear: dict[tuple[Any, ...], bool] = field(default_factory=dict)
     """Per (degrees, zero stage, virtual pipeline, schedule, framework): every rule that
     does not read the micro-batch size passes (`rules.check_key`'s fast path)."""
-    framework_checks: dict[tuple[str, int, int, int, int, int, int, str], list[Violation]] = field(
-        default_factory=dict
-    )
-    """The framework's rule violations per (framework, zero, t, pp, v, c, e, schedule)."""
+    framework_checks: dict[tuple[Any, ...], list[Violation]] = field(default_factory=dict)
+    """The framework's rule violations per (framework, zero, t, pp, v, c, e, schedule,
+    context-parallel algorithm)."""
+    cp_checks: dict[tuple[str, int, int, int], list[Violation]] = field(default_factory=dict)
+    """The context-parallel algorithm's rule violations per (algorithm, head degree, t, c)."""
     groups: dict[tuple[int, int, int, int], ParallelGroups] = field(default_factory=dict)
     """Group placements per (tensor, context, data, pipeline)."""
     expert_groups: dict[tuple[int, int, int], ExpertGroups] = field(default_factory=dict)

@@ -47,9 +47,15 @@ class Extra:
 
 def extra_times(ctx: ProblemContext, shape: LayerShape) -> tuple[ExtraTimes, ExtraTimes]:
     """(embedding, LM head + loss) times and activations; only the tensor, context,
-    micro-batch and sequence-parallel fields of `shape` enter."""
+    micro-batch and sequence-parallel fields of `shape` enter (every context-parallel
+    algorithm shares the ring's entry)."""
     hit = ctx.extra_times.get(shape)
     if hit is not None:
+        return hit
+    if shape.context_parallel_algorithm != "ring":
+        hit = ctx.extra_times[shape] = extra_times(
+            ctx, shape._replace(context_parallel_algorithm="ring", context_parallel_heads=1)
+        )
         return hit
     model, s = ctx.model, ctx.seq
     t, c, b, sp = shape.tensor, shape.context, shape.micro_batch_size, shape.sequence_parallel
@@ -91,6 +97,10 @@ def extras(
     key = (layer, states, head_params_on)
     hit = ctx.extras.get(key)
     if hit is not None:
+        return hit
+    if layer.context_parallel_algorithm != "ring":  # the extras do not read the algorithm
+        ring = layer._replace(context_parallel_algorithm="ring", context_parallel_heads=1)
+        hit = ctx.extras[key] = extras(ctx, ring, states, head_params_on)
         return hit
     first_t, last_t = extra_times(ctx, layer)
     first_s, last_s = extra_states(ctx, states, head_params_on)

@@ -4,9 +4,10 @@ Per layer and micro-batch: GEMMs forward + backward (+ recompute) on the rooflin
 `gemm.py`, the attention core of `attention.py`, the memory-bound elementwise kernels of
 `elementwise.py`, exposed tensor-parallel communication (Megatron with SP: 2 all-gathers + 2
 reduce-scatters of s·b·h bf16 elements forward and the same backward; without SP 2
-all-reduces each way; Korthikanti et al. 2022 §4.2.2) and the exposed context-parallel ring
-exchange (c−1 K/V block transfers forward, twice that backward, overlapped with the attention
-core). MoE layers add the routed experts as grouped GEMMs on the busiest expert-parallel rank
+all-reduces each way; Korthikanti et al. 2022 §4.2.2) and the exposed context-parallel
+exchange of the plan's algorithm (`context_parallel.py`: the ring's K/V blocks overlapped
+with the attention steps, Ulysses' all-to-alls, the all-gather of K/V, or the hybrid of
+the first two). MoE layers add the routed experts as grouped GEMMs on the busiest expert-parallel rank
 with their all-to-alls and expert-tensor collectives (`moe.py`).
 
 A layer's cost is its recompute-independent core (`LayerCore`, cached per layer kind and
@@ -27,6 +28,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cost_models.analytical.context_parallel import (
+    CPExchange,
+    CPShape,
+    all_gather_exchange,
+    attention_launches,
+    attention_steps,
+    comm_launches,
+    hybrid_exchange,
+    ring_exchange,
+    ulysses_exchange,
+)
 from cost_models.analytical.elementwise import (
     BACKWARD_BYTES_RATIO,
     layer_elementwise_bytes,
@@ -36,7 +48,7 @@ from cost_models.analytical.flops import attention_dims, layer_gemms, split_gemm
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import layer_activation_bytes
 from cost_models.analytical.moe import grouped_expert_gemm_s, moe_comm_s, permute_bytes
-from cost_models.analytical.placement import ParallelGroups
+from cost_models.analytical.placement import ParallelGroups, place_group
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.layer_sequence import LayerSeq, per_layer
 from cost_models.analytical.training.placements import (
@@ -70,6 +82,8 @@ class LayerCore:
     """Activation bytes of the layer without recomputation (full recompute working set)."""
     ep_s: float
     """Expert-parallel communication per direction."""
+    cp_working_bytes: float
+    """Transient bytes of the context-parallel exchange (`context_parallel.py`)."""
     a2a_s: float
     """Of which the dispatch / combine all-to-alls."""
     forward_kernels: int
@@ -108,6 +122,9 @@ class LayerCost:
     for the CPU; 0 when the GPU work is longer)."""
     wgrad_s: float = 0.0
     """Of `backward_s`, the weight-gradient GEMMs (W; module docstring)."""
+    cp_working_bytes: float = 0.0
+    """Transient bytes the context-parallel exchange holds while attention runs (the
+    all-gather's whole-sequence K/V and their gradients, Ulysses' re-split Q/K/V/O)."""
 
     @property
     def total_s(self) -> float:
@@ -203,7 +220,15 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
         tp_rc, cp_rc, ep_rc, a2a_rc = core.tp_forward_s, core.cp_forward_s, core.ep_s, core.a2a_s
         kernels += core.forward_kernels
     elif rc == "selective":
-        rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = core.attention_forward_s, 0.0, 0.0, 0.0, 0.0
+        # Megatron's selective recompute re-runs the core attention module, and the
+        # context-parallel exchange runs inside it (Transformer Engine's attention with CP)
+        rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = (
+            core.attention_forward_s,
+            0.0,
+            core.cp_forward_s,
+            0.0,
+            0.0,
+        )
         kernels += core.attention_kernels
     else:
         rc_s, tp_rc, cp_rc, ep_rc, a2a_rc = 0.0, 0.0, 0.0, 0.0, 0.0
@@ -216,6 +241,8 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
     # The GPU waits when issuing the kernels takes the host longer than running them.
     host = kernels * ctx.framework(shape.framework).config.host_overhead_per_kernel_s
     host_excess = max(0.0, host - (compute + rc_s + tp + cp + ep))
+    if shape.context_parallel_algorithm == NO_EXCHANGE:
+        host_excess = 0.0  # a lower bound of every algorithm's layer (`NO_EXCHANGE`)
     forward_share = core.forward_kernels / kernels
     forward = (
         core.forward_s
@@ -247,6 +274,7 @@ def layer_cost(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCos
         working_bytes=core.working_bytes,
         host_s=host_excess,
         wgrad_s=core.wgrad_s,
+        cp_working_bytes=core.cp_working_bytes,
     )
     ctx.layer_costs[key] = cost
     return cost
@@ -351,8 +379,10 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         tp_pairs = 2.0 if moe.num_shared_experts else 1.0
     qk, vd = attention_dims(model)
     heads = model.num_attention_heads / t
-    att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash)
-    att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash)
+    algorithm, head_degree = shape.context_parallel_algorithm, shape.context_parallel_heads
+    launches = attention_launches(algorithm, c, head_degree)
+    att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash, launches)
+    att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash, launches)
     # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective;
     # under FP8 the sequence-parallel all-gathers move the quantised FP8 shards.
     size = tokens * h * 2.0
@@ -378,18 +408,12 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
         fwd += quant_f / hbm
         bwd += quant_b / hbm
-    # Context parallel ring: c−1 K/V block transfers forward, K/V and their gradients
-    # backward, overlapped with the attention core (Liu et al. 2023, ring attention).
-    cp_f = cp_b = 0.0
-    if c > 1:
-        if model.mla is not None:
-            kv_elems = model.num_attention_heads * (qk + vd) / t
-        else:
-            kv_elems = model.kv_heads * (qk + vd) / t
-        block = tokens * kv_elems * 2.0
-        ring = (c - 1) * ctx.comm.send_recv(block, groups.context.tier)
-        cp_f = max(0.0, ring - att_f) + ctx.interference * min(ring, att_f)
-        cp_b = max(0.0, 2 * ring - att_b) + ctx.interference * min(2 * ring, att_b)
+    # Context parallel exchange of the plan's algorithm (`context_parallel.py`).
+    cp_f = cp_b = cp_work = 0.0
+    if c > 1 and algorithm != NO_EXCHANGE:
+        kv_heads = model.num_attention_heads if model.mla is not None else model.kv_heads
+        cpx = cp_exchange(ctx, shape, CPShape(tokens, heads, kv_heads / t, qk, vd, c), att_f, att_b)
+        cp_f, cp_b, cp_work = cpx.forward_s, cpx.backward_s, cpx.working_bytes
     # Memory-bound elementwise kernels (norms, rotary, activation, residual adds).
     width = mlp_width(model, is_moe)
     if is_moe and load != 1.0:  # the busiest rank's routed share of the activation work
@@ -411,8 +435,19 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     fwd += elem_f
     bwd += BACKWARD_BYTES_RATIO * elem_f
     fwd_kernels, bwd_kernels, att_kernels = _kernel_counts(
-        is_moe, gemm_kernels, flash, t > 1, sp, c, tp_pairs, framework.elementwise_traffic
+        is_moe,
+        gemm_kernels,
+        flash,
+        t > 1,
+        sp,
+        attention_steps(algorithm, c, head_degree),
+        tp_pairs,
+        framework.elementwise_traffic,
+        launches,
     )
+    cp_kernels_f, cp_kernels_b = comm_launches(algorithm, c)
+    fwd_kernels += cp_kernels_f
+    bwd_kernels += cp_kernels_b
     fwd_kernels += quant_kernels
     bwd_kernels += quant_kernels
     if framework.ep_comm_overlap and ep_dir > 0.0:
@@ -435,11 +470,19 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
         working_bytes=_activation_bytes(ctx, is_moe, shape),
         ep_s=ep_dir,
         a2a_s=a2a_dir,
+        cp_working_bytes=cp_work,
         forward_kernels=fwd_kernels,
         backward_kernels=bwd_kernels,
         attention_kernels=att_kernels,
     )
 
+
+NO_EXCHANGE = ""
+"""The context-parallel "algorithm" of a bound, not of a plan: no exchange, one attention
+launch and step, no host excess. Each part of its layer cost (forward, backward, weight
+gradients, total) is at most that of the same layer under any algorithm (each adds its
+exchange, its launches and kernels; max(host, GPU) is at least the GPU time), so bounds built
+from it hold for every algorithm (`bounds.context_free_step_lower_bound_s`)."""
 
 NORM_FED_LINEARS = frozenset({"qkv", "q", "q_down", "kv_down", "mlp_up", "shared_up"})
 """Linears whose input is a norm's output: Transformer Engine's LayerNormLinear /
@@ -455,6 +498,36 @@ MOE_ROUTING_KERNELS = 10
 as many backward)."""
 
 
+def cp_exchange(
+    ctx: ProblemContext,
+    shape: LayerShape,
+    cp: CPShape,
+    attention_forward_s: float,
+    attention_backward_s: float,
+) -> CPExchange:
+    """The context-parallel exchange of one layer under `shape`'s algorithm
+    (`context_parallel.py`). Groups, Megatron-Core order: the context group's ranks are
+    `tensor` apart; a hybrid's head groups are its `context_parallel_heads` consecutive
+    context ranks (`--hierarchical-context-parallel-sizes`: the first level is adjacent
+    GPUs), its ring the ranks `tensor × heads` apart."""
+    t, c = shape.tensor, shape.context
+    algorithm = shape.context_parallel_algorithm
+    group = parallel_groups(ctx, t, c, 1, 1).context
+    iota = ctx.interference
+    if algorithm == "ulysses":
+        return ulysses_exchange(ctx.comm, cp, group)
+    if algorithm == "all_gather":
+        return all_gather_exchange(ctx.comm, cp, group)
+    if algorithm == "hybrid":
+        u = shape.context_parallel_heads
+        heads = place_group(u, t, ctx.domain_gpus, ctx.leaf_gpus)
+        ring = place_group(c // u, t * u, ctx.domain_gpus, ctx.leaf_gpus)
+        return hybrid_exchange(
+            ctx.comm, cp, heads, ring, attention_forward_s, attention_backward_s, iota
+        )
+    return ring_exchange(ctx.comm, cp, group, attention_forward_s, attention_backward_s, iota)
+
+
 def _kernel_counts(
     is_moe: bool,
     gemm_kernels: int,
@@ -464,14 +537,18 @@ def _kernel_counts(
     context: int,
     tp_pairs: float,
     elementwise_traffic: float = 1.0,
+    attention_launches: int | None = None,
 ) -> tuple[int, int, int]:
     """(forward, backward, attention-core forward) kernels of one layer per micro-batch: the
     GEMMs (2 per GEMM backward: dgrad and wgrad), the attention core (flash: 1 forward, 3
     backward: preprocess, main, postprocess — FlashAttention-2's backward; unfused: 2 batched
     GEMMs, softmax and dropout), the fused elementwise kernels, the tensor-parallel
-    collectives (2 per pair with sequence parallelism, 1 without), context-parallel ring
-    steps (2 per step) and MoE routing."""
-    attention = (1 if flash else 4) * max(1, 2 * context if context > 1 else 1)
+    collectives (2 per pair with sequence parallelism, 1 without), context-parallel
+    attention steps (`context`: 2 kernels per ring step forward, or `attention_launches`)
+    and MoE routing."""
+    if attention_launches is None:
+        attention_launches = 2 * context if context > 1 else 1
+    attention = (1 if flash else 4) * max(1, attention_launches)
     comm = int(tp_pairs * (2 if sp else 1)) if tensor_parallel else 0
     routing = MOE_ROUTING_KERNELS if is_moe else 0
     elementwise_f = round(ELEMENTWISE_KERNELS_FORWARD * elementwise_traffic)
@@ -503,5 +580,6 @@ def cost_seq(ctx: ProblemContext, shape: LayerShape) -> LayerSeq:
         max_params=0.0,
         params_sum=0.0,
         uniform=len(costs) == 1,
+        max_cp_working_bytes=max(x.cp_working_bytes for x in costs.values()),
     )
     return hit

@@ -59,6 +59,9 @@ class LayerSeq:
     """Σ_l params_l (state sequences), summed in layer order."""
     uniform: bool = False
     """Every layer has the same record (one layer kind)."""
+    max_cp_working_bytes: float = 0.0
+    """Largest transient context-parallel exchange bytes over layer kinds (cost
+    sequences; `LayerCost.cp_working_bytes`)."""
     prefixes: dict[str, tuple[float, ...]] = field(default_factory=dict)
     _stats: TimeStats | None = None
 

@@ -94,3 +94,11 @@ class AnalyticalTrainingCostModel:
         """`bounds.step_time_lower_bound_s`."""
         ctx = self.context(problem)
         return bounds.step_time_lower_bound_s(ctx, key if key.framework else ctx.resolve(key))
+
+    def context_free_step_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """`bounds.context_free_step_lower_bound_s`: a bound for `key` under every
+        context-parallel algorithm."""
+        ctx = self.context(problem)
+        return bounds.context_free_step_lower_bound_s(
+            ctx, key if key.framework else ctx.resolve(key)
+        )

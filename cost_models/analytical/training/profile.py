@@ -45,6 +45,8 @@ class Profiled:
     bucket_bytes: float
     zero3_working_bytes: float
     recompute_working_bytes: float
+    """Transient working bytes: full recompute's one-layer set plus the context-parallel
+    exchange's (`cost_seq`'s `max_cp_working_bytes`)."""
 
     def prefix(self, name: str) -> tuple[float, ...]:
         seq = self.states if name in STATE_PREFIXES else self.costs
@@ -137,11 +139,13 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     p2p = 0.0 if p2p_overlapped(ctx, key) else p2p_raw
 
     # Fixed per GPU: runtime context, DP gradient buckets, ZeRO-3 gathered working copy
-    # (zero3_working_bytes), full recompute's one-layer working set.
+    # (zero3_working_bytes), full recompute's one-layer working set and the transient bytes
+    # of one layer's context-parallel exchange (the all-gather's whole-sequence K/V,
+    # Ulysses' re-split Q/K/V/O; `context_parallel.py`), held by one layer at a time.
     bucket = grad_bucket_bytes(d * c, states.params_sum / pp) if zero < 3 else 0.0
     runtime = cfg.runtime_context_gib * GIB
     zero3 = zero3_working_bytes(ctx, states_shape)
-    rc_work = costs.max_working_bytes if rc == "full" else 0.0
+    rc_work = (costs.max_working_bytes if rc == "full" else 0.0) + costs.max_cp_working_bytes
     held = inflight(ctx, key.pipeline_schedule, pp, v, m)
     # DualPipe holds its stage's states twice (`schedules/dualpipe.py`): the partition
     # program sees the doubled bytes, as evaluate() charges them

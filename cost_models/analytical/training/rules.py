@@ -16,7 +16,7 @@ from cost_models.analytical.fp8 import supports as fp8_supports
 from cost_models.analytical.schedules import rule_breaks
 from cost_models.analytical.training.context import ProblemContext
 from specs.errors import PlannerError
-from specs.plan import PlanKey, Violation
+from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, PlanKey, Violation
 
 
 class Degrees(NamedTuple):
@@ -52,7 +52,7 @@ def _framework_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     return hit
 
 
-def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str]:
+def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str, str]:
     return (
         key.framework,
         key.zero_stage,
@@ -62,7 +62,83 @@ def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str
         key.context,
         key.expert,
         key.pipeline_schedule,
+        key.context_parallel_algorithm,
     )
+
+
+def _context_parallel_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
+    """The context-parallel algorithm's rules (`cost_models.analytical.context_parallel`),
+    cached per (algorithm, head degree, tensor, context): a known algorithm, anything but
+    the ring only with context > 1, the hybrid's head degree strictly between 1 and the
+    context degree and dividing it (1 otherwise), and the all-to-all degree (Ulysses': the
+    context degree; the hybrid's: its head degree) dividing the query heads and the KV heads
+    of a tensor rank (Transformer Engine's `AttnFuncWithCPAndQKVOA2A` asserts both; MLA
+    exchanges one K/V head per query head)."""
+    algorithm, u = key.context_parallel_algorithm, key.context_parallel_heads
+    t, c = key.tensor, key.context
+    memo = (algorithm, u, t, c)
+    hit = ctx.cp_checks.get(memo)
+    if hit is not None:
+        return hit
+    out: list[Violation] = []
+
+    def bad(detail: str, field: str, kind: str = "divisibility") -> None:
+        out.append(Violation(kind=kind, detail=detail, field=field))
+
+    model = ctx.model
+    if algorithm not in CONTEXT_PARALLEL_ALGORITHMS:
+        bad(
+            f"context_parallel_algorithm must be one of {', '.join(CONTEXT_PARALLEL_ALGORITHMS)}"
+            f" (got {algorithm})",
+            "plan.context_parallel_algorithm",
+            "context_parallel",
+        )
+    elif algorithm != "ring" and c == 1:
+        bad(
+            f"context_parallel_algorithm {algorithm} needs parallelism.context > 1 (got 1)",
+            "plan.context_parallel_algorithm",
+            "context_parallel",
+        )
+    elif algorithm == "hybrid" and (not 1 < u < c or c % u):
+        bad(
+            f"context_parallel_heads of a hybrid must divide parallelism.context ({c}) and "
+            f"lie strictly between 1 and it (got {u})",
+            "plan.context_parallel_heads",
+            "context_parallel",
+        )
+    elif algorithm != "hybrid" and u != 1:
+        bad(
+            f"context_parallel_heads must be 1 unless context_parallel_algorithm is hybrid "
+            f"(got {u} with {algorithm})",
+            "plan.context_parallel_heads",
+            "context_parallel",
+        )
+    elif algorithm in ("ulysses", "hybrid") and c > 1:
+        degree = c if algorithm == "ulysses" else u
+        field = (
+            "plan.context_parallel_algorithm"
+            if algorithm == "ulysses"
+            else "plan.context_parallel_heads"
+        )
+        a = model.num_attention_heads
+        g = a if model.mla is not None else model.kv_heads
+        what = "context" if algorithm == "ulysses" else "context_parallel_heads"
+        if a % t == 0 and (a // t) % degree:
+            bad(
+                f"{algorithm} splits the attention heads of a tensor rank over the all-to-all "
+                f"group: num_attention_heads / tensor = {a} / {t} = {a // t} must be "
+                f"divisible by {what} ({degree})",
+                field,
+            )
+        if g % t == 0 and (g // t) % degree:
+            bad(
+                f"{algorithm} splits the KV heads of a tensor rank over the all-to-all group: "
+                f"num_kv_heads / tensor = {g} / {t} = {g // t} must be divisible by {what} "
+                f"({degree}); use ring, all_gather or a hybrid with fewer head ranks",
+                field,
+            )
+    ctx.cp_checks[memo] = out
+    return out
 
 
 def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
@@ -84,6 +160,8 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         v,
         schedule,
         key.framework,
+        key.context_parallel_algorithm,
+        key.context_parallel_heads,
     )
     clear = ctx.combinations_clear.get(combination)
     if clear is None:
@@ -92,6 +170,7 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
             ctx.degrees_clear.get(Degrees.of(key))
             and pp * v <= ctx.num_layers
             and ctx.framework_checks.get(_framework_key(key)) == []
+            and not _context_parallel_rules(ctx, key)
         )
     if clear and not gbs % (b * d) and not rule_breaks(schedule, pp, v, gbs // (b * d)):
         return []
@@ -109,6 +188,7 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         ctx.degrees_clear[degrees] = not before_after[0] and not before_after[1]
     before, after = before_after
     out = list(before)
+    out.extend(_context_parallel_rules(ctx, key))
     model, gbs = ctx.model, ctx.global_batch
     b, d, pp, v = key.micro_batch_size, key.data, key.pipeline, key.virtual_pipeline
     if gbs % (b * d):

@@ -22,6 +22,8 @@ class LayerShape(NamedTuple):
     expert: int
     expert_tensor: int
     framework: str
+    context_parallel_algorithm: str = "ring"
+    context_parallel_heads: int = 1
 
     @classmethod
     def of(cls, key: PlanKey) -> LayerShape:
@@ -35,6 +37,8 @@ class LayerShape(NamedTuple):
             key.expert,
             key.expert_tensor,
             key.framework,
+            key.context_parallel_algorithm,
+            key.context_parallel_heads,
         )
 
     def without_recompute(self) -> LayerShape:
