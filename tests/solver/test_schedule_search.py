@@ -43,7 +43,8 @@ def test_search_over_every_schedule_equals_exhaustive(layers, nodes, memory_gib,
     assert shown == [p.estimate.plan for p in ref.ranked(include_dominated=True)]
     # the space really holds several schedules, so the equality says something about them
     schedules = {p.estimate.plan.pipeline_schedule for p in ref.plans}
-    assert len(schedules) >= 4, schedules
+    assert len(schedules) >= 3, schedules
+    assert schedules - {"1f1b", "interleaved_1f1b"}, schedules  # beyond Megatron's two
     assert bnb.stats.evaluated < ref.stats.evaluated
 
 

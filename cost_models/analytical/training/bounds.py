@@ -11,9 +11,9 @@ from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import flat_group
 from cost_models.analytical.schedule import pipeline_step
 from cost_models.analytical.schedules import StageSums
+from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.schedules.base import BubbleSchedule
 from cost_models.analytical.schedules.one_f_one_b import GPipe
-from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.estimate import (
     adam_step_s,
