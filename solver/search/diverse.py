@@ -16,7 +16,11 @@ every stage, the stage tensor degrees and the data shares. The *tuning knobs*
 - `zero_stage`: shards optimizer states, gradients, weights over the data group;
 - `sequence_parallel`: shards norm/dropout activations over the tensor group;
 - `flash_attention`: fused attention without stored score matrices;
-- `stage_layers`: the pipeline split (the partition program's answer for the other knobs).
+- `stage_layers`: the pipeline split (the partition program's answer for the other knobs);
+- `context_parallel_algorithm` and `context_parallel_heads`: how the context-parallel ranks
+  exchange keys and values (ring, Ulysses all-to-all, all-gather or their hybrid; one
+  `--cp-comm-type` flag in Megatron-Core). Exact attention either way (Liu et al. 2023,
+  Jacobs et al. 2023): the same context degree over the same GPUs.
 
 Each of them changes only how long a step takes and how much memory a GPU needs: the same
 GPUs run the same model on the same batch with the same degrees, schedule and framework
@@ -75,6 +79,8 @@ TUNING_KNOBS: tuple[str, ...] = (
     "sequence_parallel",
     "flash_attention",
     "stage_layers",
+    "context_parallel_algorithm",
+    "context_parallel_heads",
 )
 """The plan fields that may differ between a plan and the plan it is folded under (module
 docstring: why these only)."""
@@ -92,6 +98,8 @@ _KNOB_LABEL = {
     "sequence_parallel": "sequence parallelism",
     "flash_attention": "flash attention",
     "stage_layers": "stage split",
+    "context_parallel_algorithm": "context-parallel algorithm",
+    "context_parallel_heads": "context-parallel head groups",
 }
 _METRIC_LABEL = {
     "step_time_s": "step time",
@@ -146,6 +154,8 @@ def layout_key(key: PlanKey) -> PlanKey:
         sequence_parallel=False,
         flash_attention=True,
         stage_layers=(),
+        context_parallel_algorithm="ring",
+        context_parallel_heads=1,
     )
 
 
@@ -202,6 +212,8 @@ def _knob_values(plan: TrainingPlan) -> dict[str, Any]:
         "sequence_parallel": plan.parallelism.sequence_parallel,
         "flash_attention": plan.flash_attention,
         "stage_layers": plan.stage_layers,
+        "context_parallel_algorithm": plan.context_parallel_algorithm,
+        "context_parallel_heads": plan.context_parallel_heads,
     }
 
 
