@@ -23,6 +23,7 @@ from cost_models.serving.base import ServingCostModel
 from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.registry import build_serving_cost_model, list_serving_cost_models
 from hardware_catalog.schema import ResolvedCluster
+from solver.serving.diverse import fold as fold_serving
 from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
 from solver.serving.mix import mixed_serving_search
 from solver.serving.search import (
@@ -257,6 +258,13 @@ def run_problem(
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_plan_dict(p) for p in result.plans]
+    # plans a better-ranked one of the same layout matches on every metric fold under it
+    # (`solver.serving.diverse`; `dominated_by`: the dominator's rank in this list)
+    folds = fold_serving([(p.estimate.plan, p.estimate.metrics) for p in result.plans])
+    for entry, folded in zip(plans, folds, strict=True):
+        if folded.dominated_by is not None:
+            entry["dominated_by"] = plans[folded.dominated_by]["rank"]
+            entry["dominated_reason"] = folded.reason
     if not plans and not should_stop():
         raise NoFeasiblePlan(_no_plan_detail(serving), reasons=stats.get("pruned", {}), stats=stats)
     return SearchOutcome(plans=plans, stats=stats)
@@ -293,6 +301,8 @@ def plan_public(plan: dict[str, Any], *, plan_id: str, search_id: str) -> dict[s
         "feasible": plan.get("feasible", True),
         "violations": plan.get("violations", []),
         "warnings": plan.get("warnings") or [],
+        "dominated_by": plan.get("dominated_by"),
+        "dominated_reason": plan.get("dominated_reason"),
     }
 
 

@@ -123,7 +123,7 @@ _LOWER_IS_BETTER = (
 _HIGHER_IS_BETTER = ("tokens_per_s", "model_tflops_per_gpu", "mfu", "mfu_bf16_peak", "mfu_fp8_peak")
 
 
-def _round(x: float) -> float:
+def round_metric(x: float) -> float:
     """`x` to `SIGNIFICANT_DIGITS` significant digits (a monotone map)."""
     if x == 0.0 or not math.isfinite(x):
         return x
@@ -167,13 +167,13 @@ def dominance_metrics(est: TrainingEstimate) -> dict[str, float]:
     for name in _LOWER_IS_BETTER:
         value = getattr(m, name)
         if value is not None:
-            out[name] = _round(float(value))
-    out["memory_peak_gib"] = _round(float(est.memory.peak_gib))
+            out[name] = round_metric(float(value))
+    out["memory_peak_gib"] = round_metric(float(est.memory.peak_gib))
     out["num_gpus"] = float(est.plan.num_gpus)
     for name in _HIGHER_IS_BETTER:
         value = getattr(m, name)
         if value is not None:
-            out[name] = -_round(float(value))
+            out[name] = -round_metric(float(value))
     return out
 
 

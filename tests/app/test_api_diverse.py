@@ -220,3 +220,43 @@ def test_cli_plans_include_dominated(tmp_path: Path) -> None:
         assert row[1] == str(plan["rank"]) and row[2] == want
     plain = runner.invoke(cli, ["plans", search_id, "--wide"], env={"COLUMNS": "220"})
     assert "under" not in plain.stdout.splitlines()[1]
+
+
+def test_serving_plans_fold_under_an_equal_better_ranked_layout(client: Any) -> None:
+    """Llama-3-8B on 8 H100: a prefill chunk of 8192 tokens changes nothing for 1,024-token
+    prompts, so that variant matches the one without chunking on every metric and folds."""
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {
+            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]
+        },
+        "workload": {
+            "kind": "serving",
+            "prompt_tokens": 1024,
+            "output_tokens": 256,
+            "slo": {"ttft_ms": 1000, "tpot_ms": 50, "percentile": 90},
+        },
+        "top_k": 10,
+    }
+    search = client.post("/v1/searches?wait=60", json=body).json()
+    assert search["status"] == "succeeded"
+    shown = client.get(search["plans_url"]).json()["items"]
+    every = client.get(search["plans_url"] + "?include_dominated=true").json()["items"]
+    folded = [p for p in every if p["dominated_by"] is not None]
+    assert folded and len(shown) == len(every) - len(folded) == search["num_plans"]
+    assert [p["rank"] for p in shown] == list(range(1, len(shown) + 1))
+    by_id = {p["id"]: p for p in every}
+    lower = ("ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p90", "tpot_ms_p99", "gpus_used")
+    for p in folded:
+        top = by_id[p["dominated_by"]]
+        assert top["dominated_by"] is None and top["rank"] < p["rank"]
+        strip = [
+            {k: v for k, v in i.items() if k not in ("max_batch_size", "chunk_size")}
+            for i in p["instances"]
+        ]
+        assert strip == [
+            {k: v for k, v in i.items() if k not in ("max_batch_size", "chunk_size")}
+            for i in top["instances"]
+        ]
+        assert all(top["metrics"][k] <= p["metrics"][k] for k in lower)
+        assert top["metrics"]["goodput_rps"] >= p["metrics"]["goodput_rps"]
