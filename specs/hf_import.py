@@ -226,6 +226,7 @@ def _rope_fields(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     `rope_parameters`."""
     params = config.get("rope_parameters")
     scaling_key = "rope_scaling"
+    scaling: Any
     if isinstance(params, dict) and "rope_scaling" not in config:
         scaling, scaling_key = params, "rope_parameters"
         theta = _float(params, "rope_theta", field="rope_parameters.rope_theta")

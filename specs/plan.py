@@ -508,7 +508,7 @@ class PlanKey(NamedTuple):
             stage_layers=list(layers) if layers is not None else None,
             flash_attention=self.flash_attention,
             framework=self.framework or None,
-            context_parallel_algorithm=self.context_parallel_algorithm,  # type: ignore[arg-type]
+            context_parallel_algorithm=self.context_parallel_algorithm,
             context_parallel_heads=self.context_parallel_heads,
         )
 

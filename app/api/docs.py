@@ -52,8 +52,8 @@ def install_offline_docs(app: FastAPI) -> None:
     missing = [name for name in ASSET_FILES if not (directory / name).is_file()]
     if missing:  # a broken install: fail at start-up, not with a blank page later
         raise RuntimeError(f"API docs assets missing from {directory}: {missing}")
-    redoc_js = (directory / "redoc.standalone.js").read_text(encoding="utf-8")
-    redoc_js = redoc_js.replace(REDOC_REMOTE_LOGO, _EMPTY_SVG).encode()
+    redoc_text = (directory / "redoc.standalone.js").read_text(encoding="utf-8")
+    redoc_js = redoc_text.replace(REDOC_REMOTE_LOGO, _EMPTY_SVG).encode()
 
     @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
     async def redoc_bundle() -> Response:

@@ -186,9 +186,9 @@ def execute_search(
         for p in outcome.plans
     ]
     by_rank = {record.rank: record.id for record in plans}
-    for record, p in zip(plans, outcome.plans, strict=True):
+    for row, p in zip(plans, outcome.plans, strict=True):
         if p.get("dominated_by") is not None:  # a rank in the outcome → that plan's id
-            record.dominated_by = by_rank[p["dominated_by"]]
+            row.dominated_by = by_rank[p["dominated_by"]]
     with Session(engine, expire_on_commit=False) as session:
         return crud.finish_search(
             session=session,

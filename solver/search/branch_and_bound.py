@@ -255,8 +255,8 @@ def _lazy(
                 continue
         heappop(heap)
         if len(entry) == 5:  # a group of context-parallel variants: queue each
-            for item in expand(problem, cost_model, entry, stats, monitor):  # type: ignore[arg-type]
-                heappush(heap, item)
+            for variant in expand(problem, cost_model, entry, stats, monitor):
+                heappush(heap, variant)
             continue
         if len(entry) == 2:
             reason, profile, refined = refine(problem, cost_model, key)

@@ -496,7 +496,7 @@ class TopK:
                 new.folded.extend(root.folded)
                 self._roots.remove(root)
             else:
-                stay = []
+                stay: list[_Folded] = []
                 for item in root.folded:
                     (new.folded if profile_dominates(prof, item.profile) else stay).append(item)
                 root.folded = stay
