@@ -87,6 +87,10 @@ class LayerProfile:
     """Micro-batches per step per pipeline (global batch / (micro_batch × data))."""
     usable_bytes: float
     """Device memory less headroom."""
+    rank_extra_time_s: float = 0.0
+    """Work every pipeline rank runs per micro-batch besides its layers and transfers (its
+    vocabulary shard of the embedding and LM head under vocabulary parallelism; its bytes
+    are in `fixed_bytes`)."""
 
 
 @dataclass(frozen=True)

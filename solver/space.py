@@ -39,6 +39,11 @@ model's `check()` has the last word.
   (Megatron-Core "MoE Parallel Folding", Liu et al. 2025, arXiv 2504.14960 §3: the expert
   layout is folded onto the attention's GPUs independently of the attention layout).
 
+- Vocabulary parallelism (Yeung et al. 2025, `cost_models.analytical.training.
+  vocab_parallel`): with pipeline > 1 and untied embeddings every candidate of the schedules
+  it runs with (1F1B, V-Half) also comes with `vocab_parallel` on, under the frameworks that
+  run it (Megatron-Core through the sail-sg fork); `fixed.vocab_parallel` restricts.
+
 `constraints.fixed` restricts a dimension to one value (plan fields or degree names).
 """
 
@@ -49,6 +54,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from cost_models.analytical.schedules import SCHEDULES, rule_breaks, valid_for
+from cost_models.analytical.training.rules import VOCAB_PARALLEL_SCHEDULES
 from cost_models.base import TrainingProblem
 from cost_models.frameworks import DEFAULT_PREFERENCE, FrameworkProfile, build_framework
 from specs.constraints import SearchConstraints
@@ -73,7 +79,7 @@ _INT_FIELDS = (
     "zero_stage",
     "context_parallel_heads",
 )
-_BOOL_FIELDS = ("sequence_parallel", "flash_attention")
+_BOOL_FIELDS = ("sequence_parallel", "flash_attention", "vocab_parallel")
 
 
 def _field_max(name: str) -> int:
@@ -483,6 +489,7 @@ def block_keys(block: Block, slot: Slot) -> list[PlanKey]:
                 framework,
                 b.context_parallel_algorithm,
                 b.context_parallel_heads,
+                b.vocab_parallel,
             ),
         )
         for framework in slot.frameworks
@@ -537,6 +544,7 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     stage_layers = fixed.get("stage_layers") or ()
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
     zeros = _restrict(zero_stage_options(), fixed, "zero_stage")
+    vocab_options = _restrict(vocab_parallel_options(problem.model), fixed, "vocab_parallel")
     for data, tensor, pipeline, context in degree_tuples(problem, constraints):
         sp = fixed.get("sequence_parallel", tensor > 1)
         if sp and tensor == 1:
@@ -565,17 +573,47 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 context_parallel_algorithm=algorithm,
                 context_parallel_heads=heads,
             )
-            # the frameworks depend on the inner option's (virtual pipeline, schedule) only
-            runnable = {
-                vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
-                for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
-            }
-            slots = [
-                Slot(inner, zero, able)
-                for inner in inners
-                for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
-            ]
-            yield Block(base, slots, recomputes)
+            if False in vocab_options:
+                # the frameworks depend on the inner option's (virtual pipeline, schedule) only
+                runnable = {
+                    vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
+                    for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
+                }
+                slots = [
+                    Slot(inner, zero, able)
+                    for inner in inners
+                    for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+                ]
+                yield Block(base, slots, recomputes)
+            if True in vocab_options and pipeline > 1:
+                yield from _vocab_block(base, inners, zeros, recomputes, frameworks_of)
+
+
+def vocab_parallel_options(model: Any) -> list[bool]:
+    """`vocab_parallel` values the space enumerates: False always; True too for untied
+    embeddings (`rules.vocab_parallel_rules`), on blocks with pipeline > 1."""
+    return [False] if model.tie_embeddings else [False, True]
+
+
+def _vocab_block(
+    base: PlanKey,
+    inners: list[_Inner],
+    zeros: list[int],
+    recomputes: list[str],
+    frameworks_of: _FrameworkChooser,
+) -> Iterator[Block]:
+    """The vocabulary-parallel twin of a block (pipeline > 1): the schedules it runs with
+    (`VOCAB_PARALLEL_SCHEDULES`) under the frameworks that run it; nothing when none do."""
+    vocab = base._replace(vocab_parallel=True)
+    slots = [
+        Slot(inner, zero, able)
+        for inner in inners
+        if inner.schedule in VOCAB_PARALLEL_SCHEDULES
+        for zero in zeros
+        if (able := frameworks_of(vocab, inner.virtual_pipeline, inner.schedule, zero))
+    ]
+    if slots:
+        yield Block(vocab, slots, recomputes)
 
 
 def candidates(problem: TrainingProblem, constraints: SearchConstraints) -> Iterator[PlanKey]:

@@ -250,6 +250,21 @@ class TrainingPlan(Spec):
     the replicas count to `parallelism.data` and their sequences to the global batch. Each
     replica sits on one group, every replica splits the layers alike (`stage_layers`), and
     the gradients are reduced across the groups. Not with `stage_groups`."""
+    vocab_parallel: bool = False
+    """Vocabulary parallelism (Yeung et al., "Balancing Pipeline Parallelism with Vocabulary
+    Parallelism", MLSys 2025, arXiv 2411.05288): the input embedding and the output layer (LM
+    head and its softmax cross-entropy) are split along the vocabulary over all pipeline
+    stages (each GPU holds vocab / (tensor × pipeline) rows) instead of living on the first
+    and last stage; their compute, parameters, gradients, optimizer states and logits are
+    spread evenly, at the price of small per-micro-batch collectives over the pipeline group
+    (a broadcast of the last stage's output, the softmax all-reduce barrier, the reduction
+    of the input gradient) and one more micro-batch of activations in flight. Run by the
+    sail-sg/VocabularyParallelism fork of Megatron-LM (`--enable-vocab-parallel`,
+    1F1B; V-Half on its zero-bubble branch). Needs `parallelism.pipeline` > 1 and untied
+    embeddings. False: Megatron's layout (embedding on the first stage, LM head on the
+    last), whose imbalance the layer split (`stage_layers`) can only partly offset (what
+    `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split`
+    do)."""
     framework: str | None = Field(default=None, min_length=1, max_length=64)
     """The training framework that runs the plan (`megatron_core`, `torchtitan`,
     `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
@@ -272,6 +287,27 @@ class TrainingPlan(Spec):
                 f"context_parallel_algorithm {value} needs parallelism.context > 1 (got 1)"
             )
         return value
+
+    @field_validator("vocab_parallel")
+    @classmethod
+    def _vocab_needs_pipeline(cls, value: bool, info: ValidationInfo) -> bool:
+        """Vocabulary parallelism splits over the pipeline stages: pipeline > 1 (reported
+        at `plan.vocab_parallel`)."""
+        p = info.data.get("parallelism")
+        if value and isinstance(p, ParallelDims) and p.pipeline == 1:
+            raise ValueError("vocab_parallel needs parallelism.pipeline > 1 (got 1)")
+        return value
+
+    @model_validator(mode="after")
+    def _vocab_on_one_kind(self) -> TrainingPlan:
+        """Vocabulary parallelism is priced on one kind of hardware (not with stage_groups
+        or data_shares; reported at `plan.vocab_parallel`)."""
+        if self.vocab_parallel and (self.stage_groups or self.data_shares):
+            raise ValueError(
+                "vocab_parallel with stage_groups or data_shares is not priced: give one or "
+                "the other"
+            )
+        return self
 
     @field_validator("context_parallel_heads")
     @classmethod
@@ -415,12 +451,15 @@ class TrainingPlan(Spec):
     def content_hash(self) -> str:
         """Hash of the canonical JSON of every field (update me when you add a field); the
         ring with no head degree (the context-parallel defaults) hashes as before those
-        fields existed, so that stored plans keep their hashes."""
+        fields existed, and so does a plan without vocabulary parallelism, so that stored plans
+        keep their hashes."""
         data = self.model_dump(mode="json")
         if data.get("context_parallel_algorithm") == "ring":
             data.pop("context_parallel_algorithm")
         if data.get("context_parallel_heads") == 1:
             data.pop("context_parallel_heads")
+        if data.get("vocab_parallel") is False:
+            data.pop("vocab_parallel")
         return canonical_hash(data)
 
     def key(self) -> PlanKey:
@@ -444,6 +483,7 @@ class TrainingPlan(Spec):
             framework=self.framework or "",
             context_parallel_algorithm=self.context_parallel_algorithm,
             context_parallel_heads=self.context_parallel_heads,
+            vocab_parallel=self.vocab_parallel,
         )
 
 
@@ -477,6 +517,8 @@ class PlanKey(NamedTuple):
     context_parallel_algorithm: str = "ring"
     context_parallel_heads: int = 1
     """The hybrid's head-parallel degree (1 otherwise)."""
+    vocab_parallel: bool = False
+    """Embedding and LM head split over the pipeline stages (`TrainingPlan.vocab_parallel`)."""
 
     @property
     def world_size(self) -> int:
@@ -510,6 +552,7 @@ class PlanKey(NamedTuple):
             framework=self.framework or None,
             context_parallel_algorithm=self.context_parallel_algorithm,
             context_parallel_heads=self.context_parallel_heads,
+            vocab_parallel=self.vocab_parallel,
         )
 
 

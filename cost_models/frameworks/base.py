@@ -136,8 +136,17 @@ class FrameworkProfile:
     context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset(CONTEXT_PARALLEL_ALGORITHMS)
     """The context-parallel algorithms (`plan.context_parallel_algorithm`) the framework
     runs when `context` > 1."""
+    runs_vocab_parallel: ClassVar[bool] = False
+    """Whether the framework runs vocabulary parallelism (`plan.vocab_parallel`)."""
     rule_fields: ClassVar[frozenset[str]] = frozenset(
-        {"zero_stage", "pipeline", "pipeline_schedule", "context", "context_parallel_algorithm"}
+        {
+            "zero_stage",
+            "pipeline",
+            "pipeline_schedule",
+            "context",
+            "context_parallel_algorithm",
+            "vocab_parallel",
+        }
     )
     """The `PlanKey` fields `violations` reads (callers may cache its answer per these
     fields and the model); a profile whose `_rules` reads more must list them."""
@@ -163,6 +172,11 @@ class FrameworkProfile:
             out.append(
                 f"{self.name} does not run context_parallel_algorithm {algorithm} "
                 f"(it runs: {runs or 'no context parallelism'})"
+            )
+        if key.vocab_parallel and not self.runs_vocab_parallel:
+            out.append(
+                f"{self.name} does not run vocab_parallel (the embedding and LM head split "
+                "over the pipeline stages)"
             )
         out.extend(self._rules(key))
         schedule = self._schedule_rule(key)

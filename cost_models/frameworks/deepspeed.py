@@ -75,6 +75,7 @@ class DeepSpeed(FrameworkProfile):
             "context",
             "pipeline_schedule",
             "context_parallel_algorithm",
+            "vocab_parallel",
         }
     )
     context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ulysses"})

@@ -62,6 +62,7 @@ class FSDP(FrameworkProfile):
             "pipeline",
             "context",
             "context_parallel_algorithm",
+            "vocab_parallel",
         }
     )
     context_parallel_algorithms: ClassVar[frozenset[str]] = frozenset({"ring", "all_gather"})

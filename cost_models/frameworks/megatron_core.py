@@ -42,12 +42,22 @@ class MegatronCore(FrameworkProfile):
     name = "megatron_core"
     label = "Megatron-Core"
     rule_fields = frozenset(
-        {"zero_stage", "pipeline", "pipeline_schedule", "context", "context_parallel_algorithm"}
+        {
+            "zero_stage",
+            "pipeline",
+            "pipeline_schedule",
+            "context",
+            "context_parallel_algorithm",
+            "vocab_parallel",
+        }
     )
+    runs_vocab_parallel = True
     rules: ClassVar[tuple[str, ...]] = (
         "ZeRO-2/3 (its FSDP) only without pipeline parallelism",
         "context parallelism as ring (--cp-comm-type p2p), ulysses (a2a), all_gather "
         "(allgather) or hybrid (a2a+p2p with --hierarchical-context-parallel-sizes)",
+        "vocab_parallel through the sail-sg/VocabularyParallelism fork of Megatron-LM "
+        "(--enable-vocab-parallel)",
     )
     Config = MegatronCoreConfig
 

@@ -48,6 +48,7 @@ class MegatronLM(FrameworkProfile):
             "pipeline_schedule",
             "pipeline",
             "context_parallel_algorithm",
+            "vocab_parallel",
         }
     )
     rules: ClassVar[tuple[str, ...]] = (

@@ -6,7 +6,8 @@ pipeline order, chunk c on rank j(c) = c mod p at local index k(c) = c div p (Me
 interleaved placement, Narayanan et al. 2021 §2.2). ι[j][k] = in-flight micro-batches of
 local chunk k on rank j at its memory peak. Extras: embedding on chunk 0 (time e_F, states
 σ_F, activations α_F per in-flight micro-batch), final norm + LM head on chunk C-1 (e_L, σ_L,
-α_L held once), one boundary send/recv π per micro-batch, fixed bytes φ per GPU, limit U.
+α_L held once), one boundary send/recv π per micro-batch, work ε every rank runs besides its
+layers (vocabulary parallelism's share, `rank_extra_time_s`), fixed bytes φ per GPU, limit U.
 
 Program (minimise the slowest rank's time per micro-batch; with 1F1B-style schedules the
 step time grows with it, Narayanan et al. 2021 §2.2 and eq. for the bubble):
@@ -14,7 +15,7 @@ step time grows with it, Narayanan et al. 2021 §2.2 and eq. for the bubble):
     min  T
     (a)  every layer is in exactly one chunk, chunks are contiguous, in order
     (b)  every chunk has at least one layer
-    (c)  W_j = Σ_{c: j(c)=j} Σ_{l∈c} τ_l + e_F·[0 on j] + e_L·[C-1 on j] + 2π·[p>1] ≤ T
+    (c)  W_j = Σ_{c: j(c)=j} Σ_{l∈c} τ_l + e_F·[0 on j] + e_L·[C-1 on j] + 2π·[p>1] + ε ≤ T
     (d)  Σ_{c: j(c)=j} (Σ_{l∈c} σ_l + ι[j][k(c)]·Σ_{l∈c} α_l)
            + (σ_F + ι[0][0]·α_F)·[0 on j] + (σ_L + α_L)·[C-1 on j] + φ ≤ U      ∀ j
 
@@ -107,10 +108,18 @@ def chunk_ranges(stage_layers: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
+def _rank_constant_s(profile: LayerProfile, pipeline: int) -> float:
+    """The time every rank spends per micro-batch besides its layers and extras: the 2π
+    boundary exchange (p > 1) and `rank_extra_time_s` (a constant added to every W_j of
+    (c): it moves T, never the split)."""
+    comm = 2.0 * profile.p2p_time_s if pipeline > 1 else 0.0
+    return comm + profile.rank_extra_time_s
+
+
 def rank_times_s(profile: LayerProfile, pipeline: int, stage_layers: Sequence[int]) -> list[float]:
     """W_j of constraint (c) for a split: time per micro-batch of every rank, seconds."""
     chunks = len(stage_layers)
-    times = [2.0 * profile.p2p_time_s if pipeline > 1 else 0.0] * pipeline
+    times = [_rank_constant_s(profile, pipeline)] * pipeline
     for c, (start, end) in enumerate(chunk_ranges(stage_layers)):
         times[c % pipeline] += sum(profile.layer_time_s[start:end])
     times[0] += profile.first_extra_time_s
@@ -197,7 +206,7 @@ def balanced_lower_bound(profile: LayerProfile, pipeline: int, virtual: int) -> 
     (every chunk holds ≥ 1 layer), each plus the 2π boundary exchange when p > 1.
     """
     times = _seq_stats(profile.layer_time_s)
-    comm = 2.0 * profile.p2p_time_s if pipeline > 1 else 0.0
+    comm = _rank_constant_s(profile, pipeline)
     total = times.total + profile.first_extra_time_s + profile.last_extra_time_s
     bound = max(total / pipeline, times.largest)
     smallest = sum(times.ascending[:virtual]) if virtual > 1 else times.smallest
@@ -326,6 +335,7 @@ def _rounded_key(
         rnd(profile.last_extra_activation_bytes),
         rnd(profile.p2p_time_s),
         rnd(profile.fixed_bytes),
+        rnd(profile.rank_extra_time_s),
         math.inf if ignore_memory else rnd(profile.usable_bytes),
         _inflight_key(profile.inflight_microbatches, pipeline, virtual),
     )
@@ -338,7 +348,9 @@ def _profile_of_key(
     inflight: tuple[tuple[int, ...], ...],
 ) -> LayerProfile:
     """The rounded profile of a `_rounded_key` (equal to `_rounded_profile`'s)."""
-    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed, usable, _) = key
+    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed, every, usable, _) = (
+        key
+    )
     times, states, acts = seqs
     return LayerProfile(
         layer_time_s=times,
@@ -353,6 +365,7 @@ def _profile_of_key(
         last_extra_activation_bytes=last_a,
         p2p_time_s=p2p,
         fixed_bytes=fixed,
+        rank_extra_time_s=every,
         inflight_microbatches=inflight,
         num_microbatches=0,
         usable_bytes=usable,
@@ -374,6 +387,7 @@ def _rounded_profile(profile: LayerProfile, ignore_memory: bool) -> LayerProfile
         last_extra_activation_bytes=_round(profile.last_extra_activation_bytes),
         p2p_time_s=_round(profile.p2p_time_s),
         fixed_bytes=_round(profile.fixed_bytes),
+        rank_extra_time_s=_round(profile.rank_extra_time_s),
         usable_bytes=math.inf if ignore_memory else _round(profile.usable_bytes),
         num_microbatches=0,
     )
@@ -409,6 +423,7 @@ def _cache_key(rp: LayerProfile, pipeline: int, virtual: int) -> tuple[Any, ...]
         rp.last_extra_activation_bytes,
         rp.p2p_time_s,
         rp.fixed_bytes,
+        rp.rank_extra_time_s,
         rp.usable_bytes,
         tuple(tuple(row[:virtual]) for row in rp.inflight_microbatches[:pipeline]),
     )
@@ -650,8 +665,7 @@ def _solve_dp_exact(rp: LayerProfile, p: int) -> PartitionResult:
 # ---- exact counting algorithm for identical layers ---------------------------------------
 def _rank_extras(rp: LayerProfile, pipeline: int) -> tuple[list[float], list[float]]:
     """Per rank: the constant time of (c) and the constant bytes of (d) (extras + φ)."""
-    comm = 2.0 * rp.p2p_time_s if pipeline > 1 else 0.0
-    e = [comm] * pipeline
+    e = [_rank_constant_s(rp, pipeline)] * pipeline
     e[0] += rp.first_extra_time_s
     e[pipeline - 1] += rp.last_extra_time_s
     m = [rp.fixed_bytes] * pipeline

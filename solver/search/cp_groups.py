@@ -52,8 +52,8 @@ def screen_grouped(
     docstring); the other blocks are screened as before. The memory group bound (states
     only: the same for every variant) prunes a whole group."""
     plain: list[Block] = []
-    # variants keyed by their fields but the last two (the algorithm and head degree:
-    # `PlanKey`'s field order)
+    # variants keyed by their fields but the algorithm and head degree (`PlanKey`'s field
+    # order: the two before the last, `vocab_parallel`)
     grouped: dict[tuple[Any, ...], list[PlanKey]] = {}
     sizes = 0
     for blk in blocks:
@@ -64,7 +64,7 @@ def screen_grouped(
             keys = block_keys(blk, slot)
             sizes += len(keys)
             for key in keys:
-                prefix = key[:-2]
+                prefix = (*key[:-3], key[-1])
                 members = grouped.get(prefix)
                 if members is None:
                     grouped[prefix] = [key]
@@ -79,7 +79,7 @@ def screen_grouped(
     fits: dict[tuple[Any, ...], bool] = {}
     memory_bound = 0
     for prefix, members in grouped.items():
-        canon = PlanKey._make((*prefix, "ring", 1))
+        canon = PlanKey._make((*prefix[:-1], "ring", 1, prefix[-1]))
         memo = (
             canon.data,
             canon.tensor,
@@ -89,6 +89,7 @@ def screen_grouped(
             canon.expert_tensor,
             canon.zero_stage,
             canon.framework,
+            canon.vocab_parallel,
         )
         ok = fits.get(memo)
         if ok is None:

@@ -339,6 +339,7 @@ def _memory_group(key: PlanKey) -> tuple[Any, ...]:
         key.zero_stage,
         key.flash_attention,
         key.framework,
+        key.vocab_parallel,
     )
 
 

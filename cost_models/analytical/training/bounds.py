@@ -4,6 +4,7 @@ Every cached number is computed by the same expression `profile.py` / `estimate.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
@@ -37,6 +38,12 @@ from cost_models.analytical.training.profile import (
     profiled,
 )
 from cost_models.analytical.training.shapes import LayerShape, StateShape
+from cost_models.analytical.training.vocab_parallel import (
+    vocab_comm_raw_s,
+    vocab_comm_s,
+    vocab_states,
+    vocab_times,
+)
 from specs.plan import PlanKey
 
 
@@ -54,6 +61,9 @@ class BoundTerms:
     largest_layer_s: float
     smallest_layer_s: float
     larger_extra_s: float
+    every_s: float
+    """Work every rank runs besides its layers per micro-batch (the vocabulary shard and its
+    collectives under vocabulary parallelism; 0 otherwise)."""
     p2p_s: float
     """One boundary transfer per micro-batch (0 with pipeline 1)."""
     p2p_hidden: tuple[bool, bool]
@@ -72,24 +82,31 @@ def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
     which depends on micro-batch, recompute, v or the schedule), plus (1 + fragmentation)
     × activations ≥ 0. The busiest rank holds at least the mean over the p ranks (every
     layer's states once, both extras once) and at least what rank 0 holds: the
-    embedding and ≥ 1 layer (every chunk has a layer; with p = 1 everything).
+    embedding and ≥ 1 layer (every chunk has a layer; with p = 1 everything). Under
+    vocabulary parallelism every rank also holds its vocabulary shard's states (a constant
+    per rank, `vocab_parallel.vocab_states`), the first and last chunk what stays there.
     """
-    shape, pp = StateShape.of(key), key.pipeline
-    hit = ctx.group_memory.get((shape, pp))
+    shape, pp, vocab = StateShape.of(key), key.pipeline, key.vocab_parallel
+    hit = ctx.group_memory.get((shape, pp, vocab))
     if hit is not None:
         return hit
     model = ctx.model
     states = state_seq(ctx, shape)
-    first, last = extra_states(ctx, shape, head_params_on_last(model, pp))
+    every = 0.0
+    if vocab:
+        first, last, shard = vocab_states(ctx, shape, pp)
+        every = shard.total_bytes
+    else:
+        first, last = extra_states(ctx, shape, head_params_on_last(model, pp))
     bucket = (
         grad_bucket_bytes(shape.shards, states.params_sum / pp) if shape.zero_stage < 3 else 0.0
     )
     zero3 = zero3_working_bytes(ctx, shape)
-    fixed = ctx.config.runtime_context_gib * GIB + bucket + zero3
+    fixed = ctx.config.runtime_context_gib * GIB + bucket + zero3 + every
     layer_bytes = states.public["state"]
     mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp
     rank0 = first.total_bytes + min(layer_bytes) + (last.total_bytes if pp == 1 else 0.0)
-    hit = ctx.group_memory[(shape, pp)] = fixed + max(mean, rank0)
+    hit = ctx.group_memory[(shape, pp, vocab)] = fixed + max(mean, rank0)
     return hit
 
 
@@ -107,7 +124,11 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     transfers, W the layers' weight gradients, B the rest, as `estimate.stage_times`
     splits them); for 1F1B it is (m−1)·max W + ΣW, for interleaved (m − 1/v)·max W + ΣW/v
     (Narayanan et al. 2021 §2.2.1-2.2.2). The Adam step takes the busiest rank's shard, at
-    least the mean shard; data-parallel exposure is ≥ 0.
+    least the mean shard; data-parallel exposure is ≥ 0. Under vocabulary parallelism the
+    extras leave the first and last rank and every rank runs its share of them and pays its
+    collectives (`vocab_parallel.py`): ΣW counts that share p times, and every rank's W is
+    at least its layers, transfers and share, so the share adds to the largest-layer and
+    smallest-layers terms.
     """
     pp, v, d, t, c = key.pipeline, key.virtual_pipeline, key.data, key.tensor, key.context
     e, etp = key.expert, key.expert_tensor
@@ -128,15 +149,15 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         key.context_parallel_algorithm,
         key.context_parallel_heads,
     )
-    terms = ctx.bound_terms.get((layer, d, pp))
+    vocab = key.vocab_parallel
+    terms = ctx.bound_terms.get((layer, d, pp, vocab))
     if terms is None:
-        shape = LayerShape.of(key)
-        terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, key, shape)
+        terms = _cached_terms(ctx, key, LayerShape.of(key))
     states = (t, d * c, key.zero_stage, e, etp, key.framework)
-    optimizer = ctx.bound_optimizer.get((states, pp))
+    optimizer = ctx.bound_optimizer.get((states, pp, vocab))
     if optimizer is None:
         named = StateShape.of(key)
-        optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
+        optimizer = ctx.bound_optimizer[(named, pp, vocab)] = _optimizer_s(ctx, named, pp, vocab)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -144,8 +165,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     else:
         w_max = max(
             total / pp,
-            terms.largest_layer_s + p2p_rank,
-            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
+            terms.largest_layer_s + p2p_rank + terms.every_s,
+            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank + terms.every_s,
         )
     m = terms.microbatches
     forward = terms.forward_s + pp * p2p_rank / 2.0
@@ -189,15 +210,15 @@ def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         NO_EXCHANGE,
         1,
     )
-    terms = ctx.bound_terms.get((layer, d, pp))
+    vocab = key.vocab_parallel
+    terms = ctx.bound_terms.get((layer, d, pp, vocab))
     if terms is None:
         free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
-        shape = LayerShape.of(free)
-        terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, free, shape)
+        terms = _cached_terms(ctx, free, LayerShape.of(free))
     states = StateShape.of(key)
-    optimizer = ctx.bound_optimizer.get((states, pp))
+    optimizer = ctx.bound_optimizer.get((states, pp, vocab))
     if optimizer is None:
-        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+        optimizer = ctx.bound_optimizer[(states, pp, vocab)] = _optimizer_s(ctx, states, pp, vocab)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -205,8 +226,8 @@ def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     else:
         w_max = max(
             total / pp,
-            terms.largest_layer_s + p2p_rank,
-            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
+            terms.largest_layer_s + p2p_rank + terms.every_s,
+            terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank + terms.every_s,
         )
     gathers = 0.0
     if key.zero_stage >= 2:
@@ -239,6 +260,43 @@ def _monotone_bound(schedule: object, m: int, pp: int, v: int) -> bool:
     return b_f >= 0 and b_b >= 0 and m >= kappa * max(b_f, b_b, b_w, 1.0)
 
 
+def _cached_terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
+    """`_terms` of `key` through the cache; a vocabulary-parallel key's from its naive
+    twin's (`_vocab_terms`)."""
+    d, pp = key.data, key.pipeline
+    naive = ctx.bound_terms.get((layer, d, pp, False))
+    if naive is None:
+        naive = ctx.bound_terms[(layer, d, pp, False)] = _terms(ctx, key, layer)
+    if not key.vocab_parallel:
+        return naive
+    hit = ctx.bound_terms[(layer, d, pp, True)] = _vocab_terms(ctx, key, layer, naive)
+    return hit
+
+
+def _vocab_terms(
+    ctx: ProblemContext, key: PlanKey, layer: LayerShape, naive: BoundTerms
+) -> BoundTerms:
+    """The terms under vocabulary parallelism: the extras leave the first and last rank and
+    every rank runs its share and pays its collectives (`rank_work`, `_forward_backward`)."""
+    pp = key.pipeline
+    first, last = extra_times(ctx, layer)
+    share = vocab_times(ctx, layer, pp)
+    groups = parallel_groups(ctx, key.tensor, key.context, key.data, pp)
+    comm = vocab_comm_s(ctx, vocab_comm_raw_s(ctx, layer, groups))
+    every = share.compute_s + share.tp_s + comm
+    naive_extras = first.compute_s + first.tp_s + last.compute_s + last.tp_s
+    return dataclasses.replace(
+        naive,
+        total_s=naive.total_s + pp * every - naive_extras,
+        forward_s=naive.forward_s
+        + pp * (share.forward_s + comm / 2.0)
+        - first.forward_s
+        - last.forward_s,
+        larger_extra_s=0.0,
+        every_s=every,
+    )
+
+
 def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
     sums = ctx.bound_layer_sums.get(layer)
     if sums is None:
@@ -265,6 +323,7 @@ def _terms(ctx: ProblemContext, key: PlanKey, layer: LayerShape) -> BoundTerms:
         largest_layer_s=largest,
         smallest_layer_s=smallest,
         larger_extra_s=larger_extra,
+        every_s=0.0,
         p2p_s=p2p_s(ctx, layer, groups) if pp > 1 else 0.0,
         p2p_hidden=(
             p2p_overlapped(ctx, key._replace(virtual_pipeline=1)),
@@ -305,11 +364,18 @@ def _unit_gather_s(ctx: ProblemContext, key: PlanKey) -> float:
     return passes * gather
 
 
-def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int) -> float:
+def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int, vocab: bool = False) -> float:
     """The Adam step of the mean shard per pipeline rank, seconds."""
     states = state_seq(ctx, shape)
-    first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
-    shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params
+    every = 0.0
+    if vocab:
+        first, last, shard = vocab_states(ctx, shape, pp)
+        every = pp * shard.shard_params
+    else:
+        first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
+    shard_total = (
+        states.prefix("shard_params")[-1] + first.shard_params + last.shard_params + every
+    )
     hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
     return shard_total / pp * ctx.config.adam_step_bytes_per_param / hbm
 

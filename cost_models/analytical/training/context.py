@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from cost_models.analytical.training.model_states import LayerState
     from cost_models.analytical.training.profile import Profiled
     from cost_models.analytical.training.rules import Degrees
+    from cost_models.analytical.training.vocab_parallel import VocabExtras
 
 
 @dataclass(slots=True)
@@ -95,6 +96,19 @@ class ProblemContext:
     extras: dict[tuple[LayerShape, StateShape, bool], tuple[Extra, Extra]] = field(
         default_factory=dict
     )
+    vocab_times: dict[tuple[LayerShape, int], ExtraTimes] = field(default_factory=dict)
+    """Every rank's vocabulary-parallel share per (layer shape, pipeline)."""
+    vocab_states: dict[tuple[StateShape, int], tuple[LayerState, LayerState, LayerState]] = (
+        field(default_factory=dict)
+    )
+    """Vocabulary-parallel (first, last, every-rank) states per (state shape, pipeline)."""
+    vocab_extras: dict[tuple[LayerShape, StateShape, int], VocabExtras] = field(
+        default_factory=dict
+    )
+    """Vocabulary-parallel extras per (layer shape, state shape, pipeline)."""
+    vocab_comm: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    """Vocabulary-parallel collectives per micro-batch per (tensor, context, micro-batch,
+    sequence parallel, pipeline group placement)."""
     degree_checks: dict[Degrees, tuple[list[Violation], list[Violation]]] = field(
         default_factory=dict
     )
@@ -119,10 +133,10 @@ class ProblemContext:
     inflight: dict[tuple[str, int, int, int], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict
     )
-    group_memory: dict[tuple[StateShape, int], float] = field(default_factory=dict)
+    group_memory: dict[tuple[StateShape, int, bool], float] = field(default_factory=dict)
     zero3_working: dict[StateShape, float] = field(default_factory=dict)
     """ZeRO-3's gathered working bytes per state shape (`model_states.zero3_working_bytes`)."""
-    bound_terms: dict[tuple[Any, int, int], BoundTerms] = field(default_factory=dict)
+    bound_terms: dict[tuple[Any, int, int, bool], BoundTerms] = field(default_factory=dict)
     """Step-time bound terms per (layer shape, data, pipeline); the shape is a `LayerShape`
     or the equal plain tuple the bound builds."""
     bound_layer_sums: dict[LayerShape, tuple[float, float, float, float, float, float]] = field(
@@ -130,7 +144,7 @@ class ProblemContext:
     )
     """The layer terms of `bound_terms` per layer shape: (Σ layers + extras, largest layer,
     smallest layer, larger extra), per micro-batch."""
-    bound_optimizer: dict[tuple[Any, int], float] = field(default_factory=dict)
+    bound_optimizer: dict[tuple[Any, int, bool], float] = field(default_factory=dict)
     """Adam-step time of the bound per (state shape, pipeline); the shape is a `StateShape`
     or the equal plain tuple the bound builds."""
     bound_gathers: dict[tuple[Any, int], float] = field(default_factory=dict)

@@ -325,9 +325,10 @@ def tied_embedding_sync_s(ctx: ProblemContext, key: PlanKey) -> float:
 def tied_embedding_bytes(ctx: ProblemContext, key: PlanKey) -> float:
     """Bytes each rank of the first and the last stage all-reduces to keep tied embeddings
     equal (`tied_embedding_sync_s`): its V·h/t word-embedding gradient shard at the
-    framework's gradient bytes; 0 when nothing is tied across stages."""
+    framework's gradient bytes; 0 when nothing is tied across stages (under vocabulary
+    parallelism each rank's shard serves both ends)."""
     model = ctx.model
-    if not model.tie_embeddings or key.pipeline < 2:
+    if not model.tie_embeddings or key.pipeline < 2 or key.vocab_parallel:
         return 0.0
     grad_bytes = ctx.framework(key.framework).config.grad_reduce_bytes
     return model.vocab_size * model.hidden_size / key.tensor * grad_bytes

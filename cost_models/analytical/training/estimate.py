@@ -114,14 +114,16 @@ def rank_work(
     """The work of every pipeline rank per micro-batch under the split `stages`: its
     layers' compute, recompute, TP / CP / EP communication and host time (the layers'
     `time`), 2·v boundary transfers, and the embedding (rank 0) and LM head (the rank of the
-    last chunk)."""
+    last chunk), or under vocabulary parallelism every rank's share of both and its
+    pipeline-group collectives."""
     bounds = list(accumulate(stages, initial=0))
     chunks = rank_chunks(pp, v, placement)
     rank_ranges = [[(bounds[ci], bounds[ci + 1]) for ci in chunks[j]] for j in range(pp)]
     chunk_sum = _chunk_sum(prof, rank_ranges, v)
     p2p_rank = 2 * v * prof.p2p_s if pp > 1 else 0.0
     last = 0 if placement == "v" and pp > 1 else pp - 1
-    work = [chunk_sum("time", j) + p2p_rank for j in range(pp)]
+    every = prof.public.rank_extra_time_s  # the vocabulary shard (vocab_parallel.py)
+    work = [chunk_sum("time", j) + p2p_rank + every for j in range(pp)]
     work[0] += prof.first.compute_s + prof.first.tp_s
     work[last] += prof.last.compute_s + prof.last.tp_s
     return RankSplit(rank_ranges, chunk_sum, work, p2p_rank, last)
@@ -149,8 +151,10 @@ def rank_parts(prof: Profiled, split: RankSplit, j: int, pp: int) -> dict[str, f
         "cp": chunk_sum("cp", j),
         "ep": chunk_sum("ep", j),
         "host": chunk_sum("host", j),
-        "pp": split.p2p_s,
+        "pp": split.p2p_s + prof.vocab_comm_s,
     }
+    parts["compute"] += prof.every.compute_s
+    parts["tp"] += prof.every.tp_s
     if j == 0:
         parts["compute"] += prof.first.compute_s
         parts["tp"] += prof.first.tp_s
@@ -170,6 +174,7 @@ def rank_adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: 
     shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
     shard[0] += prof.first.state.shard_params
     shard[split.last_rank] += prof.last.state.shard_params
+    shard = [x + prof.every.state.shard_params for x in shard]
     per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
     return [x * per_param for x in shard]
 
@@ -182,8 +187,13 @@ def fill_drain_s(prof: Profiled, pp: int) -> float:
 
 def _forward_backward(prof: Profiled, split: RankSplit, pp: int) -> tuple[list[float], list[float]]:
     """Forward and backward (with recompute) time per micro-batch of every rank."""
-    fwd = [split.chunk_sum("forward", j) for j in range(pp)]
-    bwd = [split.chunk_sum("backward", j) for j in range(pp)]
+    every = prof.every
+    # the vocabulary collectives half in the forward (broadcast, softmax barrier), half in
+    # the backward (input-gradient and embedding reductions)
+    fwd_every = every.forward_s + prof.vocab_comm_s / 2.0
+    bwd_every = every.compute_s + every.tp_s + prof.vocab_comm_s - fwd_every
+    fwd = [split.chunk_sum("forward", j) + fwd_every for j in range(pp)]
+    bwd = [split.chunk_sum("backward", j) + bwd_every for j in range(pp)]
     fwd[0] += prof.first.forward_s
     bwd[0] += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
     fwd[split.last_rank] += prof.last.forward_s
@@ -245,6 +255,7 @@ def evaluate(
     expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
     params[0] += prof.first.state.params
     params[last] += prof.last.state.params
+    params = [x + prof.every.state.params for x in params]
     layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
     a2a_on_nic = (
         model.moe is not None
@@ -258,7 +269,7 @@ def evaluate(
         RankWork(
             dense_params=params[j] - expert_params[j],
             expert_params=expert_params[j],
-            units=layers_per_rank[j] + (j == 0) + (j == last),
+            units=layers_per_rank[j] + (j == 0) + (j == last) + key.vocab_parallel,
             forward_s=fwd_rank[j],
             backward_s=bwd_rank[j],
             fill_slack_s=sum(fwd_rank[:j]),
@@ -321,6 +332,8 @@ def evaluate(
         "rank_weight_grad_s": list(times.weight_grad_s),
         "stage_forward_s": list(times.forward_s),
         "pipeline_schedule": plan.pipeline_schedule,
+        "vocab_parallel": plan.vocab_parallel,
+        "vocab_parallel_comm_raw_s": prof.vocab_comm_raw_s,
         "critical_rank": crit,
         "group_tiers": prof.groups.tiers(),
         "p2p_time_s": prof.p2p_raw_s,
@@ -388,8 +401,9 @@ def _fp8_weight_casts_s(
     else:
         per_param = fp8.quantize_bytes_per_element
     extras = (prof.first.state.params, prof.last.state.params)
+    every = prof.every.state.params
     layer_params = [
-        p - (extras[0] if j == 0 else 0.0) - (extras[1] if j == last else 0.0)
+        p - every - (extras[0] if j == 0 else 0.0) - (extras[1] if j == last else 0.0)
         for j, p in enumerate(params)
     ]
     return max(layer_params) * per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
@@ -416,10 +430,11 @@ def _memory(
     by_stage: list[StageMemory] = []
     totals: list[float] = []
     for j in range(pp):
-        weights = chunk_sum("weights", j) + prof.zero3_working_bytes
-        grads = chunk_sum("grads", j)
-        opt = chunk_sum("optimizer", j)
-        acts = prof.recompute_working_bytes
+        every = prof.every
+        weights = chunk_sum("weights", j) + prof.zero3_working_bytes + every.state.weights_bytes
+        grads = chunk_sum("grads", j) + every.state.grads_bytes
+        opt = chunk_sum("optimizer", j) + every.state.optimizer_bytes
+        acts = prof.recompute_working_bytes + every.activation_bytes
         held = pub.inflight_microbatches[j]
         for chunk, (lo, hi) in enumerate(rank_ranges[j]):
             acts += held[chunk] * (act_prefix[hi] - act_prefix[lo])

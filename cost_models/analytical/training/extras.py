@@ -45,6 +45,10 @@ class Extra:
     activation_bytes: float
 
 
+NO_EXTRA = Extra(0.0, 0.0, 0.0, LayerState(0.0, 0.0, 0.0, 0.0, 0.0), 0.0)
+"""No extra work or state (the every-rank share without vocabulary parallelism)."""
+
+
 def extra_times(ctx: ProblemContext, shape: LayerShape) -> tuple[ExtraTimes, ExtraTimes]:
     """(embedding, LM head + loss) times and activations; only the tensor, context,
     micro-batch and sequence-parallel fields of `shape` enter (every context-parallel
@@ -75,19 +79,35 @@ def extra_times(ctx: ProblemContext, shape: LayerShape) -> tuple[ExtraTimes, Ext
         activation_bytes=act_size / t if sp else act_size,
     )
     # LM head (vocab-parallel GEMM) and the fp32 cross entropy over the logits.
-    head_f, head_b = ctx.gemm.forward_backward_s(tokens, h, vocab / t)
-    ce_pass = tokens * vocab / t * 4.0 / hbm
-    ce_f = CROSS_ENTROPY_FORWARD_PASSES * ce_pass
-    ce_b = CROSS_ENTROPY_BACKWARD_PASSES * ce_pass
     head_tp = tp_exchange_s(ctx, act_size, groups, sp)
-    last = ExtraTimes(
-        compute_s=head_f + head_b + ce_f + ce_b,
-        tp_s=head_tp,
-        forward_s=head_f + ce_f + (head_tp / 2 if sp else 0.0),
-        activation_bytes=logits_bytes(b, s, vocab, t, c),
-    )
+    last = head_times(ctx, tokens, vocab / t, head_tp, sp, logits_bytes(b, s, vocab, t, c))
     hit = ctx.extra_times[shape] = (first, last)
     return hit
+
+
+def head_times(
+    ctx: ProblemContext,
+    tokens: float,
+    vocab_columns: float,
+    tp_s: float,
+    sequence_parallel: bool,
+    activation_bytes: float,
+) -> ExtraTimes:
+    """The LM head GEMMs (forward, input and weight gradient) over `vocab_columns` vocabulary
+    rows per GPU and the fp32 cross entropy over those logits (`CROSS_ENTROPY_*_PASSES`),
+    for `tokens` tokens of one micro-batch; `tp_s` is its exposed tensor-parallel exchange."""
+    h = ctx.model.hidden_size
+    hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
+    head_f, head_b = ctx.gemm.forward_backward_s(tokens, h, vocab_columns)
+    ce_pass = tokens * vocab_columns * 4.0 / hbm
+    ce_f = CROSS_ENTROPY_FORWARD_PASSES * ce_pass
+    ce_b = CROSS_ENTROPY_BACKWARD_PASSES * ce_pass
+    return ExtraTimes(
+        compute_s=head_f + head_b + ce_f + ce_b,
+        tp_s=tp_s,
+        forward_s=head_f + ce_f + (tp_s / 2 if sequence_parallel else 0.0),
+        activation_bytes=activation_bytes,
+    )
 
 
 def extras(

@@ -11,7 +11,7 @@ from cost_models.analytical.memory import GIB, grad_bucket_bytes
 from cost_models.analytical.placement import ParallelGroups
 from cost_models.analytical.schedules import get as get_schedule
 from cost_models.analytical.training.context import ProblemContext
-from cost_models.analytical.training.extras import Extra, extras
+from cost_models.analytical.training.extras import NO_EXTRA, Extra, extras
 from cost_models.analytical.training.layer_costs import cost_seq
 from cost_models.analytical.training.layer_sequence import STATE_PREFIXES, LayerSeq
 from cost_models.analytical.training.model_states import (
@@ -21,6 +21,12 @@ from cost_models.analytical.training.model_states import (
 )
 from cost_models.analytical.training.placements import parallel_groups
 from cost_models.analytical.training.shapes import LayerShape, StateShape
+from cost_models.analytical.training.vocab_parallel import (
+    EXTRA_INFLIGHT_MICROBATCHES,
+    vocab_comm_raw_s,
+    vocab_comm_s,
+    vocab_extras,
+)
 from cost_models.base import LayerProfile
 from specs.plan import PlanKey
 
@@ -37,6 +43,13 @@ class Profiled:
     states: LayerSeq
     first: Extra
     last: Extra
+    every: Extra
+    """What every pipeline rank runs besides its layers: its vocabulary shard of the
+    embedding and LM head under vocabulary parallelism (zeros otherwise)."""
+    vocab_comm_s: float
+    """Vocabulary parallelism's collectives a rank pays per micro-batch (0 without)."""
+    vocab_comm_raw_s: float
+    """Their time before overlap, per micro-batch."""
     p2p_s: float
     """Boundary transfer per chunk that stays in the rank's work (0 when overlapped)."""
     p2p_raw_s: float
@@ -134,7 +147,14 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     layer, states_shape = LayerShape.of(key), StateShape.of(key)
     costs = cost_seq(ctx, layer)
     states = state_seq(ctx, states_shape)
-    first, last = extras(ctx, layer, states_shape, head_params_on_last(ctx.model, pp))
+    if key.vocab_parallel:
+        vocab = vocab_extras(ctx, layer, states_shape, pp)
+        first, last, every = vocab.first, vocab.last, vocab.every
+        vocab_raw = vocab_comm_raw_s(ctx, layer, groups)
+    else:
+        first, last = extras(ctx, layer, states_shape, head_params_on_last(ctx.model, pp))
+        every, vocab_raw = NO_EXTRA, 0.0
+    vocab_comm = vocab_comm_s(ctx, vocab_raw)
     p2p_raw = p2p_s(ctx, layer, groups) if pp > 1 else 0.0
     p2p = 0.0 if p2p_overlapped(ctx, key) else p2p_raw
 
@@ -147,6 +167,10 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     zero3 = zero3_working_bytes(ctx, states_shape)
     rc_work = (costs.max_working_bytes if rc == "full" else 0.0) + costs.max_cp_working_bytes
     held = inflight(ctx, key.pipeline_schedule, pp, v, m)
+    if key.vocab_parallel:
+        held = tuple(
+            tuple(min(m, x + EXTRA_INFLIGHT_MICROBATCHES) for x in row) for row in held
+        )
     # DualPipe holds its stage's states twice (`schedules/dualpipe.py`): the partition
     # program sees the doubled bytes, as evaluate() charges them
     copies = get_schedule(key.pipeline_schedule).parameter_copies
@@ -165,7 +189,14 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         first_extra_activation_bytes=first.activation_bytes * frag,
         last_extra_activation_bytes=last.activation_bytes * frag,
         p2p_time_s=p2p,
-        fixed_bytes=runtime + bucket + zero3 + rc_work * frag,
+        # the vocabulary shard every rank holds: a constant per GPU, like the fixed bytes
+        fixed_bytes=runtime
+        + bucket
+        + zero3
+        + rc_work * frag
+        + copies * every.state.total_bytes
+        + every.activation_bytes * frag,
+        rank_extra_time_s=every.compute_s + every.tp_s + vocab_comm,
         inflight_microbatches=held,
         num_microbatches=m,
         usable_bytes=ctx.usable_bytes,
@@ -177,6 +208,9 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         states=states,
         first=first,
         last=last,
+        every=every,
+        vocab_comm_s=vocab_comm,
+        vocab_comm_raw_s=vocab_raw,
         p2p_s=p2p,
         p2p_raw_s=p2p_raw,
         runtime_bytes=runtime,

@@ -16,6 +16,7 @@ from cost_models.analytical.fp8 import supports as fp8_supports
 from cost_models.analytical.schedules import rule_breaks
 from cost_models.analytical.training.context import ProblemContext
 from specs.errors import PlannerError
+from specs.model import ModelSpec
 from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, PlanKey, Violation
 
 
@@ -52,7 +53,7 @@ def _framework_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     return hit
 
 
-def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str, str]:
+def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str, str, bool]:
     return (
         key.framework,
         key.zero_stage,
@@ -63,6 +64,7 @@ def _framework_key(key: PlanKey) -> tuple[str, int, int, int, int, int, int, str
         key.expert,
         key.pipeline_schedule,
         key.context_parallel_algorithm,
+        key.vocab_parallel,
     )
 
 
@@ -162,6 +164,7 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         key.framework,
         key.context_parallel_algorithm,
         key.context_parallel_heads,
+        key.vocab_parallel,
     )
     clear = ctx.combinations_clear.get(combination)
     if clear is None:
@@ -171,6 +174,7 @@ def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
             and pp * v <= ctx.num_layers
             and ctx.framework_checks.get(_framework_key(key)) == []
             and not _context_parallel_rules(ctx, key)
+            and not vocab_parallel_rules(ctx.model, key)
         )
     if clear and not gbs % (b * d) and not rule_breaks(schedule, pp, v, gbs // (b * d)):
         return []
@@ -218,8 +222,56 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     m = gbs // (b * d) if b * d else 0
     for brk in rule_breaks(key.pipeline_schedule, pp, v, m):
         out.append(Violation(kind="schedule", field="plan.pipeline_schedule", detail=brk.detail))
+    out.extend(vocab_parallel_rules(ctx.model, key))
     out.extend(_framework_rules(ctx, key))
     out.extend(after)
+    return out
+
+
+VOCAB_PARALLEL_SCHEDULES = ("1f1b", "v_half")
+"""The schedules vocabulary parallelism is implemented on: non-interleaved 1F1B (the
+sail-sg/VocabularyParallelism fork of Megatron-LM) and V-Half (the `v-half-vocab` branch of
+sail-sg/zero-bubble-pipeline-parallelism); Yeung et al. 2025 §5."""
+
+
+def vocab_parallel_rules(model: ModelSpec, key: PlanKey) -> list[Violation]:
+    """Vocabulary parallelism's rules: pipeline > 1, one of `VOCAB_PARALLEL_SCHEDULES`
+    (the fork asserts "vocab parallel with interleaved schedule is not supported yet") and
+    untied embeddings (it asserts `--untie-embeddings-and-output-weights`)."""
+    if not key.vocab_parallel:
+        return []
+    out = []
+    field = "plan.vocab_parallel"
+    if key.pipeline < 2:
+        out.append(
+            Violation(
+                kind="divisibility",
+                field=field,
+                detail=f"vocab_parallel needs parallelism.pipeline > 1 (got {key.pipeline})",
+            )
+        )
+    if key.pipeline_schedule not in VOCAB_PARALLEL_SCHEDULES:
+        out.append(
+            Violation(
+                kind="schedule",
+                field=field,
+                detail=(
+                    f"vocab_parallel runs with pipeline_schedule "
+                    f"{' or '.join(VOCAB_PARALLEL_SCHEDULES)} (got {key.pipeline_schedule})"
+                ),
+            )
+        )
+    if model.tie_embeddings:
+        out.append(
+            Violation(
+                kind="model",
+                field=field,
+                detail=(
+                    "vocab_parallel needs untied input and output embeddings (the model "
+                    "ties them: tie_embeddings is true)"
+                ),
+            )
+        )
     return out
 
 
