@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.exports.base import ExportContext, ExportResult, node_layout, require
+from app.exports.schedules import require_vocab_parallel
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
 from specs.workload import TrainingWorkload
@@ -39,6 +40,7 @@ def build_config(
 ) -> tuple[dict[str, Any], list[str]]:
     p = plan.parallelism
     notes: list[str] = []
+    require_vocab_parallel(FORMAT, "deepspeed", plan)
     if p.context > 1:
         require(
             plan.context_parallel_algorithm == "ulysses",

@@ -24,6 +24,11 @@ Plan → flags:
   when interleaved); any other split is written as `--pipeline-model-parallel-layout`
   ("E" embedding, "t" a transformer layer, "L" loss, stages split by "|", in the same chunk
   order);
+- vocabulary parallelism (`vocab_parallel`, Yeung et al. 2025): `--enable-vocab-parallel`
+  of the sail-sg/VocabularyParallelism fork (non-interleaved 1F1B, untied embeddings,
+  `--make-vocab-size-divisible-by` a multiple of tensor × pipeline) with the fork's split
+  flags (`--enable-layer-redistribution --final-stage-num-layers`) in place of the ones
+  above; what the fork cannot run is refused as `megatron.vocab-parallel`;
 - ZeRO: 0 → plain DDP; 1 → `--use-distributed-optimizer`; 3 → `--use-torch-fsdp2`;
   2 → `--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward` (Megatron's help: "Set to
   enable FSDP ZeRO-2"); FSDP2 refuses pipeline and expert parallelism (validate_args);
@@ -53,6 +58,7 @@ Architecture without parameters (flags of Megatron-LM core_v0.16.1 `arguments.py
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 
@@ -98,6 +104,8 @@ SWITCHES = frozenset(
         "--overlap-param-gather",
         "--mock-data",
         "--moe-router-enable-expert-bias",
+        "--enable-vocab-parallel",
+        "--enable-layer-redistribution",
         "--moe-shared-expert-gate",
     }
 )
@@ -177,6 +185,94 @@ def _pipeline_flags(plan: TrainingPlan, num_layers: int) -> list[str]:
             flags += ["--num-virtual-stages-per-pipeline-rank", str(vpp)]
         return flags
     return ["--pipeline-model-parallel-layout", layout_string(layers)]
+
+
+# ---- vocabulary parallelism (sail-sg/VocabularyParallelism) -------------------------------
+VOCAB_PARALLEL_FORK = "sail-sg/VocabularyParallelism"
+"""The Megatron-LM fork that runs vocabulary parallelism (Yeung et al. 2025); its
+`megatron/training/arguments.py` defines `--enable-vocab-parallel` (with
+`--disable-backward-fusion` for the two-barrier variant, not exported: the plan prices the
+default one-barrier algorithm) and `--enable-layer-redistribution --final-stage-num-layers`."""
+
+
+def vocab_multiple(plan: TrainingPlan) -> int:
+    """`--make-vocab-size-divisible-by`: 128, or under vocabulary parallelism the least
+    multiple of 128 that tensor × pipeline divides (the fork asserts "vocab size must be
+    divisible by model parallel size": make_vocab_size_divisible_by % (tp × pp) == 0)."""
+    if not plan.vocab_parallel:
+        return 128
+    return math.lcm(128, plan.parallelism.tensor * plan.parallelism.pipeline)
+
+
+def fork_stage_layers(num_layers: int, pipeline: int, final: int | None) -> list[int]:
+    """The layers per stage the fork builds (`transformer_block.get_num_layers_to_build`):
+    without `--final-stage-num-layers` L // p each, the remainder one more each on the
+    ranks before the last (from p − 2 down); with it, `final` on the last rank and the rest
+    spread likewise over the p − 1 others."""
+    if final is None:
+        out = [num_layers // pipeline] * pipeline
+        extra = num_layers % pipeline
+    else:
+        out = [(num_layers - final) // (pipeline - 1)] * pipeline
+        extra = (num_layers - final) % (pipeline - 1)
+    for rank in range(pipeline - 2, pipeline - extra - 2, -1):
+        out[rank] += 1
+    if final is not None:
+        out[pipeline - 1] = final
+    return out
+
+
+def vocab_parallel_flags(model: ModelSpec, plan: TrainingPlan, notes: list[str]) -> list[str]:
+    """The fork's flags for a vocabulary-parallel plan, in place of the pipeline-split
+    flags: `--enable-vocab-parallel` and, when the split is not the fork's default one,
+    `--enable-layer-redistribution --final-stage-num-layers N` (the fork has no
+    `--decoder-first/last-pipeline-num-layers` nor `--pipeline-model-parallel-layout`).
+
+    Raises:
+        UnexpressiblePlan: rule `megatron.vocab-parallel` for what the fork asserts against
+            (`validate_args`): a schedule other than non-interleaved 1F1B, tied
+            embeddings, or a split neither of its two forms builds.
+    """
+    p = plan.parallelism
+    schedule_options(FORMAT, "megatron_core", plan)  # 1F1B / interleaved 1F1B only
+    rule = "megatron.vocab-parallel"
+    require(
+        plan.pipeline_schedule == "1f1b" and p.virtual_pipeline == 1,
+        FORMAT,
+        rule,
+        f"{VOCAB_PARALLEL_FORK} runs vocabulary parallelism with non-interleaved 1F1B only "
+        f"('vocab parallel with interleaved schedule is not supported yet'; got "
+        f"{plan.pipeline_schedule})",
+    )
+    require(
+        not model.tie_embeddings,
+        FORMAT,
+        rule,
+        "--enable-vocab-parallel requires --untie-embeddings-and-output-weights; the model "
+        "ties its input and output embeddings",
+    )
+    notes.append(
+        f"vocab_parallel runs on the {VOCAB_PARALLEL_FORK} fork of Megatron-LM "
+        "(--enable-vocab-parallel, one all-reduce barrier per micro-batch), not on upstream "
+        "Megatron-LM; flags newer than the fork (e.g. --cp-comm-type, rope scaling) may need "
+        "dropping there"
+    )
+    flags = ["--enable-vocab-parallel"]
+    L, pp = model.num_layers, p.pipeline
+    layers = list(plan.stage_layers) if plan.stage_layers else fork_stage_layers(L, pp, None)
+    if layers == fork_stage_layers(L, pp, None):
+        return flags
+    final = layers[-1]
+    require(
+        layers == fork_stage_layers(L, pp, final),
+        FORMAT,
+        rule,
+        f"{VOCAB_PARALLEL_FORK} builds either its default split "
+        f"{fork_stage_layers(L, pp, None)} or, with --final-stage-num-layers N, N layers on "
+        f"the last stage and the rest spread over the others; stage_layers {layers} is "
+        "neither",
+    )
+    return flags + ["--enable-layer-redistribution", "--final-stage-num-layers", str(final)]
 
 
 def moe_layer_pattern(model: ModelSpec) -> str:
@@ -315,7 +411,10 @@ def build_args(
         )
     if p.sequence_parallel:
         args.append("--sequence-parallel")
-    args += _pipeline_flags(plan, model.num_layers)
+    if plan.vocab_parallel:
+        args += vocab_parallel_flags(model, plan, notes)
+    else:
+        args += _pipeline_flags(plan, model.num_layers)
     # optimizer sharding
     fsdp = plan.zero_stage >= 2
     if plan.zero_stage == 1:
@@ -360,7 +459,7 @@ def build_args(
     args += _position_args(model, seq)
     args += _moe_args(model, workload, notes)
     args += _precision_args(workload)
-    args += _tokenizer_and_run_args(model, notes)
+    args += _tokenizer_and_run_args(model, notes, vocab_multiple(plan))
     env: dict[str, str] = {}
     if not fsdp:
         # validate_args: TP or CP before Blackwell needs exactly one hardware queue so that
@@ -585,7 +684,7 @@ def _precision_args(workload: TrainingWorkload) -> list[str]:
     return []
 
 
-def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
+def _tokenizer_and_run_args(model: ModelSpec, notes: list[str], divisible_by: int) -> list[str]:
     hf_id = hf_model_id(model)
     if hf_id is not None:
         tok = ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", hf_id]
@@ -609,7 +708,7 @@ def _tokenizer_and_run_args(model: ModelSpec, notes: list[str]) -> list[str]:
     )
     return tok + [
         "--make-vocab-size-divisible-by",
-        "128",
+        str(divisible_by),
         "--mock-data",
         "--train-iters",
         "100",

@@ -48,7 +48,7 @@ from app.exports.base import (
     require,
     torchrun_args,
 )
-from app.exports.schedules import schedule_options
+from app.exports.schedules import require_vocab_parallel, schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
 from specs.workload import TrainingWorkload
@@ -251,6 +251,7 @@ def build_config(
     """The TOML document (as a dict) and the notes of the mapping."""
     p = plan.parallelism
     notes: list[str] = []
+    require_vocab_parallel(FORMAT, "torchtitan", plan)
     require(
         workload.precision != "fp16",
         FORMAT,
