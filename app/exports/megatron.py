@@ -1073,6 +1073,20 @@ def _check_pipeline(
                 "megatron.uneven-pipeline",
                 "with no middle stages the first and last stages must hold every layer",
             )
+    elif f.get("--enable-vocab-parallel"):
+        # the sail-sg fork spreads a remainder itself (`get_num_layers_to_build`); its
+        # validate_args: "--final-stage-num-layers must be between 0 and the number of layers"
+        final = f.get("--final-stage-num-layers")
+        require(
+            pp > 1
+            and (not f.get("--enable-layer-redistribution") or final is not None)
+            and (final is None or 0 <= int(str(final)) <= num_layers),
+            FORMAT,
+            "megatron.vocab-parallel",
+            "--enable-vocab-parallel needs pipeline-model-parallel size > 1, and "
+            "--enable-layer-redistribution a --final-stage-num-layers between 0 and the "
+            "number of layers",
+        )
     elif layout is None and per_vstage is None and pp > 1:
         require(
             num_layers % (pp * vpp) == 0,
