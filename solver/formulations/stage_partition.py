@@ -348,9 +348,23 @@ def _profile_of_key(
     inflight: tuple[tuple[int, ...], ...],
 ) -> LayerProfile:
     """The rounded profile of a `_rounded_key` (equal to `_rounded_profile`'s)."""
-    (_, _, _, _, first_t, last_t, first_s, last_s, first_a, last_a, p2p, fixed, every, usable, _) = (
-        key
-    )
+    (
+        _,
+        _,
+        _,
+        _,
+        first_t,
+        last_t,
+        first_s,
+        last_s,
+        first_a,
+        last_a,
+        p2p,
+        fixed,
+        every,
+        usable,
+        _,
+    ) = key
     times, states, acts = seqs
     return LayerProfile(
         layer_time_s=times,

@@ -151,6 +151,7 @@ def test_group_memory_lower_bound_holds_for_every_member(case: int) -> None:
                     cand.sequence_parallel,
                     cand.zero_stage,
                     cand.flash_attention,
+                    cand.vocab_parallel,
                 )
             ].append(cand)
     rng = random.Random(2)

@@ -89,9 +89,9 @@ def test_states_per_stage_by_hand() -> None:
     last_naive = naive.memory.by_stage[-1]  # type: ignore[attr-defined]
     last_vocab = vocab.memory.by_stage[-1]  # type: ignore[attr-defined]
     saved = 18 * (table - 2 * table / P) / GIB
-    got = (
-        last_naive.weights_gib + last_naive.gradients_gib + last_naive.optimizer_gib
-    ) - (last_vocab.weights_gib + last_vocab.gradients_gib + last_vocab.optimizer_gib)
+    got = (last_naive.weights_gib + last_naive.gradients_gib + last_naive.optimizer_gib) - (
+        last_vocab.weights_gib + last_vocab.gradients_gib + last_vocab.optimizer_gib
+    )
     assert got == pytest.approx(saved, rel=1e-9)
     assert saved == pytest.approx(4.395, abs=1e-3)  # GiB, by hand: 18 B × 262.144M
 
@@ -197,9 +197,7 @@ def test_plan_encoding() -> None:
 def test_search_picks_vocab_parallel_for_a_large_vocabulary() -> None:
     problem = _problem()
     fixed = {"tensor": T, "pipeline": P, "micro_batch_size": 1, "pipeline_schedule": "1f1b"}
-    result = search(
-        problem, AnalyticalTrainingCostModel(), SearchConstraints(fixed=fixed), top_k=3
-    )
+    result = search(problem, AnalyticalTrainingCostModel(), SearchConstraints(fixed=fixed), top_k=3)
     best = result.plans[0].estimate
     assert best.plan.vocab_parallel
     naive = AnalyticalTrainingCostModel().evaluate(
@@ -270,7 +268,13 @@ def _cases(draw: st.DrawFn) -> tuple[TrainingProblem, PlanKey, list[int]]:
         vocab_parallel=draw(st.booleans()),
     )
     chunks = pipeline * v
-    cuts = sorted(draw(st.lists(st.integers(1, layers - 1), min_size=chunks - 1, max_size=chunks - 1, unique=True)))
+    cuts = sorted(
+        draw(
+            st.lists(
+                st.integers(1, layers - 1), min_size=chunks - 1, max_size=chunks - 1, unique=True
+            )
+        )
+    )
     bounds = [0, *cuts, layers]
     return problem, key, [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
 

@@ -373,9 +373,7 @@ def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int, vocab: bool = 
         every = pp * shard.shard_params
     else:
         first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
-    shard_total = (
-        states.prefix("shard_params")[-1] + first.shard_params + last.shard_params + every
-    )
+    shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params + every
     hbm = ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY
     return shard_total / pp * ctx.config.adam_step_bytes_per_param / hbm
 

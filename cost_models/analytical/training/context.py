@@ -98,8 +98,8 @@ class ProblemContext:
     )
     vocab_times: dict[tuple[LayerShape, int], ExtraTimes] = field(default_factory=dict)
     """Every rank's vocabulary-parallel share per (layer shape, pipeline)."""
-    vocab_states: dict[tuple[StateShape, int], tuple[LayerState, LayerState, LayerState]] = (
-        field(default_factory=dict)
+    vocab_states: dict[tuple[StateShape, int], tuple[LayerState, LayerState, LayerState]] = field(
+        default_factory=dict
     )
     """Vocabulary-parallel (first, last, every-rank) states per (state shape, pipeline)."""
     vocab_extras: dict[tuple[LayerShape, StateShape, int], VocabExtras] = field(
@@ -130,7 +130,7 @@ class ProblemContext:
     expert_loads: dict[int, ExpertLoad] = field(default_factory=dict)
     """The busiest EP rank's routed load per expert degree (`moe.busiest_rank_load`)."""
     p2p: dict[tuple[LayerShape, str], float] = field(default_factory=dict)
-    inflight: dict[tuple[str, int, int, int], tuple[tuple[int, ...], ...]] = field(
+    inflight: dict[tuple[str, int, int, int, bool], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict
     )
     group_memory: dict[tuple[StateShape, int, bool], float] = field(default_factory=dict)

@@ -114,14 +114,19 @@ def p2p_overlapped(ctx: ProblemContext, key: PlanKey) -> bool:
 
 
 def inflight(
-    ctx: ProblemContext, schedule: str, pp: int, v: int, m: int
+    ctx: ProblemContext, schedule: str, pp: int, v: int, m: int, vocab: bool = False
 ) -> tuple[tuple[int, ...], ...]:
     """[rank][local chunk] micro-batches held at the memory peak under the schedule (its
-    plug-in's count, `cost_models.analytical.schedules`; an unknown name is a SpecError)."""
-    key = (schedule, pp, v, m)
+    plug-in's count, `cost_models.analytical.schedules`; an unknown name is a SpecError);
+    under vocabulary parallelism `EXTRA_INFLIGHT_MICROBATCHES` more, at most m."""
+    key = (schedule, pp, v, m, vocab)
     hit = ctx.inflight.get(key)
     if hit is None:
-        hit = ctx.inflight[key] = get_schedule(schedule).inflight(pp, v, m)
+        hit = get_schedule(schedule).inflight(pp, v, m)
+        if vocab:
+            extra = EXTRA_INFLIGHT_MICROBATCHES
+            hit = tuple(tuple(min(m, x + extra) for x in row) for row in hit)
+        ctx.inflight[key] = hit
     return hit
 
 
@@ -151,10 +156,14 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         vocab = vocab_extras(ctx, layer, states_shape, pp)
         first, last, every = vocab.first, vocab.last, vocab.every
         vocab_raw = vocab_comm_raw_s(ctx, layer, groups)
+        vocab_comm = vocab_comm_s(ctx, vocab_raw)
+        # the vocabulary shard every rank holds: a constant per GPU, like the fixed bytes
+        every_bytes = every.state.total_bytes + every.activation_bytes * frag
+        every_s = every.compute_s + every.tp_s + vocab_comm
     else:
         first, last = extras(ctx, layer, states_shape, head_params_on_last(ctx.model, pp))
         every, vocab_raw = NO_EXTRA, 0.0
-    vocab_comm = vocab_comm_s(ctx, vocab_raw)
+        vocab_comm = every_bytes = every_s = 0.0
     p2p_raw = p2p_s(ctx, layer, groups) if pp > 1 else 0.0
     p2p = 0.0 if p2p_overlapped(ctx, key) else p2p_raw
 
@@ -166,11 +175,7 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     runtime = cfg.runtime_context_gib * GIB
     zero3 = zero3_working_bytes(ctx, states_shape)
     rc_work = (costs.max_working_bytes if rc == "full" else 0.0) + costs.max_cp_working_bytes
-    held = inflight(ctx, key.pipeline_schedule, pp, v, m)
-    if key.vocab_parallel:
-        held = tuple(
-            tuple(min(m, x + EXTRA_INFLIGHT_MICROBATCHES) for x in row) for row in held
-        )
+    held = inflight(ctx, key.pipeline_schedule, pp, v, m, key.vocab_parallel)
     # DualPipe holds its stage's states twice (`schedules/dualpipe.py`): the partition
     # program sees the doubled bytes, as evaluate() charges them
     copies = get_schedule(key.pipeline_schedule).parameter_copies
@@ -189,14 +194,8 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         first_extra_activation_bytes=first.activation_bytes * frag,
         last_extra_activation_bytes=last.activation_bytes * frag,
         p2p_time_s=p2p,
-        # the vocabulary shard every rank holds: a constant per GPU, like the fixed bytes
-        fixed_bytes=runtime
-        + bucket
-        + zero3
-        + rc_work * frag
-        + copies * every.state.total_bytes
-        + every.activation_bytes * frag,
-        rank_extra_time_s=every.compute_s + every.tp_s + vocab_comm,
+        fixed_bytes=runtime + bucket + zero3 + rc_work * frag + every_bytes,
+        rank_extra_time_s=every_s,
         inflight_microbatches=held,
         num_microbatches=m,
         usable_bytes=ctx.usable_bytes,
