@@ -31,6 +31,7 @@ TRAINING_FIXABLE_FIELDS = frozenset(
         "framework",
         "context_parallel_algorithm",
         "context_parallel_heads",
+        "vocab_parallel",
     }
 )
 """`fixed` keys of a training search."""

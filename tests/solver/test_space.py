@@ -145,8 +145,16 @@ def test_fixed_fields_restrict_the_space() -> None:
     # of pipeline 2; v ∈ {1, 2, 3, 4} (2·v ≤ 8) → 4 per tuple; context 1 runs the ring only,
     # context 2 the ring, Ulysses (16 / 4 = 4 query and 8 / 4 = 2 KV heads per tensor rank
     # split over 2) and the all-gather (no hybrid: no head degree strictly between 1 and 2)
-    # → 4 + 3 × 4 = 16 candidates
-    assert len(cands) == 16
+    # → 4 + 3 × 4 = 16 candidates; with pipeline 2 and untied embeddings each 1F1B one
+    # (v = 1: one per context-parallel variant, 1 + 3) also comes vocabulary-parallel → 20
+    assert len(cands) == 20
+    vocab = [c for c in cands if c.vocab_parallel]
+    assert len(vocab) == 4
+    assert {(c.virtual_pipeline, c.pipeline_schedule) for c in vocab} == {(1, "1f1b")}
+    no_vocab = list(
+        candidates(problem, SearchConstraints(fixed={**fixed, "vocab_parallel": False}))
+    )
+    assert len(no_vocab) == 16 and not any(c.vocab_parallel for c in no_vocab)
     assert {(c.context, c.context_parallel_algorithm) for c in cands} == {
         (1, "ring"),
         (2, "ring"),
