@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cost_models.analytical.training import AnalyticalTrainingCostModel
 from cost_models.base import TrainingProblem
 from solver import search
+from solver.formulations.stage_partition import balanced_lower_bound, memory_lower_bound_bytes
 from specs.constraints import SearchConstraints
 from specs.model import ModelSpec
 from specs.plan import ParallelDims, PlanKey, TrainingPlan
@@ -297,3 +298,8 @@ def test_bounds_below_evaluated(case: tuple[TrainingProblem, PlanKey, list[int]]
     assert cm.step_time_lower_bound_s(problem, fixed) <= step * (1 + 1e-12)
     peak = est.memory.peak_gib * GIB
     assert cm.group_memory_lower_bound_bytes(problem, key) <= peak * (1 + 1e-12)
+    # the partition program's bounds on the profile (`solver.search.steps`)
+    profile = cm.profile_key(problem, key)
+    p, v = key.pipeline, key.virtual_pipeline
+    assert profile.num_microbatches * balanced_lower_bound(profile, p, v) <= step * (1 + 1e-12)
+    assert memory_lower_bound_bytes(profile, p, v) <= peak * (1 + 1e-9)
