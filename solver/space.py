@@ -574,19 +574,25 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 context_parallel_heads=heads,
             )
             if False in vocab_options:
-                # the frameworks depend on the inner option's (virtual pipeline, schedule) only
-                runnable = {
-                    vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
-                    for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
-                }
-                slots = [
-                    Slot(inner, zero, able)
-                    for inner in inners
-                    for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
-                ]
-                yield Block(base, slots, recomputes)
+                yield Block(base, _slots(base, inners, zeros, frameworks_of), recomputes)
             if True in vocab_options and pipeline > 1:
                 yield from _vocab_block(base, inners, zeros, recomputes, frameworks_of)
+
+
+def _slots(
+    base: PlanKey, inners: list[_Inner], zeros: list[int], frameworks_of: _FrameworkChooser
+) -> list[Slot]:
+    """Every (inner option, ZeRO stage) of a block some framework runs, with those
+    frameworks (which depend on the inner option's virtual pipeline and schedule only)."""
+    runnable = {
+        vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
+        for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
+    }
+    return [
+        Slot(inner, zero, able)
+        for inner in inners
+        for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+    ]
 
 
 def vocab_parallel_options(model: Any) -> list[bool]:
@@ -605,13 +611,8 @@ def _vocab_block(
     """The vocabulary-parallel twin of a block (pipeline > 1): the schedules it runs with
     (`VOCAB_PARALLEL_SCHEDULES`) under the frameworks that run it; nothing when none do."""
     vocab = base._replace(vocab_parallel=True)
-    slots = [
-        Slot(inner, zero, able)
-        for inner in inners
-        if inner.schedule in VOCAB_PARALLEL_SCHEDULES
-        for zero in zeros
-        if (able := frameworks_of(vocab, inner.virtual_pipeline, inner.schedule, zero))
-    ]
+    inners = [inner for inner in inners if inner.schedule in VOCAB_PARALLEL_SCHEDULES]
+    slots = _slots(vocab, inners, zeros, frameworks_of)
     if slots:
         yield Block(vocab, slots, recomputes)
 
