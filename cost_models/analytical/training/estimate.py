@@ -174,7 +174,8 @@ def rank_adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: 
     shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
     shard[0] += prof.first.state.shard_params
     shard[split.last_rank] += prof.last.state.shard_params
-    shard = [x + prof.every.state.shard_params for x in shard]
+    if prof.vocab_parallel:  # every rank steps its vocabulary shard
+        shard = [x + prof.every.state.shard_params for x in shard]
     per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
     return [x * per_param for x in shard]
 
@@ -187,13 +188,16 @@ def fill_drain_s(prof: Profiled, pp: int) -> float:
 
 def _forward_backward(prof: Profiled, split: RankSplit, pp: int) -> tuple[list[float], list[float]]:
     """Forward and backward (with recompute) time per micro-batch of every rank."""
-    every = prof.every
-    # the vocabulary collectives half in the forward (broadcast, softmax barrier), half in
-    # the backward (input-gradient and embedding reductions)
-    fwd_every = every.forward_s + prof.vocab_comm_s / 2.0
-    bwd_every = every.compute_s + every.tp_s + prof.vocab_comm_s - fwd_every
-    fwd = [split.chunk_sum("forward", j) + fwd_every for j in range(pp)]
-    bwd = [split.chunk_sum("backward", j) + bwd_every for j in range(pp)]
+    fwd = [split.chunk_sum("forward", j) for j in range(pp)]
+    bwd = [split.chunk_sum("backward", j) for j in range(pp)]
+    if prof.vocab_parallel:
+        # every rank's vocabulary share; its collectives half in the forward (broadcast,
+        # softmax barrier), half in the backward (input-gradient and embedding reductions)
+        every = prof.every
+        fwd_every = every.forward_s + prof.vocab_comm_s / 2.0
+        bwd_every = every.compute_s + every.tp_s + prof.vocab_comm_s - fwd_every
+        fwd = [x + fwd_every for x in fwd]
+        bwd = [x + bwd_every for x in bwd]
     fwd[0] += prof.first.forward_s
     bwd[0] += prof.first.compute_s + prof.first.tp_s - prof.first.forward_s
     fwd[split.last_rank] += prof.last.forward_s
@@ -255,7 +259,8 @@ def evaluate(
     expert_params = [chunk_sum("expert_params", j) for j in range(pp)]
     params[0] += prof.first.state.params
     params[last] += prof.last.state.params
-    params = [x + prof.every.state.params for x in params]
+    if key.vocab_parallel:
+        params = [x + prof.every.state.params for x in params]
     layers_per_rank = [sum(hi - lo for lo, hi in ranges) for ranges in rank_ranges]
     a2a_on_nic = (
         model.moe is not None

@@ -43,6 +43,8 @@ class Profiled:
     states: LayerSeq
     first: Extra
     last: Extra
+    vocab_parallel: bool
+    """The plan splits the embedding and LM head over the pipeline stages."""
     every: Extra
     """What every pipeline rank runs besides its layers: its vocabulary shard of the
     embedding and LM head under vocabulary parallelism (zeros otherwise)."""
@@ -207,6 +209,7 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         states=states,
         first=first,
         last=last,
+        vocab_parallel=key.vocab_parallel,
         every=every,
         vocab_comm_s=vocab_comm,
         vocab_comm_raw_s=vocab_raw,
