@@ -63,6 +63,7 @@ def _dims(plan: TrainingPlan) -> list[tuple[str, object]]:
         ("tensor", p.tensor),
         ("pipeline", p.pipeline),
         ("virtual pipeline", p.virtual_pipeline),
+        ("vocabulary parallel", "on" if plan.vocab_parallel else "off"),
         ("context", p.context),
         ("context-parallel algorithm", _cp_text(plan)),
         ("expert", p.expert),
@@ -159,6 +160,11 @@ def describe(est: TrainingEstimate) -> str:
     headroom = est.memory.usable_gib - est.memory.peak_gib
     label = _framework_label(est.plan.framework)
     framework = f" with {label}" if label else ""
+    if est.plan.vocab_parallel:
+        framework += (
+            f" (vocabulary parallel: embedding and LM head split over the "
+            f"{est.plan.parallelism.pipeline} pipeline stages)"
+        )
     mfu = f"{m.mfu:.1%} MFU"
     if m.mfu_fp8_peak is not None and m.mfu_bf16_peak is not None:
         mfu += f" ({m.mfu_bf16_peak:.1%} of the BF16 peak)"

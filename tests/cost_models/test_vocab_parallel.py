@@ -201,6 +201,7 @@ def test_search_picks_vocab_parallel_for_a_large_vocabulary() -> None:
     result = search(problem, AnalyticalTrainingCostModel(), SearchConstraints(fixed=fixed), top_k=3)
     best = result.plans[0].estimate
     assert best.plan.vocab_parallel
+    assert "vocabulary parallel" in result.plans[0].explanation
     naive = AnalyticalTrainingCostModel().evaluate(
         problem, best.plan.model_copy(update={"vocab_parallel": False})
     )
