@@ -8,8 +8,13 @@ Each row is priced once at σ = 0; σ is then fitted on all rows (the in-sample 
 shipped default) and, for every source, on the other sources only (the held-out figure: the
 rows it is scored on never touch their own fit). Predictions in the row table are held out.
 
-Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-residuals]`.
-Rows that cannot be represented are listed with the reason, never dropped silently.
+Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-residuals]
+[--schedules]`. Rows that cannot be represented are listed with the reason, never dropped
+silently.
+
+A second section compares published pipeline-schedule figures (Qi et al. 2024, zero-bubble vs
+1F1B throughput and memory ratios and bubble rates; `bench/published_schedules.py`) with the
+analytical model's, relative figures only; `--schedules` prints that section alone.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import published_schedules  # noqa: E402
 from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.analytical.training.context import straggler_z  # noqa: E402
@@ -270,7 +276,19 @@ def main() -> None:
         action="store_true",
         help="store the held-out residual quantiles in cost_models/data/residuals.json",
     )
+    parser.add_argument(
+        "--schedules",
+        action="store_true",
+        help="print only the published pipeline-schedule comparisons (analytical model)",
+    )
     args = parser.parse_args()
+    if args.schedules:
+        rows = published_schedules.compare()
+        if args.json:
+            print(json.dumps({"schedules": published_schedules.summary(rows)}, indent=2))
+        else:
+            print(published_schedules.report(rows))
+        return
     results, skipped = run(args.cost_model)
     fitted = fit(results) if args.cost_model == "analytical" else None
     if args.write_residuals:
@@ -288,6 +306,7 @@ def main() -> None:
                     },
                     "by_source": by_source,
                     "by_framework": by_framework,
+                    "schedules": published_schedules.summary(published_schedules.compare()),
                 },
                 indent=2,
             )
@@ -355,6 +374,8 @@ def main() -> None:
         print(f"  {'ok   ' if ok else 'WRONG'} {g[0].case.label[:30]:30} {rows}")
     if groups:
         print(f"  reproduced in {hits} of {len(groups)} groups ({hits / len(groups):.0%})")
+    print()
+    print(published_schedules.report())
 
 
 if __name__ == "__main__":
