@@ -186,8 +186,8 @@ class Priced:
 
 def bubble_rate(estimate: TrainingEstimate) -> float:
     """(cost − m·max_j T_j) / cost with cost = m·max_j T_j + the schedule's bubble."""
-    m = estimate.details["num_microbatches"]
-    steady = m * max(estimate.details["rank_work_s"])
+    m = int(estimate.details["num_microbatches"])
+    steady = m * max(float(x) for x in estimate.details["rank_work_s"])
     bubble = estimate.metrics.time_breakdown_s.bubble
     return bubble / (steady + bubble)
 

@@ -35,7 +35,7 @@ def _hand_bubble(est: TrainingEstimate, a_w: float) -> float:
     work = d["rank_work_s"]
     crit = max(range(len(work)), key=work.__getitem__)
     return sum(
-        max(f, f + b + a_w * w)
+        max(float(f), f + b + a_w * w)
         for j, (f, b, w) in enumerate(
             zip(d["stage_forward_s"], d["rank_input_grad_s"], d["rank_weight_grad_s"], strict=True)
         )
