@@ -34,13 +34,14 @@ def _hand_bubble(est: TrainingEstimate, a_w: float) -> float:
     d = est.details
     work = d["rank_work_s"]
     crit = max(range(len(work)), key=work.__getitem__)
-    return sum(
+    total: float = sum(
         max(float(f), f + b + a_w * w)
         for j, (f, b, w) in enumerate(
             zip(d["stage_forward_s"], d["rank_input_grad_s"], d["rank_weight_grad_s"], strict=True)
         )
         if j != crit
     )
+    return total
 
 
 def test_the_data_file_has_complete_provenance() -> None:
