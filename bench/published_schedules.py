@@ -59,12 +59,13 @@ COLUMNS: dict[str, tuple[str, str]] = {
 """Published column -> (meshplan schedule, how closely it is the same schedule)."""
 
 NOT_REPRESENTABLE: dict[str, str] = {
-    "1f1b_i": "1F1B-I runs one layer per chunk (§5.1) with the end stages one layer short: "
-    "pipeline × virtual_pipeline chunks of ≥ 1 layer each on every rank cannot hold that "
-    "layout (e.g. 22 layers on 8 ranks)",
-    "zb_v": "ZB-V runs 2p chunks on 2p − 2 layers (rank 0's two chunks share one layer with "
-    "the embedding and the head, `--allow-padding-num-layers`); stage_layers needs ≥ 1 layer "
-    "per chunk, so 2p chunks need ≥ 2p layers",
+    "1f1b_i": "1F1B-I runs one layer per chunk (§5.1; the launcher's "
+    "--num-layers-per-virtual-pipeline-stage 1 with --allow-padding-num-layers, which pads the "
+    "layers to a multiple of pipeline and takes the padding from the last and first chunks, "
+    "get_offset): those chunks hold no layer, and stage_layers needs >= 1 layer per chunk",
+    "zb_v": "ZB-V runs 2p chunks on 2p - 2 layers (Table 6's 30 / 46 / 62 layers on 16 / 24 / "
+    "32 ranks): the padding leaves chunks 0 and 2p - 1, both on rank 0, without a layer (the "
+    "embedding and the head only); stage_layers needs >= 1 layer per chunk",
 }
 """Published columns left out, with the reason."""
 
