@@ -12,9 +12,11 @@ Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-res
 [--schedules]`. Rows that cannot be represented are listed with the reason, never dropped
 silently.
 
-A second section compares published pipeline-schedule figures (Qi et al. 2024, zero-bubble vs
-1F1B throughput and memory ratios and bubble rates; `bench/published_schedules.py`) with the
-analytical model's, relative figures only; `--schedules` prints that section alone.
+Two more sections compare published relative figures with the analytical model's: pipeline
+schedules (Qi et al. 2024, zero-bubble vs 1F1B throughput and memory ratios and bubble rates;
+`bench/published_schedules.py`; `--schedules` prints it alone) and context parallelism at long
+context (NeMo's with-CP / without-CP speedups; `bench/published_context_parallel.py`;
+`--context-parallel` prints it alone).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import published_schedules  # noqa: E402
+from bench import published_context_parallel, published_schedules  # noqa: E402
 from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.analytical.training.context import straggler_z  # noqa: E402
@@ -281,13 +283,26 @@ def main() -> None:
         action="store_true",
         help="print only the published pipeline-schedule comparisons (analytical model)",
     )
+    parser.add_argument(
+        "--context-parallel",
+        action="store_true",
+        help="print only the published long-context CP speedups (analytical model)",
+    )
     args = parser.parse_args()
-    if args.schedules:
-        rows = published_schedules.compare()
+    if args.schedules or args.context_parallel:
+        out: dict[str, Any] = {}
+        if args.schedules:
+            sched_rows = published_schedules.compare()
+            out["schedules"] = published_schedules.summary(sched_rows)
+            if not args.json:
+                print(published_schedules.report(sched_rows))
+        if args.context_parallel:
+            cp_rows = published_context_parallel.compare()
+            out["context_parallel"] = published_context_parallel.summary(cp_rows)
+            if not args.json:
+                print(published_context_parallel.report(cp_rows))
         if args.json:
-            print(json.dumps({"schedules": published_schedules.summary(rows)}, indent=2))
-        else:
-            print(published_schedules.report(rows))
+            print(json.dumps(out, indent=2))
         return
     results, skipped = run(args.cost_model)
     fitted = fit(results) if args.cost_model == "analytical" else None
@@ -307,6 +322,9 @@ def main() -> None:
                     "by_source": by_source,
                     "by_framework": by_framework,
                     "schedules": published_schedules.summary(published_schedules.compare()),
+                    "context_parallel": published_context_parallel.summary(
+                        published_context_parallel.compare()
+                    ),
                 },
                 indent=2,
             )
@@ -376,6 +394,8 @@ def main() -> None:
         print(f"  reproduced in {hits} of {len(groups)} groups ({hits / len(groups):.0%})")
     print()
     print(published_schedules.report())
+    print()
+    print(published_context_parallel.report())
 
 
 if __name__ == "__main__":
