@@ -305,6 +305,14 @@ def summary(rows: list[Comparison]) -> dict[str, dict[str, float]]:
     }
 
 
+def bias(rows: list[Comparison]) -> dict[str, float]:
+    """Mean signed error per metric and published column (where the model leans)."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(f"{r.metric} {r.column}", []).append(r.error)
+    return {k: statistics.fmean(v) for k, v in sorted(groups.items())}
+
+
 def report(rows: list[Comparison] | None = None) -> str:
     """The table the accuracy report prints."""
     rows = compare() if rows is None else rows
@@ -329,6 +337,9 @@ def report(rows: list[Comparison] | None = None) -> str:
             f"  {k:32} rows {v['rows']:>3.0f}  mean {v['mean_abs_error']:.4f}  "
             f"max {v['max_abs_error']:.4f}"
         )
+    lines.append("Mean signed error per metric and column:")
+    for k, v in bias(rows).items():
+        lines.append(f"  {k:40} {v:+.4f}")
     lines.append("Not compared:")
     for column, why in NOT_REPRESENTABLE.items():
         lines.append(f"  {column}: {why}")
