@@ -21,7 +21,6 @@ throughput was found (the data file lists what was looked for, under `sources_no
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -29,40 +28,26 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from bench.published_tables import PublishedFile, cluster_of
 from cost_models.base import TrainingEstimate, TrainingProblem
 from cost_models.registry import build_cost_model
-from hardware_catalog import resolve_cluster
 from solver import search
-from specs import ClusterSpec, SearchConstraints, TrainingWorkload
+from specs import SearchConstraints, TrainingWorkload
 from specs.model_input import resolve_model
 
 DATA = Path(__file__).resolve().parent / "data" / "published_context_parallel.json"
 
-REQUIRED_SOURCE_FIELDS = ("paper", "url", "transcription", "hardware", "runtime", "not_stated")
+REQUIRED_ASSUMPTIONS = ("precision", "context_parallel_algorithm", "framework", "basis")
 REQUIRED_TABLE_FIELDS = ("id", "source", "locator", "model_preset", "accelerator", "rows")
 
 
-def load(path: Path = DATA) -> dict[str, Any]:
-    """The data file; a missing file is an error, never an empty comparison."""
-    if not path.is_file():
-        raise FileNotFoundError(f"the published context-parallel tables {path} are missing")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-def provenance_gaps(data: dict[str, Any]) -> list[str]:
-    """Every provenance field a table or its source lacks (empty: complete)."""
-    gaps: list[str] = []
-    for key, src in data["sources"].items():
-        gaps += [f"sources.{key}.{f}" for f in REQUIRED_SOURCE_FIELDS if not src.get(f)]
-    for t in data["tables"]:
-        gaps += [f"tables.{t.get('id')}.{f}" for f in REQUIRED_TABLE_FIELDS if not t.get(f)]
-        if t.get("source") not in data["sources"]:
-            gaps.append(f"tables.{t.get('id')}.source (unknown source {t.get('source')!r})")
-    for f in ("precision", "context_parallel_algorithm", "framework", "basis"):
-        if f not in data.get("assumptions", {}):
-            gaps.append(f"assumptions.{f}")
-    return gaps
+FILE = PublishedFile(
+    DATA, "published context-parallel tables", REQUIRED_TABLE_FIELDS, REQUIRED_ASSUMPTIONS
+)
+load = FILE.load
+"""The data file (a missing file is an error, never an empty comparison)."""
+provenance_gaps = FILE.gaps
+"""Every provenance field a table, its source or the assumptions lack (empty: complete)."""
 
 
 @dataclass(frozen=True)
@@ -102,18 +87,9 @@ def best_plan(
     precision: str = "fp8",
 ) -> TrainingEstimate | None:
     """The planner's best feasible plan under `fixed` (None: none fits)."""
-    nodes, per_node = (gpus // 8, 8) if gpus >= 8 else (1, gpus)
     problem = TrainingProblem(
         model=resolve_model({"preset": preset}),
-        cluster=resolve_cluster(
-            ClusterSpec.model_validate(
-                {
-                    "node_groups": [
-                        {"accelerator": accelerator, "num_nodes": nodes, "gpus_per_node": per_node}
-                    ]
-                }
-            )
-        ),
+        cluster=cluster_of(accelerator, gpus),
         workload=TrainingWorkload.model_validate(
             {
                 "global_batch_size": global_batch_size,

@@ -18,8 +18,8 @@ Nothing is fitted to these rows and no row has a correction: the settings the pa
 not state are taken once from the authors' own launcher (`examples/pretrain_zero_bubble.sh`
 of sail-sg/zero-bubble-pipeline-parallelism, branch `arxiv`: `--fp16`, no
 `--use-flash-attn`, no recomputation flags) and Megatron-LM's defaults (GPT-2 BPE vocabulary
-50257 padded to a multiple of 128 = 50304, learned positions, 4h FFN); the data file lists
-them under `assumptions`.
+50257 padded to a multiple of 128 = 50304, learned positions, 4h FFN, dropout on); the data
+file lists them under `assumptions`.
 
 Which meshplan schedule a column is compared with (`COLUMNS`): 1F1B, ZB-H1 and ZB-H2 are
 the registered `1f1b`, `zero_bubble_h1`, `zero_bubble_h2` ("exact"). ZB-1p is the authors'
@@ -32,17 +32,17 @@ representable configuration are listed with the reason (`NOT_REPRESENTABLE`).
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from bench.published_runs import gpt_model
+from bench.published_tables import PublishedFile, cluster_of
 from cost_models.base import TrainingEstimate, TrainingProblem
 from cost_models.registry import build_cost_model
-from hardware_catalog import resolve_cluster
-from specs import ClusterSpec, TrainingWorkload
+from specs import TrainingWorkload
 from specs.model_input import resolve_model
 from specs.plan import TrainingPlan
 
@@ -69,31 +69,22 @@ NOT_REPRESENTABLE: dict[str, str] = {
 }
 """Published columns left out, with the reason."""
 
-REQUIRED_SOURCE_FIELDS = ("paper", "url", "transcription", "hardware", "runtime", "not_stated")
+REQUIRED_ASSUMPTIONS = (
+    "vocab_size",
+    "precision",
+    "flash_attention",
+    "recompute",
+    "dropout",
+    "basis",
+)
 REQUIRED_TABLE_FIELDS = ("id", "source", "locator", "kind", "columns", "rows")
 
 
-def load(path: Path = DATA) -> dict[str, Any]:
-    """The data file; a missing file is an error, never an empty comparison."""
-    if not path.is_file():
-        raise FileNotFoundError(f"the published schedule tables {path} are missing")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-def provenance_gaps(data: dict[str, Any]) -> list[str]:
-    """Every provenance field a table or its source lacks (empty: complete)."""
-    gaps: list[str] = []
-    for key, src in data["sources"].items():
-        gaps += [f"sources.{key}.{f}" for f in REQUIRED_SOURCE_FIELDS if not src.get(f)]
-    for t in data["tables"]:
-        gaps += [f"tables.{t.get('id')}.{f}" for f in REQUIRED_TABLE_FIELDS if not t.get(f)]
-        if t.get("source") not in data["sources"]:
-            gaps.append(f"tables.{t.get('id')}.source (unknown source {t.get('source')!r})")
-    for f in ("vocab_size", "precision", "flash_attention", "recompute", "basis"):
-        if f not in data.get("assumptions", {}):
-            gaps.append(f"assumptions.{f}")
-    return gaps
+FILE = PublishedFile(DATA, "published schedule tables", REQUIRED_TABLE_FIELDS, REQUIRED_ASSUMPTIONS)
+load = FILE.load
+"""The data file (a missing file is an error, never an empty comparison)."""
+provenance_gaps = FILE.gaps
+"""Every provenance field a table, its source or the assumptions lack (empty: complete)."""
 
 
 @dataclass(frozen=True)
@@ -115,24 +106,21 @@ def stage_layers(num_layers: int, pipeline: int) -> list[int]:
     return [mid - 1] + [mid] * (pipeline - 2) + [mid - 1]
 
 
-def _model(dims: dict[str, Any], assumptions: dict[str, Any]) -> dict[str, Any]:
-    h = dims["hidden_size"]
-    return {
-        "name": f"GPT-3-like {dims['num_layers']}x{h}",
-        "num_layers": dims["num_layers"],
-        "hidden_size": h,
-        "num_attention_heads": dims["num_attention_heads"],
-        "num_kv_heads": dims["num_attention_heads"],
-        "ffn_hidden_size": 4 * h,
+def _model(name: str, dims: dict[str, Any], assumptions: dict[str, Any]) -> dict[str, Any]:
+    """Table 3's dims as a GPT model spec (`bench.published_runs.gpt_model`: GeLU MLP of 4h,
+    LayerNorm, biases, learned positions, tied embeddings), with Megatron-LM's default
+    dropout (the authors' launcher turns it off only for exact numeric matching)."""
+    row = {
+        "model": f"GPT-3-like {name} (Qi et al. 2024 Table 3)",
+        "layers": dims["num_layers"],
+        "hidden_size": dims["hidden_size"],
+        "num_heads": dims["num_attention_heads"],
+        "num_kv_heads": None,
+        "ffn_hidden_size": None,
         "vocab_size": assumptions["vocab_size"],
-        "gated_mlp": False,
-        "tie_embeddings": True,
-        "norm": "layernorm",
-        "attention_bias": True,
-        "mlp_bias": True,
-        "position_embedding": "learned",
-        "max_position_embeddings": dims["sequence_length"],
+        "seq_len": dims["sequence_length"],
     }
+    return gpt_model(row, dropout=assumptions["dropout"])
 
 
 def problem_and_plan(
@@ -141,18 +129,9 @@ def problem_and_plan(
     """The paper's configuration as a meshplan problem and a fixed plan."""
     dims, assumptions = data["models"][setup.model], data["assumptions"]
     p = setup.pipeline
-    nodes, per_node = (p // 8, 8) if p >= 8 else (1, p)
     problem = TrainingProblem(
-        model=resolve_model(_model(dims, assumptions)),
-        cluster=resolve_cluster(
-            ClusterSpec.model_validate(
-                {
-                    "node_groups": [
-                        {"accelerator": "a100-80gb", "num_nodes": nodes, "gpus_per_node": per_node}
-                    ]
-                }
-            )
-        ),
+        model=resolve_model(_model(setup.model, dims, assumptions)),
+        cluster=cluster_of("a100-80gb", p),
         workload=TrainingWorkload.model_validate(
             {
                 "global_batch_size": setup.micro_batch_size * setup.microbatches,
@@ -338,8 +317,8 @@ def report(rows: list[Comparison] | None = None) -> str:
             f"max {v['max_abs_error']:.4f}"
         )
     lines.append("Mean signed error per metric and column:")
-    for k, v in bias(rows).items():
-        lines.append(f"  {k:40} {v:+.4f}")
+    for k, lean in bias(rows).items():
+        lines.append(f"  {k:40} {lean:+.4f}")
     lines.append("Not compared:")
     for column, why in NOT_REPRESENTABLE.items():
         lines.append(f"  {column}: {why}")

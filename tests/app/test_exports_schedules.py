@@ -14,18 +14,10 @@ from app.exports import torchtitan as tt_export
 from app.exports.base import UnexpressiblePlan
 from cost_models.analytical.schedules import SCHEDULES, get
 from specs.model import ModelSpec
+from tests.support import TINY_MODEL
 
-MODEL = ModelSpec.model_validate(
-    {
-        "name": "toy",
-        "num_layers": 8,
-        "hidden_size": 1536,
-        "num_attention_heads": 12,
-        "num_kv_heads": 4,
-        "ffn_hidden_size": 4096,
-        "vocab_size": 32000,
-    }
-)
+MODEL = ModelSpec.model_validate({**TINY_MODEL, "num_layers": 8})
+"""8 layers: 4 ranks of 2, or 8 chunks of 1 for the two-chunk schedules."""
 
 
 def _problem_and_row(schedule: str) -> tuple[dict[str, Any], dict[str, Any]]:
