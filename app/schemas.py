@@ -23,7 +23,7 @@ from pydantic import (
 from app.examples import ESTIMATE_EXAMPLES, RESOLVE_EXAMPLES, SEARCH_EXAMPLES
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
 from specs.cluster import ClusterSpec
-from specs.constraints import SearchConstraints
+from specs.constraints import Objective, SearchConstraints
 from specs.model import ModelSpec
 from specs.model_input import ModelInput
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
@@ -187,9 +187,14 @@ class SearchCreate(_Body):
     constraints: SearchConstraints | None = None
     """Restrictions on the searched space and the search's time limit; null: the
     defaults."""
-    objective: Literal["max_throughput"] = "max_throughput"
-    """What a training search ranks by: `max_throughput` (tokens per second); serving
-    searches rank by `workload.objective`."""
+    objective: Objective = "max_throughput"
+    """What a training search ranks by: `max_throughput` (tokens per second on all the
+    GPUs), `min_cost` (cost per million tokens: the node groups' `price_per_gpu_hour` or the
+    catalog's default), `min_energy` (GPU energy per token), `min_time_to_train` (needs
+    `workload.train_tokens`) or `min_gpus` (the fewest GPUs reaching
+    `workload.target_tokens_per_s`, or train_tokens within deadline_days); all but
+    max_throughput may leave GPUs idle (`metrics.gpus_used`). Serving searches rank by
+    `workload.objective`."""
     top_k: int = Field(default=10, ge=1)
     """Plans kept, count (at most the service's max_top_k): non-dominated plans; plans
     folded under them (`?include_dominated=true`) do not count."""

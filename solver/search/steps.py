@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from cost_models.economics import with_economics
 from cost_models.base import (
     BoundedTrainingCostModel,
     KeyedTrainingCostModel,
@@ -405,7 +406,7 @@ def evaluate_split(
         stats.add_pruned(est.violations[0].kind if est.violations else "infeasible")
         return None
     stats.feasible += 1
-    return est
+    return with_economics(problem, est)
 
 
 def split_lower_bound_s(profile: LayerProfile, max_rank_time_s: float) -> float:
