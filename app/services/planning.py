@@ -787,7 +787,9 @@ def prepare_search(
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
     _check_supported(model, cluster, workload)
-    check_objective(TrainingProblem(model=model, cluster=cluster, workload=workload), body.objective)
+    check_objective(
+        TrainingProblem(model=model, cluster=cluster, workload=workload), body.objective
+    )
     # on a mixed cluster a plan may leave GPUs idle: its degrees need not divide the total
     _check_fixed(
         constraints.fixed,

@@ -33,7 +33,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from cost_models.economics import with_economics
 from cost_models.base import (
     BoundedTrainingCostModel,
     KeyedTrainingCostModel,
@@ -42,6 +41,7 @@ from cost_models.base import (
     TrainingEstimate,
     TrainingProblem,
 )
+from cost_models.economics import with_economics
 from solver.base import RankedPlan, SearchResult, SearchStats, SolveStatus
 from solver.explain import describe, explain
 from solver.formulations.stage_partition import (
