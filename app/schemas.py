@@ -22,14 +22,14 @@ from pydantic import (
 
 from app.examples import ESTIMATE_EXAMPLES, RESOLVE_EXAMPLES, SEARCH_EXAMPLES
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
-from specs.cluster import ClusterSpec
+from specs.cluster import MAX_TOTAL_GPUS, ClusterSpec, NodeGroupSpec
 from specs.constraints import Objective, SearchConstraints
 from specs.model import ModelSpec
 from specs.model_input import ModelInput
 from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
-from specs.workload import Workload
+from specs.workload import TrainingWorkload, Workload
 
 
 def _plan_kind(value: Any) -> str:
@@ -825,3 +825,102 @@ class CalibrationPublic(_Public):
     prices with the base values until the outlying measurements are deleted."""
     cost_model: dict[str, Any]
     """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""
+
+
+# ---- capacity: how many nodes (issue 16, point 3) --------------------------------------------
+MAX_CAPACITY_NODE_TYPES = 8
+
+
+class CapacityRequest(_Body):
+    """How many nodes a training run needs: the model, the workload and the node types to
+    size, each a node group whose `num_nodes` is the most nodes of that type to consider."""
+
+    model: ModelInput
+    """The model: `{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
+    node_types: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_CAPACITY_NODE_TYPES)
+    """Node types to size: each a node group (accelerator, system, node size, price per
+    GPU-hour, ...) whose `num_nodes` is the largest node count to consider."""
+    workload: TrainingWorkload
+    """The training workload; its `target_tokens_per_s`, or `train_tokens` with
+    `deadline_days`, is the throughput a size must reach."""
+    min_nodes: int = Field(default=1, ge=1, le=MAX_TOTAL_GPUS)
+    """Smallest node count to consider, count."""
+    node_counts: list[Annotated[int, Field(ge=1, le=MAX_TOTAL_GPUS)]] | None = Field(
+        default=None, min_length=1, max_length=64
+    )
+    """Node counts to search (within min_nodes..num_nodes); null: every count of the range
+    (above 16 counts: the first 16, the powers of two and the largest)."""
+    budget: float | None = Field(default=None, gt=0, le=1e15)
+    """Most the whole run may cost, currency (the node types' price per GPU-hour): needs
+    `workload.train_tokens`."""
+    constraints: SearchConstraints | None = None
+    """The searched space at each size and the time limit of the whole question (seconds;
+    at most the service's max_search_time_limit_s)."""
+    cost_model: CostModelRef | None = None
+    """The cost model that prices the plans; null: `analytical`."""
+
+    _workload_kind = field_validator("workload", mode="before")(_default_kind)
+
+
+class CapacitySize(_Public):
+    """The fastest plan at one cluster size of one node type, or why there is none."""
+
+    num_nodes: int
+    """Nodes of this size, count."""
+    gpus: int
+    """GPUs of this size, count."""
+    plan: TrainingPlan | None
+    """The fastest plan at this size; null when none fits (see `reason`)."""
+    metrics: TrainingMetrics | None
+    """Its metrics (step time, tokens per second, cost and energy per token, ...)."""
+    reason: str | None
+    """Why there is no plan (memory, the time limit), null with a plan."""
+    complete: bool
+    """Whether the size was searched completely (the plan is the fastest there is)."""
+    meets_target: bool | None
+    """Whether the plan reaches the target throughput; null without a target."""
+    run_cost: float | None
+    """train_tokens × cost per token, currency; null without train_tokens or a price."""
+    within_budget: bool | None
+    """Whether run_cost is at most the budget; null without a budget or a cost."""
+
+
+class CapacityNodeType(_Public):
+    """Every searched size of one node type, smallest first."""
+
+    index: int
+    """Index of the node type in the request's `node_types`."""
+    node_group: NodeGroupSpec
+    """The node type as requested."""
+    sizes: list[CapacitySize]
+    """Each searched size, smallest first."""
+    smallest_meeting: int | None
+    """Smallest node count meeting the target and the budget, count; null when none does
+    or neither is given."""
+    nearest_fit: CapacitySize | None
+    """When nothing in the range fits: the first doubling of the node count past it that
+    does (up to 16 × the largest count); null otherwise."""
+
+
+class CapacityRecommendation(_Public):
+    """The size to run: the fewest GPUs meeting the target and budget (cheapest among equal
+    counts); with neither, the cheapest run per token (or the fastest, without prices)."""
+
+    index: int
+    """Index of the node type in the request's `node_types`."""
+    size: CapacitySize
+    """The recommended size and its plan."""
+
+
+class CapacityPublic(_Public):
+    """The answer to a capacity question (`POST /v1/capacity`)."""
+
+    node_types: list[CapacityNodeType]
+    """Per node type, every size searched."""
+    recommendation: CapacityRecommendation | None
+    """The size to run; null when no size of any node type qualifies."""
+    target_tokens_per_s: float | None
+    """The throughput a size must reach, tokens per second (the workload's target, or
+    train_tokens / deadline_days); null without one."""
+    budget: float | None
+    """The request's budget for the whole run, currency; null without one."""

@@ -37,7 +37,15 @@ def estimate(body: Any) -> dict[str, Any]:
     return planning.estimate(body, None)
 
 
-JOBS = {"expert_placement": expert_placement, "estimate": estimate}
+def capacity(payload: Any) -> dict[str, Any]:
+    """`POST /v1/capacity`: `(body, max_time_limit_s)` → the answer document."""
+    from app.services.capacity import answer
+
+    body, max_time_limit_s = payload
+    return answer(body, max_time_limit_s=max_time_limit_s)
+
+
+JOBS = {"expert_placement": expert_placement, "estimate": estimate, "capacity": capacity}
 
 
 def run_job(name: str, payload: Any) -> tuple[str, Any]:
