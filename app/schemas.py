@@ -924,3 +924,37 @@ class CapacityPublic(_Public):
     train_tokens / deadline_days); null without one."""
     budget: float | None
     """The request's budget for the whole run, currency; null without one."""
+
+
+# ---- the Pareto front of a search (issue 16, point 2) ----------------------------------------
+class ParetoPlan(_Public):
+    """One plan of the front."""
+
+    id: str | None
+    """The stored plan's id when the search kept this plan among its ranked plans (exports
+    and measurements take it); null for a front plan outside the top-k."""
+    plan: TrainingPlan
+    """The plan (its split filled in)."""
+    metrics: TrainingMetrics
+    """Its metrics: tokens per second, GPUs used, cost and energy per token, ..."""
+    memory: MemoryReport
+    """Its memory per pipeline stage; `peak_gib` is the figure the front trades."""
+
+
+class ParetoPublic(_Public):
+    """The plans of a training search that no other plan of its space beats on every one of
+    `figures` (throughput, GPUs used, cost per token, energy per token, peak memory)."""
+
+    search_id: str
+    """The search."""
+    figures: list[str]
+    """The figures traded: tokens_per_s (higher is better), gpus_used,
+    cost_per_million_tokens, energy_per_token_j and peak_memory_gib (lower is better)."""
+    plans: list[ParetoPlan]
+    """The front, fastest first."""
+    complete: bool
+    """Whether every candidate was priced or bounded (the front is exact); false when the
+    time limit stopped it."""
+    stats: dict[str, Any]
+    """What the front search did: candidates enumerated, evaluated, pruned by reason
+    (`pareto_bound`: a found plan beats the candidate's bounds), wall time in seconds."""

@@ -16,8 +16,8 @@ from app.services.planning import (
     resolve_model,
 )
 from cost_models.base import TrainingProblem
-from solver.capacity import MAX_SIZES, SizeAnswer, capacity, node_counts
 from hardware_catalog.schema import ResolvedCluster
+from solver.capacity import MAX_SIZES, SizeAnswer, capacity, node_counts
 from specs.cluster import ClusterSpec, NodeGroupSpec
 from specs.constraints import SearchConstraints
 from specs.errors import PlannerError

@@ -45,7 +45,19 @@ def capacity(payload: Any) -> dict[str, Any]:
     return answer(body, max_time_limit_s=max_time_limit_s)
 
 
-JOBS = {"expert_placement": expert_placement, "estimate": estimate, "capacity": capacity}
+def pareto(payload: Any) -> dict[str, Any]:
+    """`GET /v1/searches/{id}/pareto`: `(stored problem, time limit)` → the front."""
+    from app.services.pareto import front
+
+    return front(payload)
+
+
+JOBS = {
+    "expert_placement": expert_placement,
+    "estimate": estimate,
+    "capacity": capacity,
+    "pareto": pareto,
+}
 
 
 def run_job(name: str, payload: Any) -> tuple[str, Any]:

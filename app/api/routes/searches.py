@@ -51,6 +51,7 @@ from sqlmodel import Session
 from app.api.auth import Principal, Reader, Writer
 from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.limits import QueueFull, TenantQuotaExceeded
+from app.api.offload import run_in_worker
 from app.api.params import CursorQuery, SearchId, limit_description
 from app.api.routes.plans import plan_public
 from app.core.config import Settings
@@ -68,6 +69,7 @@ from app.db.models import (
 from app.examples import SEARCH_EXAMPLES
 from app.schemas import (
     DeliveryList,
+    ParetoPublic,
     PlanList,
     SearchCreate,
     SearchList,
@@ -608,6 +610,54 @@ def _sse(event: str | None, data: str | None = None, event_id: str | None = None
     if data is not None:
         lines.extend(f"data: {line}" for line in data.split("\n"))
     return "\n".join(lines) + "\n\n"
+
+
+@router.get("/v1/searches/{search_id}/pareto", response_model=ParetoPublic)
+async def read_search_pareto(
+    search_id: SearchId,
+    session: SessionDep,
+    request: Request,
+    settings: SettingsDep,
+    principal: Reader,
+) -> dict[str, Any]:
+    """The Pareto front of a finished training search: its plans that no other plan of the
+    space beats on throughput, GPUs used, cost per token, energy per token and peak memory.
+
+    Exact over the search's space (every size its objective covers), recomputed from the
+    stored problem in a request worker within the search's time limit (at most
+    `max_search_time_limit_s`); plans the search kept among its ranked plans carry their
+    id. A serving search, or one not finished, is a 409."""
+
+    def load() -> tuple[SearchRecord, dict[str, str]]:
+        record = _load(session, search_id, principal.tenant)
+        rows, _ = crud.list_plans(session=session, search_id=search_id, limit=MAX_OFFSET)
+        ids = {canonical_hash(row.plan): row.id for row in rows}
+        return record, ids
+
+    record, ids = await run_in_threadpool(load)
+    problem = dict(record.problem)
+    if (problem.get("workload") or {}).get("kind") == "serving":
+        raise Conflict(
+            f"search {search_id} plans serving; the front trades training figures",
+            id=search_id,
+        )
+    if record.status != SearchStatus.SUCCEEDED.value:
+        raise Conflict(
+            f"search {search_id} is {record.status}: the front is for a finished search",
+            id=search_id,
+        )
+    answer: dict[str, Any] = await run_in_worker(
+        request, "pareto", (problem, settings.max_search_time_limit_s)
+    )
+    for item in answer["plans"]:
+        item["id"] = ids.get(canonical_hash(item["plan"]))
+    stats = answer.pop("stats")
+    return {
+        "search_id": search_id,
+        **answer,
+        "complete": bool(stats.get("complete")),
+        "stats": stats,
+    }
 
 
 @router.get(
