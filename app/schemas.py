@@ -958,3 +958,37 @@ class ParetoPublic(_Public):
     stats: dict[str, Any]
     """What the front search did: candidates enumerated, evaluated, pruned by reason
     (`pareto_bound`: a found plan beats the candidate's bounds), wall time in seconds."""
+
+
+# ---- re-plan after a cluster change (issue 16, point 4) --------------------------------------
+class ReplanRequest(_Body):
+    """What changed in the cluster a stored training plan runs on."""
+
+    lost_nodes: int | list[Annotated[int, Field(ge=0, le=MAX_TOTAL_GPUS)]] | None = Field(
+        default=None
+    )
+    """Nodes of `node_group` that failed: a count (the group's last nodes) or their indices
+    in the group (0-based), count or list."""
+    lost_gpus: int | None = Field(default=None, ge=1, le=MAX_TOTAL_GPUS)
+    """GPUs of `node_group` that failed (the group's last GPUs), count."""
+    node_group: int = Field(default=0, ge=0, le=64)
+    """Index of the node group (in the search's `cluster.node_groups`) that lost them."""
+    added_node_groups: list[NodeGroupSpec] | None = Field(default=None, max_length=16)
+    """Node groups that joined the cluster (after the existing ones)."""
+    top_k: int | None = Field(default=None, ge=1)
+    """Plans kept, count; null: the original search's top_k."""
+    restart_overhead_s: float = Field(default=120.0, ge=0, le=86_400)
+    """Relaunch time of the job (scheduler, process start, NCCL set-up), seconds: an
+    assumption to set from your own restarts."""
+    storage_read_gb_s: float = Field(default=10.0, gt=0, le=100_000)
+    """Checkpoint read rate per node, GB/s: an assumption to set from your storage."""
+
+    @model_validator(mode="after")
+    def _says_what_changed(self) -> ReplanRequest:
+        if isinstance(self.lost_nodes, int) and self.lost_nodes < 1:
+            raise ValueError(f"lost_nodes must be at least 1 (got {self.lost_nodes})")
+        if self.lost_nodes is not None and self.lost_gpus is not None:
+            raise ValueError("give lost_nodes or lost_gpus, not both")
+        if self.lost_nodes is None and self.lost_gpus is None and not self.added_node_groups:
+            raise ValueError("say what changed: lost_nodes, lost_gpus or added_node_groups")
+        return self

@@ -39,8 +39,12 @@ when it is not faster (null).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from cost_models.base import TrainingProblem
+from solver.base import RankedPlan, SearchResult
+from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
 
@@ -245,3 +249,103 @@ def break_even_s(
         tokens_per_s - keep_tokens_per_s
     )
     return max(t, restart_s)
+
+
+# ---- a re-planned search's plans ---------------------------------------------------------
+KEPT_DEGREES = (
+    "tensor",
+    "pipeline",
+    "virtual_pipeline",
+    "context",
+    "expert",
+    "expert_tensor",
+)
+"""The degrees the baseline keeps (`keep_constraints`): everything but the data degree,
+which elastic restarts (TorchElastic, Megatron's in-job restarts) shrink with the cluster."""
+
+
+def keep_constraints(old: TrainingPlan, constraints: Any) -> Any:
+    """The search constraints of the baseline: the old plan's degrees but data, and its
+    schedule, pinned."""
+    p = old.parallelism
+    fixed = dict(constraints.fixed)
+    fixed.update({name: getattr(p, name) for name in KEPT_DEGREES})
+    fixed["pipeline_schedule"] = old.pipeline_schedule
+    return constraints.model_copy(update={"fixed": fixed})
+
+
+def annotate(
+    result: SearchResult,
+    problem: TrainingProblem,
+    cost_model: Any,
+    constraints: Any,
+    info: Mapping[str, Any],
+    run: Callable[..., SearchResult],
+) -> SearchResult:
+    """The re-planned search's plans with their restart figures and break-even against the
+    best plan keeping the old degrees (searched here, on the new cluster), and
+    `stats.replan` describing that baseline."""
+    old = TrainingPlan.model_validate(info["plan"])
+    survivors = list(info["survivors"])
+    added = int(info.get("added_gpus", 0))
+    gpn = problem.cluster.groups[0].gpus_per_node
+    nic = problem.cluster.groups[0].inter_node_bandwidth_gb_s * 1e9
+    storage_per_node = float(info["storage_read_gb_s"]) * 1e9
+    overhead = float(info["restart_overhead_s"])
+
+    def restart(plan: TrainingPlan) -> tuple[Reshard, float] | None:
+        try:
+            shard = reshard(problem.model, old, plan, survivors, added)
+        except ValueError:
+            return None
+        nodes = max(1, -(-plan.num_gpus // gpn))
+        seconds = restart_seconds(
+            shard,
+            nic_bytes_per_s=nic,
+            storage_bytes_per_s=storage_per_node * nodes,
+            overhead_s=overhead,
+        )
+        return shard, seconds
+
+    keep_figures: dict[str, Any] | None = None
+    keep_rate = keep_restart = None
+    try:
+        keep = run(problem, cost_model, keep_constraints(old, constraints), top_k=1)
+    except SpecError:
+        keep = None
+    if keep is not None and keep.plans:
+        est = keep.plans[0].estimate
+        found = restart(est.plan)
+        if found is not None:
+            keep_rate, keep_restart = est.metrics.tokens_per_s, found[1]
+            keep_figures = {
+                "plan": est.plan.model_dump(mode="json"),
+                "tokens_per_s": keep_rate,
+                "restart_s": keep_restart,
+                "restart_peer_bytes": found[0].peer_bytes,
+                "restart_reload_bytes": found[0].reload_bytes,
+            }
+
+    def figures(ranked: RankedPlan) -> RankedPlan:
+        est = ranked.estimate
+        found = restart(est.plan)
+        if found is None:
+            return ranked
+        shard, seconds = found
+        update: dict[str, Any] = {
+            "restart_peer_bytes": shard.peer_bytes,
+            "restart_reload_bytes": shard.reload_bytes,
+            "restart_s": seconds,
+        }
+        if keep_rate is not None and keep_restart is not None:
+            update["break_even_s"] = break_even_s(
+                est.metrics.tokens_per_s, seconds, keep_rate, keep_restart
+            )
+        metrics = est.metrics.model_copy(update=update)
+        return dataclasses.replace(ranked, estimate=dataclasses.replace(est, metrics=metrics))
+
+    plans = [figures(p) for p in result.plans]
+    every = [figures(p) for p in result.all_plans] if result.all_plans is not None else None
+    stats = dataclasses.replace(result.stats)
+    stats.replan = {"replan_of": info.get("plan_id"), "keep": keep_figures}
+    return SearchResult(plans=plans, stats=stats, all_plans=every)

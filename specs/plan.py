@@ -619,6 +619,18 @@ class TrainingMetrics(_Out):
     null when a group has no price."""
     time_to_train_days: float | None = None
     """`workload.train_tokens` / tokens_per_s, days; null without train_tokens."""
+    restart_peer_bytes: float | None = None
+    """Re-planned plans (`POST /v1/plans/{id}/replan`): model state its ranks fetch from
+    surviving GPUs of the old layout, bytes (`solver/replan.py`); null otherwise."""
+    restart_reload_bytes: float | None = None
+    """Re-planned plans: model state no surviving GPU held, read back from the checkpoint,
+    bytes."""
+    restart_s: float | None = None
+    """Re-planned plans: relaunch overhead + the slowest rank's peer transfer + the
+    checkpoint reload, seconds."""
+    break_even_s: float | None = None
+    """Re-planned plans: seconds after the change from which this plan has trained more
+    tokens than the best plan keeping the old plan's degrees; null when it never does."""
 
 
 class StageMemory(_Out):

@@ -54,6 +54,7 @@ from cost_models.frameworks import list_frameworks as registered_frameworks
 from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
+from solver import replan
 from solver.estimate import estimate_with_warnings
 from solver.objectives import check_objective, objective_search
 from solver.placement_load import with_placement_load_factors
@@ -872,6 +873,8 @@ def run_problem(
         should_stop=should_stop,
         run=run,
     )
+    if problem.get("replan") is not None:
+        result = replan.annotate(result, training, cost_model, constraints, problem["replan"], run)
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     # every plan shown with include_dominated: the non-dominated ones and those folded under
