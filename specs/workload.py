@@ -123,7 +123,9 @@ class SequenceLengthsSpec(Spec):
     )
     """Document lengths as buckets `{length, count}` (at most 4096 buckets); exclusive with
     `samples`."""
-    samples: list[int] | None = Field(default=None, min_length=1, max_length=MAX_LENGTH_SAMPLES)
+    samples: list[Annotated[int, Field(ge=1, le=4_194_304)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_LENGTH_SAMPLES
+    )
     """Observed document lengths, tokens, one per document (at most 65,536 entries; each at
     least 1); exclusive with `histogram`."""
     packing: Packing = "pack"
@@ -138,12 +140,6 @@ class SequenceLengthsSpec(Spec):
             raise PydanticCustomError(
                 "sequence_lengths_form",
                 "give exactly one of sequence_lengths.histogram and sequence_lengths.samples",
-            )
-        if self.samples is not None and min(self.samples) < 1:
-            raise PydanticCustomError(
-                "greater_than_equal",
-                "sequence_lengths.samples must be at least 1 token (got {value})",
-                {"value": min(self.samples)},
             )
         if self.histogram is not None and not sum(b.count for b in self.histogram) > 0:
             raise PydanticCustomError(
@@ -204,14 +200,17 @@ class TrainingWorkload(Spec):
         seq = info.data.get("sequence_length")
         if value is None or seq is None:
             return value
-        longest = value.longest()
-        if longest > seq:
-            raise PydanticCustomError(
-                "length_above_sequence_length",
-                "every document length must be at most sequence_length ({sequence_length}); "
-                "the longest is {value}",
-                {"sequence_length": seq, "value": longest},
-            )
+        lengths = value.samples or [b.length for b in value.histogram or ()]
+        form = "samples" if value.samples is not None else "histogram"
+        for i, length in enumerate(lengths):
+            if length > seq:
+                entry = f"{form}.{i}" if form == "samples" else f"{form}.{i}.length"
+                raise PydanticCustomError(
+                    "length_above_sequence_length",
+                    "sequence_lengths.{entry} = {length} tokens exceeds sequence_length "
+                    "({sequence_length}): every document must fit one sequence",
+                    {"entry": entry, "length": length, "sequence_length": seq},
+                )
         return value
 
     @field_validator("fp8_recipe", mode="before")
