@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -242,6 +243,16 @@ class TrainingWorkload(Spec):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.sequence_length
+
+    @property
+    def real_tokens_per_step(self) -> float:
+        """Documents' tokens per step, padding excluded: tokens_per_step, or with
+        `sequence_lengths` packed `pad` global_batch_size × the mean document length."""
+        spec = self.sequence_lengths
+        if spec is None or spec.packing != "pad":
+            return float(self.tokens_per_step)
+        mean = math.fsum(length * fraction for length, fraction in spec.buckets())
+        return self.global_batch_size * mean
 
 
 Workload = Annotated[TrainingWorkload | ServingWorkload, Field(discriminator="kind")]

@@ -326,8 +326,8 @@ def build_config(
     if lengths is not None and lengths.packing != "pad":
         notes.append(
             f"sequence_lengths packing {lengths.packing}: per-document attention needs the "
-            "flavor's model arguments attn_type = \"varlen\" (or \"flex\") and "
-            "attn_mask_type = \"block_causal\" (torchtitan 0.2.2 TransformerModelArgs; "
+            'flavor\'s model arguments attn_type = "varlen" (or "flex") and '
+            'attn_mask_type = "block_causal" (torchtitan 0.2.2 TransformerModelArgs; '
             "llama3 has built-in 8B_varlen / 8B_flex flavors); torchtitan's text datasets "
             "concatenate documents and cut them at seq_len (concat)"
         )

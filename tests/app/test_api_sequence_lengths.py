@@ -67,7 +67,9 @@ def test_search_round_trip(client: Any, tiny: dict[str, Any]) -> None:
 
 
 def _error(client: Any, tiny: dict[str, Any], lengths: Any) -> dict[str, Any]:
-    body = assert_problem(client.post("/v1/estimate", json={**_with(tiny, lengths), "plan": PLAN}), 422)
+    body = assert_problem(
+        client.post("/v1/estimate", json={**_with(tiny, lengths), "plan": PLAN}), 422
+    )
     return body
 
 

@@ -165,7 +165,10 @@ def test_one_document_of_sequence_length_prices_as_no_mix() -> None:
     model = llama3_70b()
     cm = AnalyticalTrainingCostModel()
     plans = [
-        {"parallelism": {"data": 1, "tensor": 8, "pipeline": 2, "context": 2}, "recompute": "selective"},
+        {
+            "parallelism": {"data": 1, "tensor": 8, "pipeline": 2, "context": 2},
+            "recompute": "selective",
+        },
         {"parallelism": {"data": 2, "tensor": 4, "pipeline": 4}, "recompute": "full"},
         {"parallelism": {"data": 4, "tensor": 8}, "recompute": "none", "flash_attention": False},
     ]
@@ -217,3 +220,10 @@ def test_packing_speeds_up_and_reports_per_bucket_context_parallel() -> None:
     cp = pack.metrics.time_breakdown_s.context_parallel_comm
     assert per_bucket["context_parallel_comm_s"] == pytest.approx(cp * 8 / 9)
     assert per_bucket["step_time_s"] == pytest.approx(pack.metrics.step_time_s - cp / 9)
+
+
+def test_real_tokens_per_step_excludes_padding_only() -> None:
+    assert _workload(None).real_tokens_per_step == 64 * S
+    assert _workload(HALF_1K_8K, "pack").real_tokens_per_step == 64 * S
+    assert _workload(HALF_1K_8K, "concat").real_tokens_per_step == 64 * S
+    assert _workload(HALF_1K_8K, "pad").real_tokens_per_step == 64 * 4608

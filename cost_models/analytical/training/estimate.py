@@ -304,11 +304,13 @@ def evaluate(
             ctx.global_batch,
             ctx.seq,
             plan.recompute,
-            1.0 if ctx.lengths is None else ctx.lengths.priced_attention_factor(plan.flash_attention),
+            1.0
+            if ctx.lengths is None
+            else ctx.lengths.priced_attention_factor(plan.flash_attention),
         )
         ctx.recompute_flops[plan.recompute] = rc_flops
     mix = ctx.lengths
-    real_tokens = ctx.global_batch * ctx.seq
+    real_tokens: float = ctx.global_batch * ctx.seq
     processed = ctx.processed_flops
     if mix is not None:
         real_tokens *= mix.real_token_fraction
@@ -365,7 +367,10 @@ def evaluate(
         lengths = mix.report(ctx.global_batch)
         lengths["priced_attention_factor"] = mix.priced_attention_factor(key.flash_attention)
         per_bucket = mix.per_bucket_context_parallel(
-            key.context, key.micro_batch_size * ctx.seq / key.context, breakdown.context_parallel_comm, step
+            key.context,
+            key.micro_batch_size * ctx.seq / key.context,
+            breakdown.context_parallel_comm,
+            step,
         )
         if per_bucket is not None:
             lengths["per_bucket_context_parallel"] = per_bucket
