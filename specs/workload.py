@@ -172,7 +172,8 @@ class TrainingWorkload(Spec):
     kind: Literal["training"] = "training"
     """Workload kind: `training` (the default when a request leaves `kind` out)."""
     global_batch_size: int = Field(ge=1, le=16_777_216)
-    """Sequences per optimizer step."""
+    """Sequences per optimizer step (with `sequence_lengths`: packed sequences for `pack` /
+    `concat`, documents, each padded to one sequence, for `pad`)."""
     sequence_length: int = Field(ge=1, le=4_194_304)
     """Tokens per sequence."""
     precision: Precision = "bf16"

@@ -121,3 +121,30 @@ def test_torchtitan_export_names_the_varlen_model_arguments(tiny: dict[str, Any]
     fixed = TrainingWorkload.model_validate(tiny["workload"])
     _cfg, notes = build_config(model, plan, fixed, world_size=4, description="t")
     assert not [n for n in notes if "sequence_lengths" in n]
+
+
+def test_megatron_export_of_a_packed_mix_with_context_parallelism(tiny: dict[str, Any]) -> None:
+    """Masking flags for pack / concat, none for pad; with context 2 and micro-batch 1 a
+    note gives `--max-seqlen-per-dp-cp-rank` 512 / 2 = 256 for per-document degrees."""
+    from app.exports.megatron import build_args
+    from specs.model import ModelSpec
+    from specs.plan import TrainingPlan
+    from specs.workload import TrainingWorkload
+
+    model = ModelSpec.model_validate(tiny["model"])
+    plan = TrainingPlan.model_validate(
+        {"parallelism": {"data": 2, "context": 2}, "micro_batch_size": 1, "stage_layers": [4]}
+    )
+    masks = ["--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"]
+    for packing, flagged in (("pack", True), ("concat", True), ("pad", False)):
+        workload = TrainingWorkload.model_validate(
+            {**tiny["workload"], "sequence_lengths": {**MIX, "packing": packing}}
+        )
+        args, _env, notes = build_args(model, plan, workload)
+        assert all((m in args) == flagged for m in masks), packing
+        hybrid = [n for n in notes if "--hybrid-context-parallel" in n]
+        assert bool(hybrid) == flagged, packing
+        if flagged:
+            assert "--max-seqlen-per-dp-cp-rank 256" in hybrid[0]
+    args, _env, notes = build_args(model, plan, TrainingWorkload.model_validate(tiny["workload"]))
+    assert not any(m in args for m in masks)
