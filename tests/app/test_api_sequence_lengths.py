@@ -148,3 +148,17 @@ def test_megatron_export_of_a_packed_mix_with_context_parallelism(tiny: dict[str
             assert "--max-seqlen-per-dp-cp-rank 256" in hybrid[0]
     args, _env, notes = build_args(model, plan, TrainingWorkload.model_validate(tiny["workload"]))
     assert not any(m in args for m in masks)
+
+
+def test_measurements_of_a_padded_mix_count_real_tokens(client: Any, tiny: dict[str, Any]) -> None:
+    """A `pad` plan's tokens_per_s counts the documents' 8 × 176 tokens per step, and so
+    does a measurement of it: tokens_per_s alone converts with 1408 tokens per step."""
+    body = _with(tiny, {**MIX, "packing": "pad"})
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    plan = client.get(f"/v1/searches/{search['id']}/plans?limit=1").json()["items"][0]
+    response = client.post(f"/v1/plans/{plan['id']}/measurements", json={"tokens_per_s": 2816.0})
+    assert response.status_code == 201, response.text
+    assert response.json()["step_time_s"] == pytest.approx(8 * 176 / 2816.0, rel=1e-12)
+    both = {"step_time_s": 1.0, "tokens_per_s": 8 * 512.0}  # counts the padding: refused
+    problem = assert_problem(client.post(f"/v1/plans/{plan['id']}/measurements", json=both), 422)
+    assert "a step of this plan is 1408.0 tokens" in problem["detail"]
