@@ -187,6 +187,16 @@ class TrainingWorkload(Spec):
     moe_routing: MoERoutingSpec | None = None
     """MoE token routing (capacity factor, load skew); null: balanced and dropless. Ignored
     for dense models."""
+    train_tokens: float | None = Field(default=None, gt=0, le=1e16)
+    """Tokens the whole training run consumes (e.g. 1.5e13 for 15T), tokens; every plan then
+    reports `metrics.time_to_train_days`, and the `min_time_to_train` objective needs it."""
+    target_tokens_per_s: float | None = Field(default=None, gt=0, le=1e12)
+    """Throughput the job must reach, tokens per second: the `min_gpus` objective returns the
+    fewest GPUs that reach it."""
+    deadline_days: float | None = Field(default=None, gt=0, le=36_500)
+    """Days the run may take, days: with `train_tokens`, the `min_gpus` objective's target
+    (train_tokens / deadline_days / 86,400 tokens per second) when `target_tokens_per_s` is
+    not given."""
     sequence_lengths: SequenceLengthsSpec | None = None
     """Document-length distribution (`histogram` of `{length, count}` or `samples`, lengths
     in tokens, each at most sequence_length) and `packing` (`pack` / `concat`: documents
@@ -236,7 +246,14 @@ class TrainingWorkload(Spec):
         (request hashes stay)."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("moe_routing", "fp8_recipe", "sequence_lengths"):
+            for name in (
+                "moe_routing",
+                "fp8_recipe",
+                "train_tokens",
+                "target_tokens_per_s",
+                "deadline_days",
+                "sequence_lengths",
+            ):
                 if data.get(name, 0) is None:
                     del data[name]
         return data
@@ -254,6 +271,16 @@ class TrainingWorkload(Spec):
             return float(self.tokens_per_step)
         mean = math.fsum(length * fraction for length, fraction in spec.buckets())
         return self.global_batch_size * mean
+
+    @property
+    def required_tokens_per_s(self) -> float | None:
+        """The throughput the run must reach: `target_tokens_per_s`, else `train_tokens` over
+        `deadline_days`; null when neither is given."""
+        if self.target_tokens_per_s is not None:
+            return self.target_tokens_per_s
+        if self.train_tokens is not None and self.deadline_days is not None:
+            return self.train_tokens / (self.deadline_days * 86_400.0)
+        return None
 
 
 Workload = Annotated[TrainingWorkload | ServingWorkload, Field(discriminator="kind")]
