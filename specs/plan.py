@@ -615,13 +615,14 @@ class TrainingMetrics(_Out):
     sourced."""
     energy_per_token_j: float | None = None
     """GPU board energy per trained token, joules per token (GPUs used × power × step time
-    / tokens per step; host, network and cooling not counted)."""
+    / tokens per step, padding of a `pad` document mix excluded; host, network and cooling
+    not counted)."""
     price_per_gpu_hour: float | None = None
     """Average price of one GPU-hour of the GPUs used (the request's `price_per_gpu_hour`,
     else the catalog's default), currency per GPU-hour; null when a group has no price."""
     cost_per_million_tokens: float | None = None
-    """What a million trained tokens cost on the GPUs used, currency per million tokens;
-    null when a group has no price."""
+    """What a million trained tokens (padding excluded) cost on the GPUs used, currency per
+    million tokens; null when a group has no price."""
     time_to_train_days: float | None = None
     """`workload.train_tokens` / tokens_per_s, days; null without train_tokens."""
     restart_peer_bytes: float | None = None

@@ -227,3 +227,23 @@ def test_real_tokens_per_step_excludes_padding_only() -> None:
     assert _workload(HALF_1K_8K, "pack").real_tokens_per_step == 64 * S
     assert _workload(HALF_1K_8K, "concat").real_tokens_per_step == 64 * S
     assert _workload(HALF_1K_8K, "pad").real_tokens_per_step == 64 * 4608
+
+
+def test_economics_count_real_tokens() -> None:
+    """Energy and cost per token of a padded mix are per document token: the same step over
+    4608 instead of 8192 tokens per sequence costs 8192/4608 = 16/9 as much per token."""
+    from cost_models.economics import economics
+
+    model = llama3_70b()
+    plan = TrainingPlan.model_validate(
+        {"parallelism": {"data": 4, "tensor": 8}, "stage_layers": [80]}
+    )
+    acc = make_h100().model_copy(update={"tdp_w": 700.0})
+
+    def problem(workload: TrainingWorkload) -> TrainingProblem:
+        return TrainingProblem(model=model, cluster=make_cluster(acc, 4), workload=workload)
+
+    fixed = economics(problem(_workload(None)), plan, 10.0, 0.5)
+    pad = economics(problem(_workload(HALF_1K_8K, "pad")), plan, 10.0, 0.5)
+    assert fixed.energy_per_token_j is not None and pad.energy_per_token_j is not None
+    assert pad.energy_per_token_j == pytest.approx(fixed.energy_per_token_j * 16 / 9, rel=1e-12)
