@@ -695,6 +695,10 @@ async def replan_plan(
     return public
 
 
+PARETO_TIMEOUT_SHARE = 0.75
+"""Share of `request_timeout_s` the front search may take: the rest returns its answer."""
+
+
 @router.get("/v1/searches/{search_id}/pareto", response_model=ParetoPublic)
 async def read_search_pareto(
     search_id: SearchId,
@@ -706,10 +710,11 @@ async def read_search_pareto(
     """The Pareto front of a finished training search: its plans that no other plan of the
     space beats on throughput, GPUs used, cost per token, energy per token and peak memory.
 
-    Exact over the search's space (every size its objective covers), recomputed from the
-    stored problem in a request worker within the search's time limit (at most
-    `max_search_time_limit_s`); plans the search kept among its ranked plans carry their
-    id. A serving search, or one not finished, is a 409."""
+    Exact over the search's space (every size its objective covers) when `complete`,
+    recomputed from the stored problem in a request worker within the search's time limit
+    (at most `max_search_time_limit_s` and three quarters of `request_timeout_s`; a front
+    cut short answers with `complete` false); plans the search kept among its ranked plans
+    carry their id. A serving search, or one not finished, is a 409."""
 
     def load() -> tuple[SearchRecord, dict[str, str]]:
         record = _load(session, search_id, principal.tenant)
@@ -729,9 +734,11 @@ async def read_search_pareto(
             f"search {search_id} is {record.status}: the front is for a finished search",
             id=search_id,
         )
-    answer: dict[str, Any] = await run_in_worker(
-        request, "pareto", (problem, settings.max_search_time_limit_s)
+    # within the worker's own timeout, so a front cut short still answers (complete false)
+    budget = min(
+        settings.max_search_time_limit_s, PARETO_TIMEOUT_SHARE * settings.request_timeout_s
     )
+    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget))
     for item in answer["plans"]:
         item["id"] = ids.get(canonical_hash(item["plan"]))
     stats = answer.pop("stats")
