@@ -67,7 +67,15 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
-from solver.search.cp_groups import entry_size, expand, groups_capable, screen_grouped
+from solver.search.cp_groups import (
+    drop,
+    entry_size,
+    expand,
+    groups_capable,
+    refine_group,
+    screen_grouped,
+    splits_capable,
+)
 from solver.search.diverse import layout_key
 from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
@@ -222,6 +230,7 @@ def _lazy(
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
     step_bound = cast(BoundedTrainingCostModel, cost_model).step_time_lower_bound_s
     grouped = groups_capable(cost_model)
+    splits = grouped and splits_capable(cost_model)
     if grouped:  # a candidate's context-parallel algorithms as one entry (`cp_groups`)
         heap: list[Queued] = screen_grouped(problem, cost_model, blocks, stats, monitor)
     else:
@@ -254,8 +263,16 @@ def _lazy(
                 monitor.done += entry_size(entry)
                 continue
         heappop(heap)
-        if len(entry) == 5:  # a group of context-parallel variants: queue each
-            for variant in expand(problem, cost_model, entry, stats, monitor):
+        if len(entry) == 5:  # a group of context-parallel variants
+            if splits and entry[2] is None:  # its split first (`cp_groups.refine_group`)
+                reason, refined = refine_group(problem, cost_model, entry, solver, stats, monitor)
+                if reason is not None:  # no variant has a split
+                    drop(problem, cost_model, entry, reason, stats, monitor)
+                    continue
+                if refined is not None and refined > bound:
+                    heappush(heap, (refined, key, True, None, entry[4]))
+                    continue
+            for variant in expand(problem, cost_model, entry, stats, monitor):  # queue each
                 heappush(heap, variant)
             continue
         if len(entry) == 2:
