@@ -202,10 +202,18 @@ def context_free_step_lower_bound_s(
         free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
         shape = LayerShape.of(free)
         terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, free, shape)
-    states = StateShape.of(key)
+    states = (
+        key.tensor,
+        d * key.context,
+        key.zero_stage,
+        key.expert,
+        key.expert_tensor,
+        key.framework,
+    )
     optimizer = ctx.bound_optimizer.get((states, pp))
     if optimizer is None:
-        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+        named = StateShape.of(key)
+        optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -221,12 +229,18 @@ def context_free_step_lower_bound_s(
     if key.zero_stage >= 2:
         unit = ctx.bound_gathers.get((states, pp))
         if unit is None:
-            unit = ctx.bound_gathers[(states, pp)] = _unit_gather_s(ctx, key)
+            named = StateShape.of(key)
+            unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
         gathers = terms.microbatches * unit
     m = terms.microbatches
     sched = m * w_max
     schedule = get_schedule(key.pipeline_schedule)
-    if _monotone_bound(schedule, m, pp, v):
+    monotone = ctx.bound_monotone.get((key.pipeline_schedule, m, pp, v))
+    if monotone is None:
+        monotone = ctx.bound_monotone[(key.pipeline_schedule, m, pp, v)] = _monotone_bound(
+            schedule, m, pp, v
+        )
+    if monotone:
         forward = terms.forward_s + pp * p2p_rank / 2.0
         sums = StageSums(forward, total - forward - terms.wgrad_s, terms.wgrad_s)
         sched = max(sched, schedule.lower_bound_s(m, pp, v, w_max, sums))
