@@ -13,6 +13,7 @@ import pytest
 from fake_cost_model import make_problem, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_context_parallel_search import _even_split
 
 from cost_models.registry import build_cost_model
 from solver import exhaustive_search, search
@@ -51,11 +52,6 @@ def _groups(problem, cons) -> list[tuple[Any, list[Any]]]:
 
 
 GROUPS = _groups(TIGHT, SearchConstraints(max_virtual_pipeline=4))
-
-
-def _even_split(layers: int, chunks: int) -> list[int]:
-    base, extra = divmod(layers, chunks)
-    return [base + (1 if i < extra else 0) for i in range(chunks)]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
