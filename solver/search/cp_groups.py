@@ -167,7 +167,7 @@ def refine_group(
     such profile, a rule the profile breaks, or only the ILP would answer). The solve is
     counted like the search's other partition solves."""
     cm: Any = cost_model
-    canon = entry[4][0]._replace(context_parallel_algorithm="ring", context_parallel_heads=1)
+    canon = PlanKey._make((*entry[4][0][:-2], "ring", 1))  # `PlanKey`'s field order
     try:
         profile = cm.context_free_profile_key(problem, canon)
     except InfeasiblePlan:  # a rule: the variants' check reports it when expanded

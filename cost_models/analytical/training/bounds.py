@@ -270,7 +270,7 @@ def context_free_profile(ctx: ProblemContext, key: PlanKey) -> LayerProfile | No
     transfers) when chunk c runs on rank c mod p (the program's placement, "loop")."""
     if get_schedule(key.pipeline_schedule).placement != "loop":
         return None
-    free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
+    free = PlanKey._make((*key[:-2], NO_EXCHANGE, 1))  # `PlanKey`'s field order
     return profiled(ctx, free).public
 
 
