@@ -148,6 +148,9 @@ class ProblemContext:
     bound_gathers: dict[tuple[Any, int], float] = field(default_factory=dict)
     """Per-micro-batch ZeRO-2/3 gathers of the bound per (state shape, pipeline), keyed
     likewise."""
+    bound_monotone: dict[tuple[str, int, int, int], bool] = field(default_factory=dict)
+    """Whether the schedule's own bound may take the no-exchange terms, per (schedule,
+    micro-batches, pipeline, virtual) (`bounds._monotone_bound`)."""
     profiles: dict[PlanKey, Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
     frameworks: dict[str, FrameworkProfile] = field(default_factory=dict)
