@@ -890,6 +890,7 @@ def serving_search(
     together; the time limit is shared)."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
+    problem.workload.check_objective()
     if problem.workload.objective == "min_cost":
         # one kind of node: the cheapest plan is the one on the fewest GPUs
         problem = replace(
