@@ -130,8 +130,11 @@ def repeated_stream(unit_stream: Sequence[Request], num_requests: int) -> list[R
     n = len(unit_stream)
     if n == 0:
         return []
+    # the constructor, not dataclasses.replace: the same requests, a few times faster
     return [
-        replace(r, arrival_s=r.arrival_s + (i // n) * n)
+        Request(
+            r.arrival_s + (i // n) * n, r.prompt_tokens, r.output_tokens, r.shared_prefix_tokens
+        )
         for i, r in ((i, unit_stream[i % n]) for i in range(num_requests))
     ]
 
@@ -233,7 +236,12 @@ def scale_stream(unit_stream: Sequence[Request], rate_rps: float) -> list[Reques
     if not (rate_rps > 0.0 and math.isfinite(rate_rps)):
         raise ValueError(f"rate_rps must be positive and finite, got {rate_rps}")
     inv = 1.0 / rate_rps
-    return [replace(r, arrival_s=r.arrival_s * inv) for r in unit_stream]
+    # the constructor, not dataclasses.replace: the same requests, a few times faster (this
+    # runs once per simulation of the goodput search)
+    return [
+        Request(r.arrival_s * inv, r.prompt_tokens, r.output_tokens, r.shared_prefix_tokens)
+        for r in unit_stream
+    ]
 
 
 def mean_lengths(requests: Sequence[Request], prefix_cached: bool = False) -> tuple[float, float]:

@@ -721,7 +721,13 @@ def _route(engines: list[_Engine], now: float, need: int) -> _Engine:
     for e in engines:
         if e.kv_cap < need:
             continue
-        o = e.outstanding(now) / e.weight
+        # `e.outstanding(now)`, inlined: the router's loop runs once per engine per request
+        steps = e.steps
+        if e.is_run and e.busy and e.cur_k > 1:
+            steps += (
+                _first_boundary_at_or_after(e.run_t0, e.run_slope, now - e.cur_start, e.cur_k) - 1
+            )
+        o = (e.other_out + e.dec_out - e.n_dec * steps) / e.weight
         if o < best_out:
             best, best_out = e, o
     assert best is not None
