@@ -132,6 +132,10 @@ FIXED_KEYS = (
     "engine",
 )
 """`constraints.fixed` keys a serving search understands."""
+LAZY_UNITS = True
+"""Goodput objectives keep disaggregated units as table rows until the heap yields them and
+simulate one-instance prefill pools only then (`_disaggregated_table`); False builds every
+unit up front with those pools simulated (the same answers, slower: tests compare them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1111,7 +1115,7 @@ def _search_engine(
         heap: list[tuple[float, int, Candidate | int, bool]] = []
         table: _DisaggregatedTable | None = None
         for mode in modes:
-            if mode == "disaggregated" and not min_latency:
+            if mode == "disaggregated" and not min_latency and LAZY_UNITS:
                 # units stay rows of the table until the search takes them
                 table = _disaggregated_table(ctx, fixed, lazy=True)
                 base = len(heap)
