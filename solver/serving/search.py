@@ -85,6 +85,7 @@ from solver.serving.evaluate import (
 )
 from solver.serving.goodput import (
     GoodputResult,
+    SimulationMemo,
     SLOTarget,
     colocated_probe,
     disaggregated_probe,
@@ -433,6 +434,9 @@ class _Context:
     prefix_cached: bool = False
     """The engine caches the requests' shared prefix: the bounds price prompts without it,
     so that they stay bounds."""
+    memo: SimulationMemo = field(default_factory=SimulationMemo)
+    """Goodput simulations, reused by the candidates of a family that differ only in a max
+    batch neither reached (`goodput.SimulationMemo`)."""
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -678,8 +682,9 @@ def _unit_goodput(
     if cand.mode == "colocated":
         if rate is not None:  # in steady state (`SteadyProbe`), as the bisection would judge it
             probe, _ = colocated_probe(
-                ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo
-            )
+                ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo,
+                memo=ctx.memo,
+            )  # fmt: skip
             ok = probe.holds(rate)[0]
             ctx.stats.solver_calls += probe.evaluations
             return ok
@@ -692,6 +697,7 @@ def _unit_goodput(
             ctx.slo,
             rel_tol=GOODPUT_REL_TOL,
             known_good=known_good,
+            memo=ctx.memo,
         )
     else:
         assert cand.prefill is not None
@@ -700,7 +706,7 @@ def _unit_goodput(
         if rate is not None:
             probe, _ = disaggregated_probe(
                 ctx.stream, prefill_cost, cand.prefill_count, cand.prefill_chunk,
-                decode_cost, cand.decode_count, cand.max_batch, ctx.slo,
+                decode_cost, cand.decode_count, cand.max_batch, ctx.slo, memo=ctx.memo,
             )  # fmt: skip
             ok = probe.holds(rate)[0]
             ctx.stats.solver_calls += probe.evaluations
@@ -716,6 +722,7 @@ def _unit_goodput(
             ctx.slo,
             rel_tol=GOODPUT_REL_TOL,
             known_good=known_good,
+            memo=ctx.memo,
         )
     ctx.stats.solver_calls += res.evaluations
     return res
@@ -1211,6 +1218,9 @@ def _search_engine(
             progress(monitor.total, monitor.total)
     except Stopped as stop:
         stats.status = stop.status  # type: ignore[assignment]
+    # probes answered by the memo ran no simulation
+    stats.solver_calls -= ctx.memo.hits
+    stats.solver_cache_hits += ctx.memo.hits
     ranked = _finish(ctx, top)
     plans = [
         replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1, ranked))
