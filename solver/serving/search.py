@@ -633,10 +633,10 @@ def _disaggregated_table(ctx: _Context, fixed: dict[str, Any], lazy: bool) -> _D
     d_rate = np.asarray(d_rates, dtype=np.float64)[d_i]
     unit_gpus = gpus[p_i, d_i, k_i]
     with np.errstate(invalid="ignore"):
-        bound = np.minimum(p_rate, b * d_rate) / unit_gpus
-    ctx.stats.enumerated += int(bound.size)
-    final = np.zeros(bound.shape, dtype=np.bool_) if lazy else a == 1
-    return _DisaggregatedTable(prefill, decode, p_i, d_i, a, b, unit_gpus, bound, final)
+        bounds = np.minimum(p_rate, b * d_rate) / unit_gpus
+    ctx.stats.enumerated += int(bounds.size)
+    final = np.zeros(bounds.shape, dtype=np.bool_) if lazy else a == 1
+    return _DisaggregatedTable(prefill, decode, p_i, d_i, a, b, unit_gpus, bounds, final)
 
 
 def _disaggregated_candidates(
