@@ -511,6 +511,22 @@ class SimulationMemo:
         if res.max_running_per_instance < max_batch:
             self._runs.setdefault(key, []).append((max_batch, res))
 
+    def run(
+        self,
+        setting: tuple[object, ...],
+        requests: Sequence[Request],
+        max_batch: int,
+        simulate: Callable[[], SimResult],
+    ) -> SimResult:
+        """`simulate()` (the simulation of `requests` under `setting` with `max_batch`), or
+        the result of one that never reached its max batch nor this one."""
+        key = self.key(setting, requests)
+        hit = self.get(key, max_batch)
+        if hit is None:
+            hit = simulate()
+            self.put(key, max_batch, hit)
+        return hit
+
 
 def colocated_probe(
     unit_stream: Sequence[Request],
@@ -534,18 +550,16 @@ def colocated_probe(
 
     def sim(reqs: list[Request]) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
-        key = None
-        if memo is not None:
-            key = memo.key(("colocated", id(cost), count, chunk_size, max_events, stop), reqs)
-            hit = memo.get(key, max_batch_size)
-            if hit is not None:
-                return hit
-        res = simulate_colocated(
-            reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
-        )
-        if memo is not None and key is not None:
-            memo.put(key, max_batch_size, res)
-        return res
+
+        def run() -> SimResult:
+            return simulate_colocated(
+                reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
+            )
+
+        if memo is None:
+            return run()
+        setting = ("colocated", id(cost), count, chunk_size, max_events, stop)
+        return memo.run(setting, reqs, max_batch_size, run)
 
     return SteadyProbe(sim, unit_stream, slo, steady), ub
 
@@ -629,23 +643,20 @@ def disaggregated_probe(
 
     def sim(reqs: list[Request]) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
-        key = None
-        if memo is not None:
-            setting = (
-                "disaggregated", id(prefill_cost), prefill_count, prefill_chunk,
-                id(decode_cost), decode_count, max_events, stop,
+
+        def run() -> SimResult:
+            return simulate_disaggregated(
+                reqs, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
+                decode_max_batch, max_events=max_events, stop=stop,
             )  # fmt: skip
-            key = memo.key(setting, reqs)
-            hit = memo.get(key, decode_max_batch)
-            if hit is not None:
-                return hit
-        res = simulate_disaggregated(
-            reqs, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
-            decode_max_batch, max_events=max_events, stop=stop,
+
+        if memo is None:
+            return run()
+        setting = (
+            "disaggregated", id(prefill_cost), prefill_count, prefill_chunk, id(decode_cost),
+            decode_count, max_events, stop,
         )  # fmt: skip
-        if memo is not None and key is not None:
-            memo.put(key, decode_max_batch, res)
-        return res
+        return memo.run(setting, reqs, decode_max_batch, run)
 
     return SteadyProbe(sim, unit_stream, slo, ub), ub
 
