@@ -54,7 +54,9 @@ from cost_models.frameworks import list_frameworks as registered_frameworks
 from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
+from solver import replan
 from solver.estimate import estimate_with_warnings
+from solver.objectives import check_objective, objective_search
 from solver.placement_load import with_placement_load_factors
 from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
 from specs import model_input, presets
@@ -758,6 +760,14 @@ def prepare_search(
     if isinstance(body.workload, ServingWorkload):
         from app.services import serving
 
+        if body.objective != "max_throughput":
+            raise SpecError(
+                "objective",
+                "training searches only; a serving search ranks by workload.objective",
+                body.objective,
+                f"objective {body.objective} ranks training plans; a serving search takes its "
+                "objective in workload.objective (max_goodput_per_gpu, min_gpus, min_cost, ...)",
+            )
         return serving.prepare_search(body, constraints)
     if constraints.engines is not None or constraints.engine_options is not None:
         raise InputError(
@@ -778,6 +788,9 @@ def prepare_search(
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
     _check_supported(model, cluster, workload)
+    check_objective(
+        TrainingProblem(model=model, cluster=cluster, workload=workload), body.objective
+    )
     # on a mixed cluster a plan may leave GPUs idle: its degrees need not divide the total
     _check_fixed(
         constraints.fixed,
@@ -850,14 +863,18 @@ def run_problem(
         run = homogeneous_search or solver.search
     else:
         run = solver.mixed_search
-    result = run(
+    result = objective_search(
         training,
         cost_model,
         constraints,
+        objective=str(problem.get("objective") or "max_throughput"),
         top_k=int(problem.get("top_k", 10)),
         progress=progress,
         should_stop=should_stop,
+        run=run,
     )
+    if problem.get("replan") is not None:
+        result = replan.annotate(result, training, cost_model, constraints, problem["replan"], run)
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     # every plan shown with include_dominated: the non-dominated ones and those folded under
