@@ -42,8 +42,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cost_models.base import TrainingProblem
+from cost_models.base import TrainingEstimate, TrainingProblem
+from cost_models.mixed import pool_problem
 from solver.base import RankedPlan, SearchResult
+from solver.objectives import candidate_sizes
 from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -274,6 +276,33 @@ def keep_constraints(old: TrainingPlan, constraints: Any) -> Any:
     return constraints.model_copy(update={"fixed": fixed})
 
 
+def _fastest_keeping(
+    problem: TrainingProblem, cost_model: Any, constraints: Any, run: Callable[..., SearchResult]
+) -> TrainingEstimate | None:
+    """The fastest plan with the old degrees but data on the new cluster, leaving GPUs idle
+    where the data degree cannot fill them (the global batch must divide): every size of a
+    homogeneous cluster (`solver.objectives.candidate_sizes`), else the whole cluster."""
+    cluster = problem.cluster
+    if cluster.is_homogeneous:
+        sizes = [
+            problem if g == cluster.num_gpus else pool_problem(problem, cluster, g)
+            for g in candidate_sizes(cluster.gpus_per_node, cluster.num_nodes)
+        ]
+    else:
+        sizes = [problem]
+    best: TrainingEstimate | None = None
+    for sub in sizes:
+        try:
+            found = run(sub, cost_model, constraints, top_k=1)
+        except SpecError:
+            continue
+        if found.plans:
+            est = found.plans[0].estimate
+            if best is None or est.metrics.step_time_s < best.metrics.step_time_s:
+                best = est
+    return best
+
+
 def annotate(
     result: SearchResult,
     problem: TrainingProblem,
@@ -309,12 +338,8 @@ def annotate(
 
     keep_figures: dict[str, Any] | None = None
     keep_rate = keep_restart = None
-    try:
-        keep = run(problem, cost_model, keep_constraints(old, constraints), top_k=1)
-    except SpecError:
-        keep = None
-    if keep is not None and keep.plans:
-        est = keep.plans[0].estimate
+    est = _fastest_keeping(problem, cost_model, keep_constraints(old, constraints), run)
+    if est is not None:
         found = restart(est.plan)
         if found is not None:
             keep_rate, keep_restart = est.metrics.tokens_per_s, found[1]
