@@ -87,6 +87,13 @@ class DeepSpeed(FrameworkProfile):
         "context parallelism only as ulysses (DeepSpeed-Ulysses), without pipeline parallelism",
     )
     Config = DeepSpeedConfig
+    offload_optimizer_devices = frozenset({"cpu", "nvme"})
+    """`zero_optimization.offload_optimizer.device` cpu / nvme (ZeRO-Offload, ZeRO-Infinity;
+    deepspeed/runtime/zero/offload_config.py)."""
+    offload_parameter_devices = frozenset({"cpu", "nvme"})
+    """`zero_optimization.offload_param.device` (ZeRO-3 only)."""
+    offload_activations = "checkpoints"
+    """`activation_checkpointing.cpu_checkpointing` (the checkpoints of full recompute)."""
 
     def _rules(self, key: PlanKey) -> list[str]:
         out = []

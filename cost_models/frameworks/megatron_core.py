@@ -50,6 +50,12 @@ class MegatronCore(FrameworkProfile):
         "(allgather) or hybrid (a2a+p2p with --hierarchical-context-parallel-sizes)",
     )
     Config = MegatronCoreConfig
+    offload_optimizer_devices = frozenset({"cpu"})
+    """`--optimizer-cpu-offload --optimizer-offload-fraction 1.0` (HybridDeviceOptimizer,
+    megatron/core/optimizer/cpu_offloading)."""
+    offload_activations = "layers"
+    """`--cpu-offloading --cpu-offloading-num-layers N` (TransformerConfig asserts N <
+    num_layers, pipeline 1 and no recompute)."""
 
     def _rules(self, key: PlanKey) -> list[str]:
         out = []
