@@ -48,6 +48,7 @@ from app.exports.base import (
     require,
     torchrun_args,
 )
+from app.exports.offload import check_offload
 from app.exports.schedules import schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -322,6 +323,7 @@ def build_config(
         )
     else:
         local = mbs
+    check_offload(FORMAT, "torchtitan", model, plan)
     training = {
         "local_batch_size": local,
         "global_batch_size": gbs,
@@ -331,6 +333,8 @@ def build_config(
         "mixed_precision_reduce": "float32",
         "dataset": "c4_test",
     }
+    if plan.offload.optimizer == "cpu":  # FSDP2 CPUOffloadPolicy: params, grads, optimizer
+        training["enable_cpu_offload"] = True
     mode = {"none": "none", "selective": "selective", "full": "full"}[plan.recompute]
     ac: dict[str, Any] = {"mode": mode}
     if mode == "selective":

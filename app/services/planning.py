@@ -33,6 +33,8 @@ from app.db import crud
 from app.db.models import DEFAULT_TENANT
 from app.exports.registry import FORMATS, LAUNCHES, WRAPPERS
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
+from app.services import no_fit
+from app.services.no_fit import MIXED_PRECISION_ADAM_BYTES_PER_PARAM
 from cost_models import registry
 from cost_models.analytical import AnalyticalConfig
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
@@ -56,6 +58,7 @@ from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
+from solver.search.offload_phase import search_offload_when_needed
 from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -850,7 +853,8 @@ def run_problem(
         run = homogeneous_search or solver.search
     else:
         run = solver.mixed_search
-    result = run(
+    result, offload_searched = search_offload_when_needed(
+        run,
         training,
         cost_model,
         constraints,
@@ -859,15 +863,38 @@ def run_problem(
         should_stop=should_stop,
     )
     stats = result.stats.to_dict()
+    if offload_searched:  # nothing fit without offload: the space with it was searched
+        stats["offload_searched"] = True
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     # every plan shown with include_dominated: the non-dominated ones and those folded under
     # them (`dominated_by`: the rank of the dominator in this list)
     plans = [_ranked_plan_dict(p) for p in result.ranked(include_dominated=True)]
     if not plans and not should_stop():
         raise NoFeasiblePlan(
-            _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
+            _no_plan_detail(training, stats),
+            reasons=stats.get("pruned", {}),
+            stats=stats,
+            suggestions=_suggestions(training, cost_model, constraints, stats),
         )
     return SearchOutcome(plans=plans, stats=stats)
+
+
+MEMORY_REASONS = ("memory_bound", "memory", "host_memory")
+"""Prune reasons that mean "over the memory limit"."""
+
+
+def _suggestions(
+    training: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """What would fit (`app.services.no_fit`) when memory pruned candidates of a complete
+    search on one kind of node; every entry null otherwise."""
+    pruned = stats.get("pruned") or {}
+    if not stats.get("complete") or not any(pruned.get(r) for r in MEMORY_REASONS):
+        return {"offload": None, "num_nodes": None, "sequence_length": None}
+    return no_fit.suggestions(solver.search, training, cost_model, constraints)
 
 
 def training_inputs(
@@ -906,11 +933,6 @@ def training_problem(problem: dict[str, Any]) -> TrainingProblem:
         memory_headroom_gib=constraints.memory_headroom_gib,
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes,
     )
-
-
-MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
-"""bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam moments (4 + 4):
-ZeRO, Rajbhandari et al. 2020 (arXiv 1910.02054), §3.1 ("16Ψ bytes")."""
 
 
 def _no_plan_detail(problem: TrainingProblem, stats: dict[str, Any]) -> str:
