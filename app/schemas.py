@@ -26,7 +26,14 @@ from specs.cluster import ClusterSpec
 from specs.constraints import SearchConstraints
 from specs.model import ModelSpec
 from specs.model_input import ModelInput
-from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
+from specs.plan import (
+    MemoryReport,
+    Offload,
+    ParallelDims,
+    TrainingMetrics,
+    TrainingPlan,
+    Violation,
+)
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
 from specs.workload import Workload
@@ -624,6 +631,10 @@ class PlanPublic(_Public):
     framework: str | None = None
     """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its
     overlaps and rules are part of the price, and exports refuse another launcher."""
+    offload: Offload | None = None
+    """Training plans that offload (`plan.offload`): the fraction 0–1 of the saved
+    activations kept in host memory and where the optimizer states and parameters live
+    (`none`, `cpu`, `nvme`); null: nothing offloaded."""
     mode: Literal["colocated", "disaggregated"] | None = None
     """Serving plans: colocated or prefill/decode disaggregated."""
     instances: list[dict[str, Any]] | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
@@ -73,6 +73,14 @@ class OffloadConstraints(Spec):
         return self.mode == "always" and (bool(self.devices) or self.activations)
 
 
+def _offload_or_mode(schema: dict[str, Any]) -> None:
+    """The field's JSON schema: the object, or the mode alone as a string."""
+    ref = {k: schema.pop(k) for k in ("$ref", "allOf") if k in schema}
+    default = schema.pop("default", None)
+    del default  # a factory default: not a literal in the document
+    schema["anyOf"] = [ref, {"type": "string", "enum": list(get_args(OffloadMode))}]
+
+
 def _offload_shorthand(value: Any) -> Any:
     """`"never"` / `"always"` / `"when_needed"` as shorthand for `{"mode": ...}`."""
     if isinstance(value, str):
@@ -117,7 +125,9 @@ class SearchConstraints(Spec):
     engine_options: dict[str, dict[str, Any]] | None = None
     """Serving searches: settings per searched engine, by engine name (`GET /v1/engines`:
     `options`), e.g. `{"vllm_v0": {"num_scheduler_steps": 8}}`; the plans carry them."""
-    offload: OffloadConstraints = Field(default_factory=OffloadConstraints)
+    offload: OffloadConstraints = Field(
+        default_factory=OffloadConstraints, json_schema_extra=_offload_or_mode
+    )
     """Training searches: offloading of optimizer states, parameters and activations
     (`plan.offload`). By default it is searched only when no plan fits without it; the
     string `"never"` switches it off (shorthand for `{"mode": "never"}`)."""
