@@ -483,7 +483,7 @@ def offload_options(
 def _runs_offload(p: FrameworkProfile, model: Any, zero: int, f: float, opt: str, par: str) -> bool:
     """Whether the framework runs this offload for some recompute mode without pipelining
     (the rules that read the rest of the key are left to the cost model's check)."""
-    if (opt, par, f) == NO_OFFLOAD:
+    if (f, opt, par) == NO_OFFLOAD:
         return True
     probe = PlanKey(
         zero_stage=zero, offload_activations=f, offload_optimizer=opt, offload_parameters=par

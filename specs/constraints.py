@@ -43,6 +43,11 @@ FIXABLE_FIELDS = TRAINING_FIXABLE_FIELDS | SERVING_FIXABLE_FIELDS
 
 
 OffloadMode = Literal["when_needed", "always", "never"]
+OffloadDeviceName = Literal["cpu", "nvme"]
+
+
+def _all_devices() -> list[OffloadDeviceName]:
+    return ["cpu", "nvme"]
 
 
 class OffloadConstraints(Spec):
@@ -52,9 +57,7 @@ class OffloadConstraints(Spec):
     """`when_needed`: offload is searched only when no plan fits without it (every plan of
     the offload-free space is over the memory limit); `always`: offload variants of every
     candidate are searched alongside (slower); `never`: no offload."""
-    devices: list[Literal["cpu", "nvme"]] = Field(
-        default_factory=lambda: ["cpu", "nvme"], max_length=2
-    )
+    devices: list[OffloadDeviceName] = Field(default_factory=_all_devices, max_length=2)
     """Devices the optimizer states and parameters may be offloaded to."""
     activations: bool = True
     """Whether activation offloading (a fraction of the saved activations in host memory)

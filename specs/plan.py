@@ -571,8 +571,8 @@ class PlanKey(NamedTuple):
             context_parallel_heads=self.context_parallel_heads,
             offload=Offload(
                 activations=self.offload_activations,
-                optimizer=self.offload_optimizer,  # type: ignore[arg-type]
-                parameters=self.offload_parameters,  # type: ignore[arg-type]
+                optimizer=self.offload_optimizer,
+                parameters=self.offload_parameters,
             ),
         )
 

@@ -40,6 +40,10 @@ def groups_capable(cost_model: TrainingCostModel) -> bool:
     return callable(getattr(cost_model, "context_free_step_lower_bound_s", None))
 
 
+_CP = PlanKey._fields.index("context_parallel_algorithm")
+"""Where the context-parallel algorithm sits in a key (the head degree follows it)."""
+
+
 def screen_grouped(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
@@ -52,7 +56,7 @@ def screen_grouped(
     docstring); the other blocks are screened as before. The memory group bound (states
     only: the same for every variant) prunes a whole group."""
     plain: list[Block] = []
-    # variants keyed by their fields but the last two (the algorithm and head degree:
+    # variants keyed by their fields but the algorithm and head degree (`_CP`, `_CP + 1` in
     # `PlanKey`'s field order)
     grouped: dict[tuple[Any, ...], list[PlanKey]] = {}
     sizes = 0
@@ -64,7 +68,7 @@ def screen_grouped(
             keys = block_keys(blk, slot)
             sizes += len(keys)
             for key in keys:
-                prefix = key[:-2]
+                prefix = key[:_CP] + key[_CP + 2 :]
                 members = grouped.get(prefix)
                 if members is None:
                     grouped[prefix] = [key]
@@ -79,7 +83,7 @@ def screen_grouped(
     fits: dict[tuple[Any, ...], bool] = {}
     memory_bound = 0
     for prefix, members in grouped.items():
-        canon = PlanKey._make((*prefix, "ring", 1))
+        canon = PlanKey._make((*prefix[:_CP], "ring", 1, *prefix[_CP:]))
         memo = (
             canon.data,
             canon.tensor,
@@ -89,6 +93,8 @@ def screen_grouped(
             canon.expert_tensor,
             canon.zero_stage,
             canon.framework,
+            canon.offload_optimizer,
+            canon.offload_parameters,
         )
         ok = fits.get(memo)
         if ok is None:
