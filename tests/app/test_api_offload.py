@@ -188,3 +188,22 @@ def _workload(problem: dict[str, Any]) -> Any:
     from specs.workload import TrainingWorkload
 
     return TrainingWorkload.model_validate(problem["workload"])
+
+
+def test_an_offload_the_framework_cannot_run_is_a_422_naming_plan_offload(client: Any) -> None:
+    body = {
+        "model": BODY["model"],
+        "cluster": BODY["cluster"],
+        "workload": BODY["workload"],
+        "plan": {
+            "parallelism": {"data": 2},
+            "zero_stage": 1,
+            "framework": "megatron_core",
+            "offload": {"optimizer": "nvme"},
+        },
+    }
+    response = client.post("/v1/estimate", json=body)
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert "plan.offload" in response.text
+    assert "megatron_core does not offload the optimizer to nvme" in problem["detail"]
