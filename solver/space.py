@@ -594,6 +594,7 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
     zeros = _restrict(zero_stage_options(), fixed, "zero_stage")
     by_name = {p.name: p for p in profiles}
+    offloading = constraints.offload.searched
     offload_memo: dict[tuple[int, tuple[str, ...]], list[OffloadOption]] = {}
 
     def offloads_of(zero: int, able: tuple[str, ...]) -> list[OffloadOption]:
@@ -638,12 +639,20 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
                 for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
             }
-            slots = [
-                Slot(inner, zero, able, offload)
-                for inner in inners
-                for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
-                for offload in offloads_of(zero, able)
-            ]
+            slots = (
+                [
+                    Slot(inner, zero, able, offload)
+                    for inner in inners
+                    for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+                    for offload in offloads_of(zero, able)
+                ]
+                if offloading
+                else [
+                    Slot(inner, zero, able)
+                    for inner in inners
+                    for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+                ]
+            )
             yield Block(base, slots, recomputes)
 
 

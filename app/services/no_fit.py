@@ -10,15 +10,18 @@
   whole nodes, then the smallest node count from there (doubling) at which the search finds
   a plan without offload;
 * `sequence_length`: the longest of the workload's sequence length halved (down to 128)
-  at which the search finds a plan without offload.
+  at which the search finds a plan without offload; none is tried when the model states
+  alone need more GPUs than the cluster has (`min_gpus_by_memory`: no length helps).
 
-A suggestion is null when no such search found a plan within its budget.
+The checking searches share one budget (`SUGGESTIONS_BUDGET_S`, at most the search's own
+time limit); a suggestion is null when no search found a plan within it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +34,8 @@ MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
 ZeRO, Rajbhandari et al. 2020 (arXiv 1910.02054), §3.1 ("16Ψ bytes")."""
 OFFLOAD_FRAMEWORKS = ("megatron_core", "deepspeed", "torchtitan")
 """The built-in frameworks that offload (`FrameworkProfile.offload_*`)."""
-CHECK_TIME_LIMIT_S = 10.0
-"""Time limit of each checking search, seconds."""
+SUGGESTIONS_BUDGET_S = 20.0
+"""Wall time all the checking searches of one answer share, seconds."""
 NODE_TRIES = 4
 """Node counts tried from the memory lower bound (each double the last)."""
 MIN_SEQUENCE_LENGTH = 128
@@ -49,10 +52,23 @@ def min_gpus_by_memory(problem: TrainingProblem) -> int:
     return max(1, math.ceil(states / usable))
 
 
-def _quick(constraints: SearchConstraints, **update: Any) -> SearchConstraints:
-    return constraints.model_copy(
-        update={"time_limit_s": min(constraints.time_limit_s, CHECK_TIME_LIMIT_S), **update}
-    )
+class Budget:
+    """The wall time left to the checking searches."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.perf_counter() + seconds
+
+    def left_s(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def constraints(
+        self, constraints: SearchConstraints, **update: Any
+    ) -> SearchConstraints | None:
+        """`constraints` with the time left as the limit (None once it is spent)."""
+        left = self.left_s()
+        if left <= 0.05:
+            return None
+        return constraints.model_copy(update={"time_limit_s": left, **update})
 
 
 def _plan_summary(result: SearchResult) -> dict[str, Any] | None:
@@ -72,17 +88,20 @@ def offload_suggestion(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     constraints: SearchConstraints,
+    budget: Budget,
 ) -> dict[str, Any] | None:
     """The best plan with offload (module docstring), or None."""
     listed = list(constraints.frameworks or [])
     frameworks = listed + [f for f in OFFLOAD_FRAMEWORKS if f not in listed]
     fixed = {k: v for k, v in constraints.fixed.items() if k != "framework"}
-    wider = _quick(
+    wider = budget.constraints(
         constraints,
         frameworks=frameworks,
         fixed=fixed,
         offload=OffloadConstraints(mode="always"),
     )
+    if wider is None:
+        return None
     found = _plan_summary(run(problem, cost_model, wider, top_k=1))
     if found is None:
         return None
@@ -100,6 +119,7 @@ def nodes_suggestion(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     constraints: SearchConstraints,
+    budget: Budget,
 ) -> dict[str, Any] | None:
     """The node count that fits without offload, from the memory lower bound, or None."""
     cluster = problem.cluster
@@ -108,8 +128,10 @@ def nodes_suggestion(
     group = cluster.groups[0]
     least = min_gpus_by_memory(problem)
     nodes = max(group.num_nodes + 1, math.ceil(least / group.gpus_per_node))
-    quick = _quick(constraints, offload=OffloadConstraints(mode="never"))
     for _ in range(NODE_TRIES):
+        quick = budget.constraints(constraints, offload=OffloadConstraints(mode="never"))
+        if quick is None:
+            return None
         bigger = cluster.model_copy(
             update={"groups": [group.model_copy(update={"num_nodes": nodes})]}
         )
@@ -126,11 +148,16 @@ def sequence_suggestion(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     constraints: SearchConstraints,
+    budget: Budget,
 ) -> dict[str, Any] | None:
     """The longest halved sequence length that fits without offload, or None."""
+    if min_gpus_by_memory(problem) > problem.num_gpus:
+        return None  # the states alone do not fit: no sequence length helps
     seq = problem.workload.sequence_length // 2
-    quick = _quick(constraints, offload=OffloadConstraints(mode="never"))
     while seq >= MIN_SEQUENCE_LENGTH:
+        quick = budget.constraints(constraints, offload=OffloadConstraints(mode="never"))
+        if quick is None:
+            return None
         workload = problem.workload.model_copy(update={"sequence_length": seq})
         trial = dataclasses.replace(problem, workload=workload)
         found = _plan_summary(run(trial, cost_model, quick, top_k=1))
@@ -149,8 +176,9 @@ def suggestions(
     """Every suggestion (module docstring); only on a homogeneous cluster."""
     if not problem.cluster.is_homogeneous:
         return {"offload": None, "num_nodes": None, "sequence_length": None}
+    budget = Budget(min(SUGGESTIONS_BUDGET_S, constraints.time_limit_s))
     return {
-        "offload": offload_suggestion(run, problem, cost_model, constraints),
-        "num_nodes": nodes_suggestion(run, problem, cost_model, constraints),
-        "sequence_length": sequence_suggestion(run, problem, cost_model, constraints),
+        "offload": offload_suggestion(run, problem, cost_model, constraints, budget),
+        "num_nodes": nodes_suggestion(run, problem, cost_model, constraints, budget),
+        "sequence_length": sequence_suggestion(run, problem, cost_model, constraints, budget),
     }

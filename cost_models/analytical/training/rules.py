@@ -142,10 +142,16 @@ def _context_parallel_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation
     return out
 
 
+_OFFLOAD = PlanKey._fields.index("offload_activations")
+"""Where the offload fields start in a key (`offload_activations`, `_optimizer`,
+`_parameters`)."""
+_NO_OFFLOAD = (0.0, "none", "none")
+
+
 def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     """Every rule `key` breaks (empty: the plan can be expressed); `key` names its
     framework (`ProblemContext.resolve`)."""
-    if key.offloads:  # offload keys are few (searched only when memory binds)
+    if key[_OFFLOAD:] != _NO_OFFLOAD:  # offload keys are few (searched when memory binds)
         return check(ctx, key)
     gbs = ctx.global_batch
     b, d, pp, v = key.micro_batch_size, key.data, key.pipeline, key.virtual_pipeline
