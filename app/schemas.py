@@ -312,6 +312,23 @@ class FrameworkOptionPublic(_Public):
     validated."""
 
 
+class FrameworkOffloadPublic(_Public):
+    """What a framework offloads, as its offload rules read it."""
+
+    optimizer_devices: list[str]
+    """Where it offloads optimizer states (`cpu`, `nvme`; empty: nowhere)."""
+    parameter_devices: list[str]
+    """Where it offloads ZeRO-3 sharded parameters."""
+    activations: Literal["none", "layers", "checkpoints"]
+    """How it offloads activations: `none`; `layers` (whole layers' activations, a fraction
+    n / num_layers with n < num_layers, no pipelining or recompute: Megatron-Core
+    `--cpu-offloading`); `checkpoints` (every checkpoint of full recompute, fraction 1:
+    DeepSpeed `cpu_checkpointing`)."""
+    states_together: bool
+    """Parameters, gradients and optimizer states go to the CPU together or not at all
+    (FSDP2 `CPUOffloadPolicy`)."""
+
+
 class FrameworkPublic(_Public):
     """A training framework profile: what it implements, how it behaves, what launches it."""
 
@@ -330,6 +347,8 @@ class FrameworkPublic(_Public):
     rules: list[str] = Field(default_factory=list)
     """The combinations it cannot run, in words, besides `zero_stages` and `supports_moe`
     (a plan breaking one is priced `feasible: false` with a `framework` violation)."""
+    offload: FrameworkOffloadPublic | None = None
+    """What the framework can offload (`plan.offload`)."""
     default_for_search: bool
     """Searches price candidates under this framework when the request names none."""
     preference_rank: int | None

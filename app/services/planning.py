@@ -207,6 +207,12 @@ def framework_public(profile: FrameworkProfile) -> dict[str, Any]:
         "zero_stages": sorted(profile.zero_stages),
         "supports_moe": profile.supports_moe,
         "rules": list(profile.rules),
+        "offload": {
+            "optimizer_devices": sorted(profile.offload_optimizer_devices),
+            "parameter_devices": sorted(profile.offload_parameter_devices),
+            "activations": profile.offload_activations,
+            "states_together": profile.offload_states_together,
+        },
         "default_for_search": profile.name == DEFAULT_SEARCH_FRAMEWORK,
         "preference_rank": (
             DEFAULT_PREFERENCE.index(profile.name) + 1

@@ -207,3 +207,16 @@ def test_an_offload_the_framework_cannot_run_is_a_422_naming_plan_offload(client
     problem = response.json()
     assert "plan.offload" in response.text
     assert "megatron_core does not offload the optimizer to nvme" in problem["detail"]
+
+
+def test_frameworks_say_what_they_offload(client: Any) -> None:
+    frameworks = {f["name"]: f["offload"] for f in client.get("/v1/frameworks").json()["items"]}
+    assert frameworks["megatron_core"] == {
+        "optimizer_devices": ["cpu"],
+        "parameter_devices": [],
+        "activations": "layers",
+        "states_together": False,
+    }
+    assert frameworks["deepspeed"]["optimizer_devices"] == ["cpu", "nvme"]
+    assert frameworks["deepspeed"]["activations"] == "checkpoints"
+    assert frameworks["torchtitan"]["states_together"] is True
