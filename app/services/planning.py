@@ -58,7 +58,7 @@ from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
 from solver.estimate import estimate_with_warnings
 from solver.placement_load import with_placement_load_factors
-from solver.search.offload_phase import search_offload_when_needed
+from solver.search.offload_phase import memory_pruned, search_offload_when_needed
 from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -885,10 +885,6 @@ def run_problem(
     return SearchOutcome(plans=plans, stats=stats)
 
 
-MEMORY_REASONS = ("memory_bound", "memory", "host_memory")
-"""Prune reasons that mean "over the memory limit"."""
-
-
 def _suggestions(
     training: TrainingProblem,
     cost_model: TrainingCostModel,
@@ -897,8 +893,7 @@ def _suggestions(
 ) -> dict[str, Any]:
     """What would fit (`app.services.no_fit`) when memory pruned candidates of a complete
     search on one kind of node; every entry null otherwise."""
-    pruned = stats.get("pruned") or {}
-    if not stats.get("complete") or not any(pruned.get(r) for r in MEMORY_REASONS):
+    if not stats.get("complete") or not memory_pruned(stats.get("pruned") or {}):
         return {"offload": None, "num_nodes": None, "sequence_length": None}
     return no_fit.suggestions(solver.search, training, cost_model, constraints)
 
