@@ -115,12 +115,17 @@ def build_workload(
     percentile: float | None,
     arrival_rate: float | None,
     objective: str | None,
+    train_tokens: float | None = None,
+    target_tokens_per_s: float | None = None,
+    deadline_days: float | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The workload body and the search-level objective from the command-line options.
 
     Serving (`--serving`, or implied by `--prompt-tokens`/`--output-tokens`) takes the
     objective into the workload (`max_goodput_per_gpu`, `min_gpus`, `min_latency`);
-    training passes it at the top level (`max_throughput`)."""
+    training passes it at the top level (`max_throughput`, `min_cost`, `min_energy`,
+    `min_time_to_train`, `min_gpus`) with the run's `train_tokens`, `target_tokens_per_s` and
+    `deadline_days` in the workload."""
     if serving or prompt_tokens is not None or output_tokens is not None:
         if prompt_tokens is None or output_tokens is None:
             raise typer.BadParameter("a serving workload needs --prompt-tokens and --output-tokens")
@@ -152,6 +157,13 @@ def build_workload(
         "sequence_length": seq,
         "precision": precision,
     }
+    for name, value in (
+        ("train_tokens", train_tokens),
+        ("target_tokens_per_s", target_tokens_per_s),
+        ("deadline_days", deadline_days),
+    ):
+        if value is not None:
+            workload[name] = value
     return workload, objective
 
 
@@ -449,9 +461,20 @@ def search(
     objective: Annotated[
         str | None,
         typer.Option(
-            help="max_throughput (training); max_goodput_per_gpu, min_gpus, min_latency or "
-            "min_cost (serving; min_cost needs price_per_gpu_hour on the node groups)."
+            help="Training: max_throughput, min_cost, min_energy, min_time_to_train "
+            "(--train-tokens) or min_gpus (--target-tokens-per-s, or --train-tokens with "
+            "--deadline-days). Serving: max_goodput_per_gpu, min_gpus, min_latency or "
+            "min_cost (min_cost needs a price per GPU-hour)."
         ),
+    ] = None,
+    train_tokens: Annotated[
+        float | None, typer.Option(help="Training: tokens of the whole run (e.g. 1.5e13).")
+    ] = None,
+    target_tokens_per_s: Annotated[
+        float | None, typer.Option(help="Training: throughput to reach, tokens/s (min_gpus).")
+    ] = None,
+    deadline_days: Annotated[
+        float | None, typer.Option(help="Training: days the run may take (with --train-tokens).")
     ] = None,
     wait: Annotated[
         bool,
@@ -487,6 +510,9 @@ def search(
             percentile=percentile,
             arrival_rate=arrival_rate,
             objective=objective,
+            train_tokens=train_tokens,
+            target_tokens_per_s=target_tokens_per_s,
+            deadline_days=deadline_days,
         )
         constraints = {"time_limit_s": time_limit} if time_limit is not None else None
         body_model, body_cluster = parse_model(model), parse_cluster(cluster)

@@ -30,6 +30,7 @@ from app.api.problems import (
 from app.api.routes import (
     admin,
     calibration,
+    capacity,
     catalog,
     estimate,
     exports,
@@ -143,6 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         measurements,
         calibration,
         placements,
+        capacity,
         admin,
     ):
         _docstring_summaries(module.router)

@@ -22,8 +22,8 @@ from pydantic import (
 
 from app.examples import ESTIMATE_EXAMPLES, RESOLVE_EXAMPLES, SEARCH_EXAMPLES
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, SystemSpec
-from specs.cluster import ClusterSpec
-from specs.constraints import SearchConstraints
+from specs.cluster import MAX_TOTAL_GPUS, ClusterSpec, NodeGroupSpec
+from specs.constraints import Objective, SearchConstraints
 from specs.model import ModelSpec
 from specs.model_input import ModelInput
 from specs.plan import (
@@ -36,7 +36,7 @@ from specs.plan import (
 )
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
-from specs.workload import Workload
+from specs.workload import TrainingWorkload, Workload
 
 
 def _plan_kind(value: Any) -> str:
@@ -194,9 +194,14 @@ class SearchCreate(_Body):
     constraints: SearchConstraints | None = None
     """Restrictions on the searched space and the search's time limit; null: the
     defaults."""
-    objective: Literal["max_throughput"] = "max_throughput"
-    """What a training search ranks by: `max_throughput` (tokens per second); serving
-    searches rank by `workload.objective`."""
+    objective: Objective = "max_throughput"
+    """What a training search ranks by: `max_throughput` (tokens per second on all the
+    GPUs), `min_cost` (cost per million tokens: the node groups' `price_per_gpu_hour` or the
+    catalog's default), `min_energy` (GPU energy per token), `min_time_to_train` (needs
+    `workload.train_tokens`) or `min_gpus` (the fewest GPUs reaching
+    `workload.target_tokens_per_s`, or train_tokens within deadline_days); all but
+    max_throughput may leave GPUs idle (`metrics.gpus_used`). Serving searches rank by
+    `workload.objective`."""
     top_k: int = Field(default=10, ge=1)
     """Plans kept, count (at most the service's max_top_k): non-dominated plans; plans
     folded under them (`?include_dominated=true`) do not count."""
@@ -850,3 +855,170 @@ class CalibrationPublic(_Public):
     prices with the base values until the outlying measurements are deleted."""
     cost_model: dict[str, Any]
     """`{"name": "calibrated", "version", "config"}`: reproduces the fit's predictions."""
+
+
+# ---- capacity: how many nodes (issue 16, point 3) --------------------------------------------
+MAX_CAPACITY_NODE_TYPES = 8
+
+
+class CapacityRequest(_Body):
+    """How many nodes a training run needs: the model, the workload and the node types to
+    size, each a node group whose `num_nodes` is the most nodes of that type to consider."""
+
+    model: ModelInput
+    """The model: `{"preset": name}`, `{"hf_config": {...}}` or an explicit model spec."""
+    node_types: list[NodeGroupSpec] = Field(min_length=1, max_length=MAX_CAPACITY_NODE_TYPES)
+    """Node types to size: each a node group (accelerator, system, node size, price per
+    GPU-hour, ...) whose `num_nodes` is the largest node count to consider."""
+    workload: TrainingWorkload
+    """The training workload; its `target_tokens_per_s`, or `train_tokens` with
+    `deadline_days`, is the throughput a size must reach."""
+    min_nodes: int = Field(default=1, ge=1, le=MAX_TOTAL_GPUS)
+    """Smallest node count to consider, count."""
+    node_counts: list[Annotated[int, Field(ge=1, le=MAX_TOTAL_GPUS)]] | None = Field(
+        default=None, min_length=1, max_length=64
+    )
+    """Node counts to search (within min_nodes..num_nodes); null: every count of the range
+    (above 16 counts: the first 16, the powers of two and the largest)."""
+    budget: float | None = Field(default=None, gt=0, le=1e15)
+    """Most the whole run may cost, currency (the node types' price per GPU-hour): needs
+    `workload.train_tokens`."""
+    constraints: SearchConstraints | None = None
+    """The searched space at each size and the time limit of the whole question (seconds;
+    at most the service's max_search_time_limit_s)."""
+    cost_model: CostModelRef | None = None
+    """The cost model that prices the plans; null: `analytical`."""
+
+    _workload_kind = field_validator("workload", mode="before")(_default_kind)
+
+
+class CapacitySize(_Public):
+    """The fastest plan at one cluster size of one node type, or why there is none."""
+
+    num_nodes: int
+    """Nodes of this size, count."""
+    gpus: int
+    """GPUs of this size, count."""
+    plan: TrainingPlan | None
+    """The fastest plan at this size; null when none fits (see `reason`)."""
+    metrics: TrainingMetrics | None
+    """Its metrics (step time, tokens per second, cost and energy per token, ...)."""
+    reason: str | None
+    """Why there is no plan (memory, the time limit), null with a plan."""
+    complete: bool
+    """Whether the size was searched completely (the plan is the fastest there is)."""
+    meets_target: bool | None
+    """Whether the plan reaches the target throughput; null without a target."""
+    run_cost: float | None
+    """train_tokens × cost per token, currency; null without train_tokens or a price."""
+    within_budget: bool | None
+    """Whether run_cost is at most the budget; null without a budget or a cost."""
+
+
+class CapacityNodeType(_Public):
+    """Every searched size of one node type, smallest first."""
+
+    index: int
+    """Index of the node type in the request's `node_types`."""
+    node_group: NodeGroupSpec
+    """The node type as requested."""
+    sizes: list[CapacitySize]
+    """Each searched size, smallest first."""
+    smallest_meeting: int | None
+    """Smallest node count meeting the target and the budget, count; null when none does
+    or neither is given."""
+    nearest_fit: CapacitySize | None
+    """When nothing in the range fits: the first doubling of the node count past it that
+    does (up to 16 × the largest count); null otherwise."""
+
+
+class CapacityRecommendation(_Public):
+    """The size to run: the fewest GPUs meeting the target and budget (cheapest among equal
+    counts); with neither, the cheapest run per token (or the fastest, without prices)."""
+
+    index: int
+    """Index of the node type in the request's `node_types`."""
+    size: CapacitySize
+    """The recommended size and its plan."""
+
+
+class CapacityPublic(_Public):
+    """The answer to a capacity question (`POST /v1/capacity`)."""
+
+    node_types: list[CapacityNodeType]
+    """Per node type, every size searched."""
+    recommendation: CapacityRecommendation | None
+    """The size to run; null when no size of any node type qualifies."""
+    target_tokens_per_s: float | None
+    """The throughput a size must reach, tokens per second (the workload's target, or
+    train_tokens / deadline_days); null without one."""
+    budget: float | None
+    """The request's budget for the whole run, currency; null without one."""
+
+
+# ---- the Pareto front of a search (issue 16, point 2) ----------------------------------------
+class ParetoPlan(_Public):
+    """One plan of the front."""
+
+    id: str | None
+    """The stored plan's id when the search kept this plan among its ranked plans (exports
+    and measurements take it); null for a front plan outside the top-k."""
+    plan: TrainingPlan
+    """The plan (its split filled in)."""
+    metrics: TrainingMetrics
+    """Its metrics: tokens per second, GPUs used, cost and energy per token, ..."""
+    memory: MemoryReport
+    """Its memory per pipeline stage; `peak_gib` is the figure the front trades."""
+
+
+class ParetoPublic(_Public):
+    """The plans of a training search that no other plan of its space beats on every one of
+    `figures` (throughput, GPUs used, cost per token, energy per token, peak memory)."""
+
+    search_id: str
+    """The search."""
+    figures: list[str]
+    """The figures traded: tokens_per_s (higher is better), gpus_used,
+    cost_per_million_tokens, energy_per_token_j and peak_memory_gib (lower is better)."""
+    plans: list[ParetoPlan]
+    """The front, fastest first."""
+    complete: bool
+    """Whether every candidate was priced or bounded (the front is exact); false when the
+    time limit stopped it."""
+    stats: dict[str, Any]
+    """What the front search did: candidates enumerated, evaluated, pruned by reason
+    (`pareto_bound`: a found plan beats the candidate's bounds), wall time in seconds."""
+
+
+# ---- re-plan after a cluster change (issue 16, point 4) --------------------------------------
+class ReplanRequest(_Body):
+    """What changed in the cluster a stored training plan runs on."""
+
+    lost_nodes: int | list[Annotated[int, Field(ge=0, le=MAX_TOTAL_GPUS)]] | None = Field(
+        default=None
+    )
+    """Nodes of `node_group` that failed: a count (the group's last nodes) or their indices
+    in the group (0-based), count or list."""
+    lost_gpus: int | None = Field(default=None, ge=1, le=MAX_TOTAL_GPUS)
+    """GPUs of `node_group` that failed (the group's last GPUs), count."""
+    node_group: int = Field(default=0, ge=0, le=64)
+    """Index of the node group (in the search's `cluster.node_groups`) that lost them."""
+    added_node_groups: list[NodeGroupSpec] | None = Field(default=None, max_length=16)
+    """Node groups that joined the cluster (after the existing ones)."""
+    top_k: int | None = Field(default=None, ge=1)
+    """Plans kept, count; null: the original search's top_k."""
+    restart_overhead_s: float = Field(default=120.0, ge=0, le=86_400)
+    """Relaunch time of the job (scheduler, process start, NCCL set-up), seconds: an
+    assumption to set from your own restarts."""
+    storage_read_gb_s: float = Field(default=10.0, gt=0, le=100_000)
+    """Checkpoint read rate per node, GB/s: an assumption to set from your storage."""
+
+    @model_validator(mode="after")
+    def _says_what_changed(self) -> ReplanRequest:
+        if isinstance(self.lost_nodes, int) and self.lost_nodes < 1:
+            raise ValueError(f"lost_nodes must be at least 1 (got {self.lost_nodes})")
+        if self.lost_nodes is not None and self.lost_gpus is not None:
+            raise ValueError("give lost_nodes or lost_gpus, not both")
+        if self.lost_nodes is None and self.lost_gpus is None and not self.added_node_groups:
+            raise ValueError("say what changed: lost_nodes, lost_gpus or added_node_groups")
+        return self

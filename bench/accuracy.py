@@ -8,8 +8,15 @@ Each row is priced once at σ = 0; σ is then fitted on all rows (the in-sample 
 shipped default) and, for every source, on the other sources only (the held-out figure: the
 rows it is scored on never touch their own fit). Predictions in the row table are held out.
 
-Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-residuals]`.
-Rows that cannot be represented are listed with the reason, never dropped silently.
+Usage: `python bench/accuracy.py [--cost-model analytical] [--json] [--write-residuals]
+[--schedules]`. Rows that cannot be represented are listed with the reason, never dropped
+silently.
+
+Two more sections compare published relative figures with the analytical model's: pipeline
+schedules (Qi et al. 2024, zero-bubble vs 1F1B throughput and memory ratios and bubble rates;
+`bench/published_schedules.py`; `--schedules` prints it alone) and context parallelism at long
+context (NeMo's with-CP / without-CP speedups; `bench/published_context_parallel.py`;
+`--context-parallel` prints it alone).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import published_context_parallel, published_schedules  # noqa: E402
 from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.analytical.training.context import straggler_z  # noqa: E402
@@ -270,7 +278,32 @@ def main() -> None:
         action="store_true",
         help="store the held-out residual quantiles in cost_models/data/residuals.json",
     )
+    parser.add_argument(
+        "--schedules",
+        action="store_true",
+        help="print only the published pipeline-schedule comparisons (analytical model)",
+    )
+    parser.add_argument(
+        "--context-parallel",
+        action="store_true",
+        help="print only the published long-context CP speedups (analytical model)",
+    )
     args = parser.parse_args()
+    if args.schedules or args.context_parallel:
+        out: dict[str, Any] = {}
+        if args.schedules:
+            sched_rows = published_schedules.compare()
+            out["schedules"] = published_schedules.summary(sched_rows)
+            if not args.json:
+                print(published_schedules.report(sched_rows))
+        if args.context_parallel:
+            cp_rows = published_context_parallel.compare()
+            out["context_parallel"] = published_context_parallel.summary(cp_rows)
+            if not args.json:
+                print(published_context_parallel.report(cp_rows))
+        if args.json:
+            print(json.dumps(out, indent=2))
+        return
     results, skipped = run(args.cost_model)
     fitted = fit(results) if args.cost_model == "analytical" else None
     if args.write_residuals:
@@ -288,6 +321,10 @@ def main() -> None:
                     },
                     "by_source": by_source,
                     "by_framework": by_framework,
+                    "schedules": published_schedules.summary(published_schedules.compare()),
+                    "context_parallel": published_context_parallel.summary(
+                        published_context_parallel.compare()
+                    ),
                 },
                 indent=2,
             )
@@ -355,6 +392,10 @@ def main() -> None:
         print(f"  {'ok   ' if ok else 'WRONG'} {g[0].case.label[:30]:30} {rows}")
     if groups:
         print(f"  reproduced in {hits} of {len(groups)} groups ({hits / len(groups):.0%})")
+    print()
+    print(published_schedules.report())
+    print()
+    print(published_context_parallel.report())
 
 
 if __name__ == "__main__":

@@ -94,6 +94,12 @@ class AcceleratorSpec(BaseModel):
     """Achieved bus bandwidth / line rate on the NIC, fraction 0–1."""
     tdp_w: float | None = None
     """Thermal design power (board power limit), watts; null when not sourced."""
+    price_per_gpu_hour: float | None = None
+    """Default price of one GPU-hour, USD, used by the cost objectives when the request gives
+    none (`price_per_gpu_hour` on a node group); null when not sourced. Cloud list prices
+    move: `price_date` says when this one was read and `sources` where."""
+    price_date: str | None = None
+    """When `price_per_gpu_hour` was read (ISO date); null without a price."""
     default_system: str | None = None
     """Id of the system (`SystemSpec`) a node group of this accelerator gets when it names
     no system. Every catalog file sets it (the loader requires it); records built in code

@@ -107,6 +107,9 @@ class SearchStats:
     wall_time_s: float = 0.0
     status: SearchStatus = "complete"
     best_step_time_s: float | None = None
+    replan: dict[str, Any] | None = None
+    """A re-planned search (`POST /v1/plans/{id}/replan`): the plan it re-plans
+    (`replan_of`) and the best plan keeping that plan's degrees (`keep`), `solver.replan`."""
 
     @property
     def complete(self) -> bool:
@@ -131,6 +134,8 @@ class SearchStats:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["replan"] is None:
+            del out["replan"]  # only re-planned searches carry it
         out["pruned"] = dict(sorted(self.pruned.items()))
         out["complete"] = self.complete
         return out

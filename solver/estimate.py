@@ -24,6 +24,7 @@ from cost_models.base import (
     check_key,
     profile_key,
 )
+from cost_models.economics import with_economics
 from cost_models.mixed import (
     boundary_extra_s,
     check_data_shares,
@@ -50,6 +51,30 @@ PRICEABLE_VIOLATIONS = frozenset({"framework"})
 
 
 def estimate_plan(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    plan: TrainingPlan,
+    *,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+) -> TrainingEstimate:
+    """`_estimate_plan` with the GPU, energy and cost figures (`cost_models.economics`).
+
+    On a homogeneous cluster a plan of fewer GPUs than the cluster holds runs on the first
+    of them (whole nodes, or part of one node: `cost_models.mixed.pool_problem`) and the
+    rest idle, as the objectives that leave GPUs idle plan them (`solver.objectives`)."""
+    cluster = problem.cluster
+    if (
+        plan.stage_groups is None
+        and plan.data_shares is None
+        and cluster.is_homogeneous
+        and plan.num_gpus < cluster.num_gpus
+    ):
+        problem = pool_problem(problem, cluster, plan.num_gpus)
+    est = _estimate_plan(problem, cost_model, plan, time_limit_s=time_limit_s)
+    return with_economics(problem, est)
+
+
+def _estimate_plan(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     plan: TrainingPlan,
@@ -136,7 +161,7 @@ def _estimate_shares(
                 "parallelism": p.model_copy(update={"data": share.replicas}),
             }
         )
-        chunks = estimate_plan(sub, cost_model, part).plan.stage_layers
+        chunks = _estimate_plan(sub, cost_model, part).plan.stage_layers
         plan = plan.model_copy(update={"stage_layers": chunks})
     return evaluate_data_shares(cost_model, problem, plan)
 

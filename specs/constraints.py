@@ -10,7 +10,8 @@ from specs._base import Spec
 from specs.plan import canonical_framework_name
 from specs.serving import canonical_engine_name
 
-Objective = Literal["max_throughput"]
+Objective = Literal["max_throughput", "min_cost", "min_energy", "min_time_to_train", "min_gpus"]
+"""What a training search ranks by (`solver.objectives`)."""
 
 TRAINING_FIXABLE_FIELDS = frozenset(
     {

@@ -669,6 +669,36 @@ class TrainingMetrics(_Out):
     when the cost model has none."""
     step_time_s_high: float | None = None
     """Upper end of the same interval (the 90th percentile), seconds."""
+    gpus_used: int | None = None
+    """GPUs the plan runs on, count: fewer than the cluster holds when an objective leaves
+    the rest idle (`min_cost`, `min_energy`, `min_gpus`, ...)."""
+    power_per_gpu_w: float | None = None
+    """Average board power of a GPU the plan uses, watts: TDP × (0.43 + 0.43 × hardware
+    FLOPs utilisation), `cost_models/economics.py`; null when the accelerator's TDP is not
+    sourced."""
+    energy_per_token_j: float | None = None
+    """GPU board energy per trained token, joules per token (GPUs used × power × step time
+    / tokens per step; host, network and cooling not counted)."""
+    price_per_gpu_hour: float | None = None
+    """Average price of one GPU-hour of the GPUs used (the request's `price_per_gpu_hour`,
+    else the catalog's default), currency per GPU-hour; null when a group has no price."""
+    cost_per_million_tokens: float | None = None
+    """What a million trained tokens cost on the GPUs used, currency per million tokens;
+    null when a group has no price."""
+    time_to_train_days: float | None = None
+    """`workload.train_tokens` / tokens_per_s, days; null without train_tokens."""
+    restart_peer_bytes: float | None = None
+    """Re-planned plans (`POST /v1/plans/{id}/replan`): model state its ranks fetch from
+    surviving GPUs of the old layout, bytes (`solver/replan.py`); null otherwise."""
+    restart_reload_bytes: float | None = None
+    """Re-planned plans: model state no surviving GPU held, read back from the checkpoint,
+    bytes."""
+    restart_s: float | None = None
+    """Re-planned plans: relaunch overhead + the slowest rank's peer transfer + the
+    checkpoint reload, seconds."""
+    break_even_s: float | None = None
+    """Re-planned plans: seconds after the change from which this plan has trained more
+    tokens than the best plan keeping the old plan's degrees; null when it never does."""
 
 
 class StageMemory(_Out):

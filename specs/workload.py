@@ -100,6 +100,16 @@ class TrainingWorkload(Spec):
     moe_routing: MoERoutingSpec | None = None
     """MoE token routing (capacity factor, load skew); null: balanced and dropless. Ignored
     for dense models."""
+    train_tokens: float | None = Field(default=None, gt=0, le=1e16)
+    """Tokens the whole training run consumes (e.g. 1.5e13 for 15T), tokens; every plan then
+    reports `metrics.time_to_train_days`, and the `min_time_to_train` objective needs it."""
+    target_tokens_per_s: float | None = Field(default=None, gt=0, le=1e12)
+    """Throughput the job must reach, tokens per second: the `min_gpus` objective returns the
+    fewest GPUs that reach it."""
+    deadline_days: float | None = Field(default=None, gt=0, le=36_500)
+    """Days the run may take, days: with `train_tokens`, the `min_gpus` objective's target
+    (train_tokens / deadline_days / 86,400 tokens per second) when `target_tokens_per_s` is
+    not given."""
 
     @field_validator("fp8_recipe", mode="before")
     @classmethod
@@ -122,7 +132,13 @@ class TrainingWorkload(Spec):
         (request hashes stay)."""
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("moe_routing", "fp8_recipe"):
+            for name in (
+                "moe_routing",
+                "fp8_recipe",
+                "train_tokens",
+                "target_tokens_per_s",
+                "deadline_days",
+            ):
                 if data.get(name, 0) is None:
                     del data[name]
         return data
@@ -130,6 +146,16 @@ class TrainingWorkload(Spec):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.sequence_length
+
+    @property
+    def required_tokens_per_s(self) -> float | None:
+        """The throughput the run must reach: `target_tokens_per_s`, else `train_tokens` over
+        `deadline_days`; null when neither is given."""
+        if self.target_tokens_per_s is not None:
+            return self.target_tokens_per_s
+        if self.train_tokens is not None and self.deadline_days is not None:
+            return self.train_tokens / (self.deadline_days * 86_400.0)
+        return None
 
 
 Workload = Annotated[TrainingWorkload | ServingWorkload, Field(discriminator="kind")]

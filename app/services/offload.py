@@ -37,7 +37,27 @@ def estimate(body: Any) -> dict[str, Any]:
     return planning.estimate(body, None)
 
 
-JOBS = {"expert_placement": expert_placement, "estimate": estimate}
+def capacity(payload: Any) -> dict[str, Any]:
+    """`POST /v1/capacity`: `(body, max_time_limit_s)` → the answer document."""
+    from app.services.capacity import answer
+
+    body, max_time_limit_s = payload
+    return answer(body, max_time_limit_s=max_time_limit_s)
+
+
+def pareto(payload: Any) -> dict[str, Any]:
+    """`GET /v1/searches/{id}/pareto`: `(stored problem, time limit)` → the front."""
+    from app.services.pareto import front
+
+    return front(payload)
+
+
+JOBS = {
+    "expert_placement": expert_placement,
+    "estimate": estimate,
+    "capacity": capacity,
+    "pareto": pareto,
+}
 
 
 def run_job(name: str, payload: Any) -> tuple[str, Any]:

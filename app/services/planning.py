@@ -56,7 +56,9 @@ from cost_models.frameworks import list_frameworks as registered_frameworks
 from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.engines import list_engines as registered_engines
 from hardware_catalog.schema import AcceleratorSpec, FabricSpec, ResolvedCluster, SystemSpec
+from solver import replan
 from solver.estimate import estimate_with_warnings
+from solver.objectives import check_objective, objective_search
 from solver.placement_load import with_placement_load_factors
 from solver.search.offload_phase import memory_pruned, search_offload_when_needed
 from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
@@ -767,6 +769,14 @@ def prepare_search(
     if isinstance(body.workload, ServingWorkload):
         from app.services import serving
 
+        if body.objective != "max_throughput":
+            raise SpecError(
+                "objective",
+                "training searches only; a serving search ranks by workload.objective",
+                body.objective,
+                f"objective {body.objective} ranks training plans; a serving search takes its "
+                "objective in workload.objective (max_goodput_per_gpu, min_gpus, min_cost, ...)",
+            )
         return serving.prepare_search(body, constraints)
     if constraints.engines is not None or constraints.engine_options is not None:
         raise InputError(
@@ -787,6 +797,9 @@ def prepare_search(
     cluster = resolve_cluster(body.cluster)
     workload = _training_workload(body.workload)
     _check_supported(model, cluster, workload)
+    check_objective(
+        TrainingProblem(model=model, cluster=cluster, workload=workload), body.objective
+    )
     # on a mixed cluster a plan may leave GPUs idle: its degrees need not divide the total
     _check_fixed(
         constraints.fixed,
@@ -859,15 +872,33 @@ def run_problem(
         run = homogeneous_search or solver.search
     else:
         run = solver.mixed_search
-    result, offload_searched = search_offload_when_needed(
-        run,
+    objective = str(problem.get("objective") or "max_throughput")
+    offload_searched = False
+    plain: Callable[..., Any] = run
+
+    def with_offload_phase(*args: Any, **kwargs: Any) -> Any:
+        """`run`, then the space with offload when nothing fit (`offload_phase`)."""
+        nonlocal offload_searched
+        found, ran = search_offload_when_needed(plain, *args, **kwargs)
+        offload_searched = offload_searched or ran
+        return found
+
+    # offload is searched when nothing fits, for the throughput objective (the others
+    # search smaller GPU counts that are expected not to fit)
+    searcher = with_offload_phase if objective == "max_throughput" else plain
+
+    result = objective_search(
         training,
         cost_model,
         constraints,
+        objective=objective,
         top_k=int(problem.get("top_k", 10)),
         progress=progress,
         should_stop=should_stop,
+        run=searcher,
     )
+    if problem.get("replan") is not None:
+        result = replan.annotate(result, training, cost_model, constraints, problem["replan"], run)
     stats = result.stats.to_dict()
     if offload_searched:  # nothing fit without offload: the space with it was searched
         stats["offload_searched"] = True

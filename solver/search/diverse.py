@@ -35,7 +35,8 @@ failure domain), so plans of different layouts are never folded, however they co
 Reported metrics (`dominance_metrics`), each oriented so that smaller is better: step time,
 the uncertainty band of the step time when both plans report it (`step_time_s_low`,
 `step_time_s_high`), peak memory per GPU (`metrics.peak_memory_gib` and
-`memory.peak_gib`), GPUs used (`TrainingPlan.num_gpus`), and the negated throughput,
+`memory.peak_gib`), GPUs used (`TrainingPlan.num_gpus`), energy and cost per token when
+both plans report them (`cost_models.economics`), and the negated throughput,
 model TFLOP/s per GPU and MFU (all three bases). Not compared: `bubble_fraction` and the
 time breakdown (shares of the step time, not objectives: a smaller bubble in a longer step
 is no gain), `hardware_tflops_per_gpu` (it counts recomputed FLOPs, so it rises with wasted
@@ -119,6 +120,8 @@ _LOWER_IS_BETTER = (
     "step_time_s_low",
     "step_time_s_high",
     "peak_memory_gib",
+    "energy_per_token_j",
+    "cost_per_million_tokens",
 )
 _HIGHER_IS_BETTER = ("tokens_per_s", "model_tflops_per_gpu", "mfu", "mfu_bf16_peak", "mfu_fp8_peak")
 

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 
 from cost_models.analytical.schedule import one_f_one_b
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
+from cost_models.economics import with_economics
 from cost_models.mixed import evaluate_mixed, gpus_of_stages, pool_problem
 from hardware_catalog.schema import ResolvedCluster
 from solver.base import RankedPlan, SearchResult, SearchStats
@@ -286,7 +287,10 @@ def mixed_search(
                 pp = plan.parallelism.pipeline
                 carried = plan.model_copy(update={"stage_groups": [name] * pp})
                 stats.evaluated += 1
-                top.push(carried.key(), evaluate_mixed(cost_model, problem, carried))
+                top.push(
+                    carried.key(),
+                    with_economics(problem, evaluate_mixed(cost_model, problem, carried)),
+                )
             monitor.done += 1
         for template in _templates(top) if share_data else []:
             monitor.poll(report=True)
@@ -423,7 +427,7 @@ def _cross_pools_of(
             stats.add_pruned(est.violations[0].kind)
             continue
         stats.feasible += 1
-        top.push(est.plan.key(), est)
+        top.push(est.plan.key(), with_economics(problem, est))
 
 
 def _templates(top: TopK) -> list[TrainingPlan]:

@@ -41,6 +41,7 @@ from cost_models.base import (
     TrainingEstimate,
     TrainingProblem,
 )
+from cost_models.economics import with_economics
 from solver.base import RankedPlan, SearchResult, SearchStats, SolveStatus
 from solver.explain import describe, explain
 from solver.formulations.stage_partition import (
@@ -407,7 +408,7 @@ def evaluate_split(
         stats.add_pruned(est.violations[0].kind if est.violations else "infeasible")
         return None
     stats.feasible += 1
-    return est
+    return with_economics(problem, est)
 
 
 def split_lower_bound_s(profile: LayerProfile, max_rank_time_s: float) -> float:

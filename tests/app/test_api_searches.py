@@ -201,7 +201,7 @@ def test_time_limit_above_the_service_maximum(client: Any, tiny: dict[str, Any])
 
 
 def test_unknown_objective(client: Any, tiny: dict[str, Any]) -> None:
-    _assert_rejected(client, {**tiny, "objective": "min_cost"}, "objective")
+    _assert_rejected(client, {**tiny, "objective": "min_price"}, "objective")
 
 
 def test_unknown_cost_model(client: Any, tiny: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from fake_cost_model import FakeCostModel, make_problem, tiny_model
 
 import solver
 from cost_models.base import TrainingEstimate
+from cost_models.economics import with_economics
 from cost_models.registry import build_cost_model
 from solver import estimate_plan, explain
 from specs.errors import InfeasiblePlan, SpecError
@@ -94,7 +95,7 @@ def test_estimate_prices_a_plan_its_framework_cannot_run_and_reports_the_rule() 
     assert est.plan.framework == "deepspeed"
     assert est.plan.stage_layers is not None and sum(est.plan.stage_layers) == 8
     # the split it chose, given back, prices the same
-    again = analytical.evaluate(problem, est.plan)
+    again = with_economics(problem, analytical.evaluate(problem, est.plan))
     assert again.metrics == est.metrics and again.violations == est.violations
     # Megatron-Core runs the same plan
     megatron = estimate_plan(problem, analytical, plan.model_copy(update={"framework": None}))

@@ -51,7 +51,8 @@ from sqlmodel import Session
 from app.api.auth import Principal, Reader, Writer
 from app.api.deps import MAX_OFFSET, EngineDep, OffsetQuery, RunnerDep, SessionDep, SettingsDep
 from app.api.limits import QueueFull, TenantQuotaExceeded
-from app.api.params import CursorQuery, SearchId, limit_description
+from app.api.offload import run_in_worker
+from app.api.params import CursorQuery, PlanId, SearchId, limit_description
 from app.api.routes.plans import plan_public
 from app.core.config import Settings
 from app.db import crud
@@ -68,12 +69,15 @@ from app.db.models import (
 from app.examples import SEARCH_EXAMPLES
 from app.schemas import (
     DeliveryList,
+    ParetoPublic,
     PlanList,
+    ReplanRequest,
     SearchCreate,
     SearchList,
     SearchPublic,
 )
 from app.services import planning
+from app.services.replan import prepare_replan
 from app.services.runner import SearchRunner
 from app.services.webhook_targets import RefusedTarget, check_callback_url
 from specs.errors import Conflict, NotFound, SpecError
@@ -608,6 +612,142 @@ def _sse(event: str | None, data: str | None = None, event_id: str | None = None
     if data is not None:
         lines.extend(f"data: {line}" for line in data.split("\n"))
     return "\n".join(lines) + "\n\n"
+
+
+@router.post(
+    "/v1/plans/{plan_id}/replan",
+    response_model=SearchPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        201: {"model": SearchPublic, "description": "finished within ?wait"},
+        409: {"description": "the plan is a serving plan"},
+        429: {"description": "rate limit or the tenant's active-search quota (Retry-After)"},
+        503: {"description": "the search queue is full (Retry-After)"},
+    },
+    tags=["plans"],
+)
+async def replan_plan(
+    plan_id: PlanId,
+    body: ReplanRequest,
+    principal: Writer,
+    response: Response,
+    settings: SettingsDep,
+    engine: EngineDep,
+    runner: RunnerDep,
+    wait: Annotated[
+        float, Query(description="Seconds to block for the result (0..max_wait_s).")
+    ] = 0.0,
+) -> dict[str, Any]:
+    """Re-plan a stored training plan after its cluster changed (lost nodes or GPUs, added
+    node groups): a new search of the same model and workload on the cluster as it is now.
+
+    Every plan it ranks carries its restart cost (`metrics.restart_peer_bytes`,
+    `restart_reload_bytes`, `restart_s`: the state to reshard from surviving GPUs and to
+    reload from the checkpoint, `solver/replan.py`) and `break_even_s` against the best plan
+    keeping the old plan's degrees (`stats.replan.keep`); the search links the plan it
+    re-plans (`stats.replan.replan_of`) and its plans export like any other."""
+    if not 0 <= wait <= settings.max_wait_s:
+        raise SpecError(
+            "wait",
+            f"between 0 and {settings.max_wait_s}",
+            wait,
+            f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})",
+        )
+    tenant = principal.tenant
+
+    def resolve() -> str:
+        with Session(engine, expire_on_commit=False) as session:
+            plan = crud.get_plan(session=session, plan_id=plan_id, tenant=tenant)
+            if plan is None:
+                raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
+            search = _load(session, plan.search_id, tenant)
+            if (search.problem.get("workload") or {}).get("kind") == "serving":
+                raise Conflict(
+                    f"plan {plan_id} is a serving plan: re-plan a serving deployment with a "
+                    "new search on the changed cluster (its instance counts follow)",
+                    id=plan_id,
+                )
+            prepared = prepare_replan(plan, search, body, settings, session, tenant=tenant)
+            _check_capacity(session, settings, tenant)
+            record = crud.create_search(
+                session=session,
+                request=prepared.request,
+                problem=prepared.problem,
+                request_hash=prepared.request_hash,
+                cost_model_name=prepared.cost_model_name,
+                cost_model_version=prepared.cost_model_version,
+                tenant=tenant,
+            )
+            return record.id
+
+    search_id = await run_in_threadpool(resolve)
+    runner.submit(search_id)
+    final = await runner.wait(search_id, wait) if wait > 0 else None
+
+    def load() -> dict[str, Any]:
+        with Session(engine, expire_on_commit=False) as session:
+            return _public_with_count(session, _load(session, search_id, tenant))
+
+    public = await run_in_threadpool(load)
+    response.headers["Location"] = f"/v1/searches/{search_id}"
+    if final is not None and public["status"] in TERMINAL_STATUSES:
+        response.status_code = status.HTTP_201_CREATED
+    return public
+
+
+PARETO_TIMEOUT_SHARE = 0.75
+"""Share of `request_timeout_s` the front search may take: the rest returns its answer."""
+
+
+@router.get("/v1/searches/{search_id}/pareto", response_model=ParetoPublic)
+async def read_search_pareto(
+    search_id: SearchId,
+    session: SessionDep,
+    request: Request,
+    settings: SettingsDep,
+    principal: Reader,
+) -> dict[str, Any]:
+    """The Pareto front of a finished training search: its plans that no other plan of the
+    space beats on throughput, GPUs used, cost per token, energy per token and peak memory.
+
+    Exact over the search's space (every size its objective covers) when `complete`,
+    recomputed from the stored problem in a request worker within the search's time limit
+    (at most `max_search_time_limit_s` and three quarters of `request_timeout_s`; a front
+    cut short answers with `complete` false); plans the search kept among its ranked plans
+    carry their id. A serving search, or one not finished, is a 409."""
+
+    def load() -> tuple[SearchRecord, dict[str, str]]:
+        record = _load(session, search_id, principal.tenant)
+        rows, _ = crud.list_plans(session=session, search_id=search_id, limit=MAX_OFFSET)
+        ids = {canonical_hash(row.plan): row.id for row in rows}
+        return record, ids
+
+    record, ids = await run_in_threadpool(load)
+    problem = dict(record.problem)
+    if (problem.get("workload") or {}).get("kind") == "serving":
+        raise Conflict(
+            f"search {search_id} plans serving; the front trades training figures",
+            id=search_id,
+        )
+    if record.status != SearchStatus.SUCCEEDED.value:
+        raise Conflict(
+            f"search {search_id} is {record.status}: the front is for a finished search",
+            id=search_id,
+        )
+    # within the worker's own timeout, so a front cut short still answers (complete false)
+    budget = min(
+        settings.max_search_time_limit_s, PARETO_TIMEOUT_SHARE * settings.request_timeout_s
+    )
+    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget))
+    for item in answer["plans"]:
+        item["id"] = ids.get(canonical_hash(item["plan"]))
+    stats = answer.pop("stats")
+    return {
+        "search_id": search_id,
+        **answer,
+        "complete": bool(stats.get("complete")),
+        "stats": stats,
+    }
 
 
 @router.get(

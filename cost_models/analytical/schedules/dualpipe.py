@@ -86,5 +86,11 @@ DUALPIPE_V = BubbleSchedule(
     placement="v",
     splits_backward=True,
     extra_rules=V_RULES("dualpipe_v", 2),
-    frameworks={"torchtitan": FrameworkOption({"pipeline_parallel_schedule": "DualPipeV"})},
+    frameworks={
+        "torchtitan": FrameworkOption({"pipeline_parallel_schedule": "DualPipeV"}),
+        "fsdp": FrameworkOption(
+            {"schedule_class": "torch.distributed.pipelining.ScheduleDualPipeV"},
+            note="the class torchtitan's DualPipeV builds; two stages per rank, V order",
+        ),
+    },
 )

@@ -47,6 +47,10 @@ class GPipe:
     frameworks: Mapping[str, FrameworkOption] = field(
         default_factory=lambda: {
             "torchtitan": FrameworkOption({"pipeline_parallel_schedule": "GPipe"}),
+            "fsdp": FrameworkOption(
+                {"schedule_class": "torch.distributed.pipelining.ScheduleGPipe"},
+                note="the class torchtitan's GPipe builds; one stage per rank",
+            ),
         }
     )
 

@@ -72,7 +72,13 @@ ZERO_BUBBLE_V = BubbleSchedule(
     placement="v",
     splits_backward=True,
     extra_rules=_v_rules("zero_bubble_v", 2),
-    frameworks={"torchtitan": FrameworkOption({"pipeline_parallel_schedule": "ZBVZeroBubble"})},
+    frameworks={
+        "torchtitan": FrameworkOption({"pipeline_parallel_schedule": "ZBVZeroBubble"}),
+        "fsdp": FrameworkOption(
+            {"schedule_class": "torch.distributed.pipelining.ScheduleZBVZeroBubble"},
+            note="the class torchtitan's ZBVZeroBubble builds; two stages per rank, V order",
+        ),
+    },
 )
 
 V_HALF = BubbleSchedule(

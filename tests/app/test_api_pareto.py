@@ -1,0 +1,80 @@
+"""`GET /v1/searches/{id}/pareto` (issue 16, point 2) over HTTP: the front's plans beat each
+other on no figure, none of the search's ranked plans beats a front plan, the fastest ranked
+plan is on the front with its id, and searches without a front answer 409 / 404. (The front
+against brute force on small spaces: tests/solver/test_pareto.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support import TINY_MODEL
+
+FIGURES = [
+    "tokens_per_s",
+    "gpus_used",
+    "cost_per_million_tokens",
+    "energy_per_token_j",
+    "peak_memory_gib",
+]
+
+
+def _vector(metrics: dict[str, Any]) -> tuple[float, ...]:
+    return (
+        -metrics["tokens_per_s"],
+        metrics["gpus_used"],
+        metrics["cost_per_million_tokens"],
+        metrics["energy_per_token_j"],
+        metrics["peak_memory_gib"],
+    )
+
+
+def _beats(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
+
+
+def test_the_front_of_a_search_over_http(client: Any) -> None:
+    body = {
+        "model": dict(TINY_MODEL),
+        "cluster": {
+            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]
+        },
+        "workload": {"kind": "training", "global_batch_size": 16, "sequence_length": 2048},
+        "objective": "min_cost",
+        "top_k": 5,
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    response = client.get(f"/v1/searches/{search['id']}/pareto")
+    assert response.status_code == 200, response.text
+    front = response.json()
+    assert front["figures"] == FIGURES and front["complete"] is True
+    plans = front["plans"]
+    assert plans
+    vectors = [_vector(p["metrics"]) for p in plans]
+    for i, a in enumerate(vectors):
+        assert not any(_beats(b, a) for j, b in enumerate(vectors) if j != i)
+    ranked = client.get(f"/v1/searches/{search['id']}/plans?include_dominated=true").json()["items"]
+    for p in ranked:
+        assert not any(_beats(_vector(p["metrics"]), v) for v in vectors)
+    # the fastest plan of the space is on the front; the stored ones carry their ids
+    fastest = max(ranked, key=lambda p: p["metrics"]["tokens_per_s"])
+    assert max(p["metrics"]["tokens_per_s"] for p in plans) >= fastest["metrics"]["tokens_per_s"]
+    stored = {p["id"] for p in ranked}
+    assert all(p["id"] is None or p["id"] in stored for p in plans)
+    # min_cost covers the sizes that leave GPUs idle: the front trades GPUs too
+    assert len({p["metrics"]["gpus_used"] for p in plans}) >= 2
+
+
+def test_a_serving_search_or_an_unknown_one_has_no_front(client: Any) -> None:
+    assert client.get("/v1/searches/00000000-0000-0000-0000-000000000000/pareto").status_code == 404
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 2}]},
+        "workload": {"kind": "serving", "prompt_tokens": 128, "output_tokens": 32,
+                     "slo": {"ttft_ms": 500, "tpot_ms": 50}, "num_requests": 50},
+        "top_k": 1,
+    }  # fmt: skip
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    response = client.get(f"/v1/searches/{search['id']}/pareto")
+    assert response.status_code == 409, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
