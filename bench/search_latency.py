@@ -5,8 +5,10 @@ Llama-3-405B on 16,384 H100 < 3 s. Each case runs `--repeat` times with cold cac
 caches cleared, a fresh cost model) and the median is printed.
 
 `--http URL` also measures the round trip a client sees against a running service
-(`make serve`): `POST /v1/searches?wait=30` until the finished search is answered, then
-`GET .../plans?limit=10`.
+(`make serve`): `POST /v1/searches?wait=30&dedupe=false` until the finished search is
+answered, then `GET .../plans?limit=10`. `dedupe=false` makes every repeat a new search
+(without it the service answers a repeated request from the search it stored the first
+time, and the repeats would time a lookup).
 
 MoE cases (issue 4; target well under 10 s) run in a separate section (`MOE_CASES`, once
 each, `--no-moe` skips them) until they meet it: DeepSeek-V3 on 2048 H800 (its 3 dense + 58
@@ -216,7 +218,7 @@ def http_round_trips(url: str, repeat: int) -> None:
     """POST each case with ?wait and read its ten plans; print the median round trip."""
     import httpx
 
-    print(f"\nHTTP round trip against {url} (POST ?wait=30 + GET plans?limit=10):")
+    print(f"\nHTTP round trip against {url} (POST ?wait=30&dedupe=false + GET plans?limit=10):")
     with httpx.Client(base_url=url, timeout=120) as client:
         for label, preset, accel, nodes, gpn, gbs, seq, _ in CASES:
             body = {
@@ -229,16 +231,21 @@ def http_round_trips(url: str, repeat: int) -> None:
                 "workload": {"kind": "training", "global_batch_size": gbs, "sequence_length": seq},
             }
             times = []
+            ids = set()
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                created = client.post("/v1/searches", params={"wait": 30}, json=body)
+                created = client.post(
+                    "/v1/searches", params={"wait": 30, "dedupe": "false"}, json=body
+                )
                 created.raise_for_status()
                 plans = client.get(created.json()["plans_url"], params={"limit": 10})
                 plans.raise_for_status()
                 times.append(time.perf_counter() - t0)
+                ids.add(created.json()["id"])
             print(
                 f"{label:32} {statistics.median(times):9.3f} s  "
-                f"status {created.status_code}, {len(plans.json()['items'])} plans"
+                f"status {created.status_code}, {len(plans.json()['items'])} plans, "
+                f"{len(ids)} distinct searches of {repeat}"
             )
 
 

@@ -297,10 +297,20 @@ class CalibratedTrainingCostModel:
         """The analytical bound on the calibrated problem."""
         return self.inner.step_time_lower_bound_s(self.calibrated(problem), key)
 
-    def context_free_step_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+    def context_free_step_lower_bound_s(
+        self, problem: TrainingProblem, key: PlanKey, work_floor_s: float = 0.0
+    ) -> float:
         """The analytical bound under every context-parallel algorithm, on the calibrated
         problem (`solver.search.cp_groups`)."""
-        return self.inner.context_free_step_lower_bound_s(self.calibrated(problem), key)
+        return self.inner.context_free_step_lower_bound_s(
+            self.calibrated(problem), key, work_floor_s
+        )
+
+    def context_free_profile_key(
+        self, problem: TrainingProblem, key: PlanKey
+    ) -> LayerProfile | None:
+        """The analytical context-free profile on the calibrated problem."""
+        return self.inner.context_free_profile_key(self.calibrated(problem), key)
 
 
 # ---- the fit ----------------------------------------------------------------------------

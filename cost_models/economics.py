@@ -130,7 +130,7 @@ def economics(
     per step at hardware FLOPs utilisation `utilisation` (module docstring)."""
     pools = problem.cluster.pools()
     used = gpus_by_pool(plan, problem.cluster)
-    tokens = problem.workload.global_batch_size * problem.workload.sequence_length
+    tokens = problem.workload.real_tokens_per_step  # padding excluded
     share = utilisation
     power_sum = 0.0
     price_sum = 0.0

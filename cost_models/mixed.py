@@ -439,7 +439,7 @@ def evaluate_mixed(
         recompute=min(crit_breakdown.recompute * scale, max(0.0, step - sum(parts.values()))),
         **parts,
     )
-    tokens = problem.workload.global_batch_size * problem.workload.sequence_length
+    tokens = problem.workload.real_tokens_per_step  # padding excluded
     metrics = TrainingMetrics(
         step_time_s=step,
         tokens_per_s=tokens / step,
@@ -620,7 +620,7 @@ def evaluate_data_shares(
     )
     metrics = TrainingMetrics(
         step_time_s=step,
-        tokens_per_s=wl.global_batch_size * wl.sequence_length / step,
+        tokens_per_s=wl.real_tokens_per_step / step,  # padding excluded
         model_tflops_per_gpu=flops / step / world / 1e12,
         mfu=flops / step / peak_flops,
         peak_memory_gib=tightest.memory.peak_gib,

@@ -290,7 +290,7 @@ def _energy_proven(problem: TrainingProblem, groups: Sequence[_Group], top_k: in
     assert tdp is not None
     # model FLOPs per GPU at peak: mfu × step time (mfu = model FLOP/s per GPU / peak)
     model_share_s = last.mfu * last.step_time_s
-    tokens = problem.workload.tokens_per_step
+    tokens = problem.workload.real_tokens_per_step  # as economics() counts them
     floor = energy_floor_j(problem.num_gpus, tdp, last.step_time_s, model_share_s) / tokens
     return floor >= kth
 

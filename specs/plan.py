@@ -637,13 +637,17 @@ class TrainingMetrics(_Out):
     step_time_s: float
     """Predicted wall time of one optimizer step (the whole global batch), seconds."""
     tokens_per_s: float
-    """Training throughput of the whole job: global_batch_size × sequence_length /
-    step_time_s, tokens per second."""
+    """Training throughput of the whole job in real (non-padding) tokens:
+    global_batch_size × sequence_length / step_time_s, tokens per second; with
+    `workload.sequence_lengths` and packing `pad`, only the documents' tokens
+    (global_batch_size × mean length) count, never the padding."""
     model_tflops_per_gpu: float
     """Model FLOPs per step (forward + backward = 3 × forward, no recompute) / step time /
-    GPUs, TFLOP/s per GPU."""
+    GPUs, TFLOP/s per GPU. Counts the real tokens only: with `workload.sequence_lengths`,
+    the attention core per document (Σ sᵢ², not sequence_length²) and no padding."""
     mfu: float
-    """Model FLOPs utilisation: model FLOPs per second per GPU (no recompute) over the
+    """Model FLOPs utilisation (real tokens and per-document attention, as
+    `model_tflops_per_gpu`): model FLOPs per second per GPU (no recompute) over the
     accelerator's dense peak at the workload precision (the FP8 peak for FP8 training),
     fraction 0–1; on a mixed cluster, model FLOPs per second over the summed peaks of the
     GPUs used. Published FP8 results quote `mfu_bf16_peak`."""
@@ -656,7 +660,8 @@ class TrainingMetrics(_Out):
     """Where the step time goes, seconds per part."""
     hardware_tflops_per_gpu: float | None = None
     """Achieved FLOP rate counting recomputation: (model + recompute FLOPs) per step / step
-    time / GPUs, TFLOP/s per GPU."""
+    time / GPUs, TFLOP/s per GPU; the model FLOPs here are those of the work done, padding
+    of a `pad` document mix included."""
     mfu_bf16_peak: float | None = None
     """MFU against the dense BF16 (FP16) peak (set for BF16, FP16 and FP8 training): the
     basis published FP8 tables use; a fraction of that peak (FP8 training can exceed 1)."""
@@ -678,13 +683,14 @@ class TrainingMetrics(_Out):
     sourced."""
     energy_per_token_j: float | None = None
     """GPU board energy per trained token, joules per token (GPUs used × power × step time
-    / tokens per step; host, network and cooling not counted)."""
+    / tokens per step, padding of a `pad` document mix excluded; host, network and cooling
+    not counted)."""
     price_per_gpu_hour: float | None = None
     """Average price of one GPU-hour of the GPUs used (the request's `price_per_gpu_hour`,
     else the catalog's default), currency per GPU-hour; null when a group has no price."""
     cost_per_million_tokens: float | None = None
-    """What a million trained tokens cost on the GPUs used, currency per million tokens;
-    null when a group has no price."""
+    """What a million trained tokens (padding excluded) cost on the GPUs used, currency per
+    million tokens; null when a group has no price."""
     time_to_train_days: float | None = None
     """`workload.train_tokens` / tokens_per_s, days; null without train_tokens."""
     restart_peer_bytes: float | None = None

@@ -43,6 +43,7 @@ from pydantic import (
 )
 
 from specs._base import Spec
+from specs.errors import SpecError
 
 MAX_TOKENS = 131_072
 """Largest prompt or output length accepted (128 Ki tokens, Llama-3.1's context window)."""
@@ -398,18 +399,6 @@ class ServingWorkload(Spec):
             raise ValueError(
                 f"precision_options must not repeat a format (got {self.precision_options})"
             )
-        if self.objective in ("max_goodput_per_gpu", "min_gpus", "min_cost") and (
-            self.slo.ttft_ms is None and self.slo.tpot_ms is None
-        ):
-            raise ValueError(
-                f"objective {self.objective} needs an SLO: slo.ttft_ms and/or slo.tpot_ms"
-            )
-        if (
-            self.objective in ("min_gpus", "min_cost")
-            and self.arrival_rate_rps is None
-            and self.trace is None
-        ):
-            raise ValueError(f"objective {self.objective} needs arrival_rate_rps (or a trace)")
         if self.shared_prefix_tokens:
             prompts = (
                 statistics.fmean(row[1] for row in self.trace)
@@ -424,6 +413,33 @@ class ServingWorkload(Spec):
                     f"the mean prompt ({prompts:.0f} tokens): the prompts include the prefix"
                 )
         return self
+
+    def check_objective(self) -> None:
+        """What a search needs for its `objective` (an estimate needs none: it prices the
+        plan it is given and reports its latencies, SLO or not): `max_goodput_per_gpu`,
+        `min_gpus` and `min_cost` rank by goodput, so they need an SLO; `min_gpus` and
+        `min_cost` also need the rate to carry (`arrival_rate_rps`, or a trace). Raises
+        SpecError naming the field."""
+        if self.objective in ("max_goodput_per_gpu", "min_gpus", "min_cost") and (
+            self.slo.ttft_ms is None and self.slo.tpot_ms is None
+        ):
+            raise SpecError(
+                "workload.slo",
+                "ttft_ms and/or tpot_ms for a search",
+                self.slo.model_dump(mode="json"),
+                f"objective {self.objective} needs an SLO: slo.ttft_ms and/or slo.tpot_ms",
+            )
+        if (
+            self.objective in ("min_gpus", "min_cost")
+            and self.arrival_rate_rps is None
+            and self.trace is None
+        ):
+            raise SpecError(
+                "workload.arrival_rate_rps",
+                f"required for objective {self.objective} (or a trace)",
+                None,
+                f"objective {self.objective} needs arrival_rate_rps (or a trace)",
+            )
 
     @property
     def kv_precision(self) -> KVPrecision:

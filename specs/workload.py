@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from specs._base import Spec
 from specs.serving import ServingWorkload
@@ -80,13 +83,97 @@ class MoERoutingSpec(Spec):
         return self
 
 
+Packing = Literal["pack", "concat", "pad"]
+MAX_LENGTH_BUCKETS = 4096
+"""Most buckets a `sequence_lengths.histogram` may have."""
+MAX_LENGTH_SAMPLES = 65_536
+"""Most lengths a `sequence_lengths.samples` list may have."""
+
+
+class LengthBucket(Spec):
+    """One bucket of a document-length histogram."""
+
+    length: int = Field(ge=1, le=4_194_304)
+    """Document length, tokens (at most the workload's `sequence_length`)."""
+    count: float = Field(ge=0, le=1e15)
+    """Documents of this length: a count or a fraction of the documents (any non-negative
+    scale; the buckets are normalised to sum to 1)."""
+
+
+class SequenceLengthsSpec(Spec):
+    """The distribution of document (sample) lengths of a training corpus and how a batch is
+    formed from them: a `histogram` or `samples` (exactly one), and `packing`.
+
+    `packing` (`cost_models/analytical/sequence_lengths.py` prices each):
+    - `pack`: whole documents are concatenated up to `sequence_length` tokens (never split;
+      SFT-style packing, FlexSP's packed sequences) and attend only within their document:
+      variable-length attention (Transformer Engine THD format with `cu_seqlens`, Megatron
+      `--reset-attention-mask --reset-position-ids`; torchtitan `attn_mask_type =
+      "block_causal"` with `attn_type = "varlen"` or `"flex"`). `global_batch_size` counts
+      packed sequences, every token is a document's token, and the attention core's work
+      follows Σ sᵢ² over the documents rather than sequence_length².
+    - `concat`: the document stream is cut every `sequence_length` tokens (documents split
+      at the boundary, Megatron-Core's GPTDataset) with the same per-document masking.
+    - `pad`: each document is one sample, padded to `sequence_length` (a fixed-shape batch,
+      no document masking): `global_batch_size` counts documents, every sample costs a full
+      sequence and the padding is wasted work.
+    """
+
+    histogram: list[LengthBucket] | None = Field(
+        default=None, min_length=1, max_length=MAX_LENGTH_BUCKETS
+    )
+    """Document lengths as buckets `{length, count}` (at most 4096 buckets); exclusive with
+    `samples`."""
+    samples: list[Annotated[int, Field(ge=1, le=4_194_304)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_LENGTH_SAMPLES
+    )
+    """Observed document lengths, tokens, one per document (at most 65,536 entries; each at
+    least 1); exclusive with `histogram`."""
+    packing: Packing = "pack"
+    """How documents form the batch: `pack` (whole documents concatenated up to
+    sequence_length tokens, per-document attention masks / cu_seqlens), `concat` (the
+    document stream cut every sequence_length tokens, documents split at the boundary, same
+    masking) or `pad` (one document per sequence, padded to sequence_length)."""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SequenceLengthsSpec:
+        if (self.histogram is None) == (self.samples is None):
+            raise PydanticCustomError(
+                "sequence_lengths_form",
+                "give exactly one of sequence_lengths.histogram and sequence_lengths.samples",
+            )
+        if self.histogram is not None and not sum(b.count for b in self.histogram) > 0:
+            raise PydanticCustomError(
+                "sequence_lengths_empty", "sequence_lengths.histogram counts are all zero"
+            )
+        return self
+
+    def buckets(self) -> tuple[tuple[int, float], ...]:
+        """(length, fraction of the documents) per distinct length, ascending, fractions
+        summing to 1 (zero-count buckets dropped)."""
+        counts: dict[int, float] = {}
+        if self.samples is not None:
+            for x in self.samples:
+                counts[x] = counts.get(x, 0.0) + 1.0
+        for b in self.histogram or ():
+            if b.count > 0:
+                counts[b.length] = counts.get(b.length, 0.0) + b.count
+        total = sum(counts.values())
+        return tuple((n, counts[n] / total) for n in sorted(counts))
+
+    def longest(self) -> int:
+        """The longest document, tokens."""
+        return self.buckets()[-1][0]
+
+
 class TrainingWorkload(Spec):
     """Pre-training or fine-tuning with mixed-precision Adam."""
 
     kind: Literal["training"] = "training"
     """Workload kind: `training` (the default when a request leaves `kind` out)."""
     global_batch_size: int = Field(ge=1, le=16_777_216)
-    """Sequences per optimizer step."""
+    """Sequences per optimizer step (with `sequence_lengths`: packed sequences for `pack` /
+    `concat`, documents, each padded to one sequence, for `pad`)."""
     sequence_length: int = Field(ge=1, le=4_194_304)
     """Tokens per sequence."""
     precision: Precision = "bf16"
@@ -110,6 +197,33 @@ class TrainingWorkload(Spec):
     """Days the run may take, days: with `train_tokens`, the `min_gpus` objective's target
     (train_tokens / deadline_days / 86,400 tokens per second) when `target_tokens_per_s` is
     not given."""
+    sequence_lengths: SequenceLengthsSpec | None = None
+    """Document-length distribution (`histogram` of `{length, count}` or `samples`, lengths
+    in tokens, each at most sequence_length) and `packing` (`pack` / `concat`: documents
+    packed into sequences of sequence_length tokens with per-document attention; `pad`: one
+    document per sequence, padded). Null: every sequence is one document of sequence_length tokens
+    (priced exactly as before this field existed)."""
+
+    @field_validator("sequence_lengths")
+    @classmethod
+    def _lengths_fit(
+        cls, value: SequenceLengthsSpec | None, info: ValidationInfo
+    ) -> SequenceLengthsSpec | None:
+        seq = info.data.get("sequence_length")
+        if value is None or seq is None:
+            return value
+        lengths = value.samples or [b.length for b in value.histogram or ()]
+        form = "samples" if value.samples is not None else "histogram"
+        for i, length in enumerate(lengths):
+            if length > seq:
+                entry = f"{form}.{i}" if form == "samples" else f"{form}.{i}.length"
+                raise PydanticCustomError(
+                    "length_above_sequence_length",
+                    "sequence_lengths.{entry} = {length} tokens exceeds sequence_length "
+                    "({sequence_length}): every document must fit one sequence",
+                    {"entry": entry, "length": length, "sequence_length": seq},
+                )
+        return value
 
     @field_validator("fp8_recipe", mode="before")
     @classmethod
@@ -138,6 +252,7 @@ class TrainingWorkload(Spec):
                 "train_tokens",
                 "target_tokens_per_s",
                 "deadline_days",
+                "sequence_lengths",
             ):
                 if data.get(name, 0) is None:
                     del data[name]
@@ -146,6 +261,16 @@ class TrainingWorkload(Spec):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.sequence_length
+
+    @property
+    def real_tokens_per_step(self) -> float:
+        """Documents' tokens per step, padding excluded: tokens_per_step, or with
+        `sequence_lengths` packed `pad` global_batch_size × the mean document length."""
+        spec = self.sequence_lengths
+        if spec is None or spec.packing != "pad":
+            return float(self.tokens_per_step)
+        mean = math.fsum(length * fraction for length, fraction in spec.buckets())
+        return self.global_batch_size * mean
 
     @property
     def required_tokens_per_s(self) -> float | None:

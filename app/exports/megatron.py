@@ -28,7 +28,17 @@ Plan → flags:
   2 → `--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward` (Megatron's help: "Set to
   enable FSDP ZeRO-2"); FSDP2 refuses pipeline and expert parallelism (validate_args);
 - recompute: selective → `--recompute-granularity selective`; full →
-  `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`.
+  `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`;
+- document packing (`workload.sequence_lengths`, packing `pack` or `concat`):
+  `--reset-position-ids --reset-attention-mask --eod-mask-loss` (Megatron-LM `_add_data_args`;
+  Megatron-Core `GPTDatasetConfig.reset_position_ids / reset_attention_mask /
+  eod_mask_loss`); the per-document attention cost the plan is priced with needs the
+  variable-length kernel path (`PackedSeqParams`, `qkv_format="thd"`, `cu_seqlens`), said
+  in a note; `pad` needs no flag (samples padded to `--seq-length`). Per-document
+  context-parallel degrees (Megatron-Core `ModelParallelConfig.hybrid_context_parallel` with
+  `max_seqlen_per_dp_cp_rank`, `--hybrid-context-parallel --max-seqlen-per-dp-cp-rank`) are
+  not written: the plan is priced with one context degree; a note gives the per-bucket
+  degrees the estimate reports.
 
 Architecture without parameters (flags of Megatron-LM core_v0.16.1 `arguments.py`
 `_add_network_size_args`, `_add_mla_args` and the TransformerConfig fields it exposes,
@@ -102,6 +112,9 @@ SWITCHES = frozenset(
         "--moe-shared-expert-gate",
         "--optimizer-cpu-offload",
         "--cpu-offloading",
+        "--reset-position-ids",
+        "--reset-attention-mask",
+        "--eod-mask-loss",
     }
 )
 """Megatron's `store_true` flags this exporter writes (they take no value)."""
@@ -363,6 +376,7 @@ def build_args(
     args += _architecture_args(model, plan)
     args += _position_args(model, seq)
     args += _moe_args(model, workload, notes)
+    args += _packing_args(plan, workload, notes)
     args += _precision_args(workload)
     args += _tokenizer_and_run_args(model, notes)
     env: dict[str, str] = {}
@@ -597,6 +611,40 @@ def _moe_args(model: ModelSpec, workload: TrainingWorkload, notes: list[str]) ->
     else:
         notes.append("MoE routing is dropless (no --moe-expert-capacity-factor)")
     return args
+
+
+def _packing_args(plan: TrainingPlan, workload: TrainingWorkload, notes: list[str]) -> list[str]:
+    """Document masking of a packed mix (module docstring); notes for the rest."""
+    lengths = workload.sequence_lengths
+    if lengths is None:
+        return []
+    if lengths.packing == "pad":
+        notes.append(
+            "sequence_lengths packing pad: one document per sample, padded to --seq-length "
+            "(use a dataset that pads; Megatron's GPTDataset concatenates documents)"
+        )
+        return []
+    notes.append(
+        f"sequence_lengths packing {lengths.packing}: documents attend within themselves; the "
+        "plan's attention cost (Σ sᵢ² per sequence) assumes the variable-length kernel path "
+        "(PackedSeqParams with qkv_format thd and cu_seqlens from the EOD positions)"
+        + (
+            "; pack (whole documents, never split) needs pre-packed samples: GPTDataset "
+            "splits documents at the sequence boundary (concat)"
+            if lengths.packing == "pack"
+            else ""
+        )
+    )
+    c = plan.parallelism.context
+    if c > 1:
+        notes.append(
+            "per-document context-parallel degrees (Megatron-Core --hybrid-context-parallel "
+            f"--max-seqlen-per-dp-cp-rank {plan.micro_batch_size * workload.sequence_length // c})"
+            " are not set: the plan is priced with one context degree; "
+            "details.sequence_lengths.per_bucket_context_parallel of its estimate says what "
+            "they would give"
+        )
+    return ["--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss"]
 
 
 def _precision_args(workload: TrainingWorkload) -> list[str]:

@@ -323,6 +323,20 @@ def build_config(
         )
     else:
         local = mbs
+    lengths = workload.sequence_lengths
+    if lengths is not None and lengths.packing != "pad":
+        notes.append(
+            f"sequence_lengths packing {lengths.packing}: per-document attention needs the "
+            'flavor\'s model arguments attn_type = "varlen" (or "flex") and '
+            'attn_mask_type = "block_causal" (torchtitan 0.2.2 TransformerModelArgs; '
+            "llama3 has built-in 8B_varlen / 8B_flex flavors); torchtitan's text datasets "
+            "concatenate documents and cut them at seq_len (concat)"
+        )
+    elif lengths is not None:
+        notes.append(
+            "sequence_lengths packing pad: torchtitan's text datasets pack documents; padding "
+            "to seq_len needs a dataset of its own"
+        )
     check_offload(FORMAT, "torchtitan", model, plan)
     training = {
         "local_batch_size": local,

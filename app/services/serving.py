@@ -163,6 +163,7 @@ def prepare_search(body: SearchCreate, constraints: SearchConstraints) -> Prepar
     assert isinstance(body.workload, ServingWorkload)
     model = resolve_model(body.model)
     cluster = resolve_cluster(body.cluster)
+    body.workload.check_objective()  # an estimate needs none of these rules
     _problem(model, cluster, body.workload)
     _check_prices(cluster, body.workload)
     check_fixed(constraints.fixed)

@@ -13,6 +13,11 @@ efficiency and the s×s scores/probabilities round-trip through HBM (about 6 pas
 
 Context parallelism (ring attention, Liu et al. 2023; Megatron-Core CP with load-balanced
 causal chunks) gives each of c ranks s/c queries against all s keys: work / c.
+
+Documents packed into a sequence and masked per document (`sequence_lengths.py`): the
+variable-length flash kernel (cu_seqlens; FlashAttention-2 `flash_attn_varlen_func`, Transformer
+Engine THD) computes only each document's own blocks, so its FLOPs are `work` = Σ sᵢ² / s² of
+the single-document figure; the unfused path computes the masked s² scores anyway.
 """
 
 from __future__ import annotations
@@ -49,13 +54,17 @@ class AttentionCoreModel:
         context: int,
         flash: bool,
         launches: int | None = None,
+        work: float = 1.0,
     ) -> float:
         """Forward seconds per micro-batch of b sequences of s tokens, `heads` query heads
         on this GPU (a / t), causal, split over `context` ranks (whatever the algorithm:
         each rank does 1/c of the work). `launches`: flash kernels the forward runs (None:
-        a ring's 2c, `context_parallel.attention_launches` for the others)."""
+        a ring's 2c, `context_parallel.attention_launches` for the others). `work`: the
+        flash kernel's share of the s² blocks under per-document masks (module docstring;
+        ignored unfused)."""
         full_flops = 2.0 * b * s * s * heads * (qk_dim + v_dim) / context
         if flash:
+            full_flops *= work
             # A context-parallel ring runs one kernel per ring step and, with load-balanced
             # causal chunks, two per step (Megatron-Core / Transformer Engine CP): 2c launches.
             if launches is None:
@@ -79,7 +88,8 @@ class AttentionCoreModel:
         context: int,
         flash: bool,
         launches: int | None = None,
+        work: float = 1.0,
     ) -> float:
         """Backward seconds: `backward_ratio` × forward (flash) or 2 × forward (unfused)."""
-        fwd = self.forward_time_s(b, s, heads, qk_dim, v_dim, context, flash, launches)
+        fwd = self.forward_time_s(b, s, heads, qk_dim, v_dim, context, flash, launches, work)
         return (self.backward_ratio if flash else 2.0) * fwd

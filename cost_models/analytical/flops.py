@@ -146,15 +146,41 @@ def model_flops_per_step(model: ModelSpec, global_batch: int, s: int) -> float:
     return 3.0 * global_batch * fwd
 
 
+def mixed_model_flops_per_step(
+    model: ModelSpec,
+    global_batch: int,
+    s: int,
+    token_fraction: float,
+    attention_fraction: float,
+) -> float:
+    """`model_flops_per_step` of sequences of s tokens of which `token_fraction` are counted
+    (the linear parts: GEMMs and LM head scale with tokens) and whose attention core does
+    `attention_fraction` of one s-token document's s² work (documents attend within
+    themselves, `sequence_lengths.py`)."""
+    attention = model.num_layers * attention_core_forward_flops(model, 1, s)
+    linear = layers_forward_flops(model, 1, s) - attention + lm_head_forward_flops(model, s)
+    return 3.0 * global_batch * (linear * token_fraction + attention * attention_fraction)
+
+
 def recompute_flops_per_step(
-    model: ModelSpec, global_batch: int, s: int, recompute: Recompute
+    model: ModelSpec,
+    global_batch: int,
+    s: int,
+    recompute: Recompute,
+    attention_factor: float = 1.0,
 ) -> float:
     """Extra forward FLOPs per step re-run by activation recomputation: every layer's
-    forward (full) or the attention core forward (selective; Korthikanti et al. 2022 §4.3)."""
+    forward (full) or the attention core forward (selective; Korthikanti et al. 2022 §4.3);
+    the attention core at `attention_factor` of its s² work (a document mix,
+    `sequence_lengths.py`)."""
     if recompute == "full":
         per_seq = layers_forward_flops(model, 1, s)
+        if attention_factor != 1.0:
+            per_seq -= (1.0 - attention_factor) * (
+                model.num_layers * attention_core_forward_flops(model, 1, s)
+            )
     elif recompute == "selective":
-        per_seq = model.num_layers * attention_core_forward_flops(model, 1, s)
+        per_seq = model.num_layers * attention_core_forward_flops(model, 1, s) * attention_factor
     else:
         return 0.0
     return global_batch * per_seq

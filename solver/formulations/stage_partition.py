@@ -445,6 +445,7 @@ class PartitionSolver:
         time_limit_s: float = DEFAULT_TIME_LIMIT_S,
         ignore_memory: bool = False,
         method: str = "auto",
+        ilp: bool = True,
     ) -> PartitionResult:
         """The time-optimal split of `profile` into `pipeline × virtual` chunks.
 
@@ -455,6 +456,8 @@ class PartitionSolver:
             ignore_memory: drop constraint (d) (the time-optimal split).
             method: `auto` (the exact algorithms of the module docstring where they
                 apply: `uniform_exact`, `dp_exact`, `head_exact`; else the ILP), `ilp`.
+            ilp: False: answer TIMEOUT (method `skipped`, not cached) instead of running
+                the ILP (a caller that only wants the optimum when it is cheap).
         Returns:
             PartitionResult; `max_rank_time_s` is recomputed on the unrounded profile.
         """
@@ -471,6 +474,8 @@ class PartitionSolver:
         from_cache = hit is not None
         if hit is None:
             rp = _profile_of_key(rkey, seqs, profile.inflight_microbatches)
+            if not ilp and method == "auto" and _needs_ilp(rp, pipeline, virtual):
+                return PartitionResult(SolveStatus.TIMEOUT, None, None, None, "skipped")
             hit = _solve_uncached(rp, pipeline, virtual, time_limit_s, method)
             with self._lock:
                 self.calls += 1
@@ -544,6 +549,17 @@ def _solve_uncached(
     if memory_lower_bound_bytes(rp, pipeline, virtual) > rp.usable_bytes * (1 + _EPS):
         return PartitionResult(SolveStatus.INFEASIBLE, None, None, None, method="bound")
     return _solve_ilp(rp, pipeline, virtual, time_limit_s)
+
+
+def _needs_ilp(rp: LayerProfile, pipeline: int, virtual: int) -> bool:
+    """Whether `_solve_uncached` (method `auto`) would run the ILP on `rp`."""
+    if pipeline < 1 or virtual < 1 or pipeline * virtual > len(rp.layer_time_s):
+        return False
+    if pipeline * virtual == 1 or _is_uniform(rp):
+        return False
+    if not _is_nonnegative(rp):
+        return True
+    return virtual > 1 and _head_length(rp) > MAX_HEAD_LAYERS
 
 
 def _is_nonnegative(rp: LayerProfile) -> bool:

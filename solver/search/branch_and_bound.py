@@ -32,7 +32,10 @@ candidate is profiled, dropped if the profile's memory bound exceeds the limit, 
 back when the profile's step-time bound is larger than the one it was queued with; otherwise
 it is split by the partition program and pushed back once more when m × (its split's slowest
 rank time per micro-batch), again a lower bound on its step time (`steps` module doc), is
-larger than its bound; otherwise it is evaluated. A candidate leaves the queue unevaluated
+larger than its bound; when it comes up with its split, the cost model's bound of the plan
+with that split (`step_time_lower_bound_s` of the key with `stage_layers`, about the price of
+an evaluation, so only computed for a candidate at the front) pushes it back once more when
+larger; otherwise it is evaluated. A candidate leaves the queue unevaluated
 only when its bound, a true lower bound on its step time, proves it cannot enter the top-k,
 so the result is the same. Only the reason a candidate is counted under may differ from the
 eager order (a candidate never profiled is counted as `throughput_bound`, not
@@ -67,7 +70,15 @@ from solver.formulations.stage_partition import (
     clear_bound_memo,
     default_solver,
 )
-from solver.search.cp_groups import entry_size, expand, groups_capable, screen_grouped
+from solver.search.cp_groups import (
+    drop,
+    entry_size,
+    expand,
+    groups_capable,
+    refine_group,
+    screen_grouped,
+    splits_capable,
+)
 from solver.search.diverse import layout_key
 from solver.search.shared_bound import BoundPoller, SharedBound
 from solver.search.steps import (
@@ -91,6 +102,7 @@ from solver.search.steps import (
 from solver.space import Block, candidate_blocks
 from specs.constraints import SearchConstraints
 from specs.errors import SpecError
+from specs.plan import PlanKey
 
 
 def clear_caches() -> None:
@@ -222,12 +234,15 @@ def _lazy(
     """Best-first branch-and-bound (module docstring); fills `top` and `stats`."""
     step_bound = cast(BoundedTrainingCostModel, cost_model).step_time_lower_bound_s
     grouped = groups_capable(cost_model)
+    splits = grouped and splits_capable(cost_model)
     if grouped:  # a candidate's context-parallel algorithms as one entry (`cp_groups`)
         heap: list[Queued] = screen_grouped(problem, cost_model, blocks, stats, monitor)
     else:
         heap = screen_light(problem, cost_model, blocks, stats, monitor)
     heapq.heapify(heap)
     heappop, heappush = heapq.heappop, heapq.heappush
+
+    split_bounded: set[PlanKey] = set()  # queued with the cost model's bound of their split
 
     def queued() -> int:
         return sum(entry_size(e) for e in heap) if grouped else len(heap)
@@ -254,8 +269,16 @@ def _lazy(
                 monitor.done += entry_size(entry)
                 continue
         heappop(heap)
-        if len(entry) == 5:  # a group of context-parallel variants: queue each
-            for variant in expand(problem, cost_model, entry, stats, monitor):
+        if len(entry) == 5:  # a group of context-parallel variants
+            if splits and entry[2] is None:  # its split first (`cp_groups.refine_group`)
+                reason, refined = refine_group(problem, cost_model, entry, solver, stats, monitor)
+                if reason is not None:  # no variant has a split
+                    drop(problem, cost_model, entry, reason, stats, monitor)
+                    continue
+                if refined is not None and refined > bound:
+                    heappush(heap, (refined, key, True, None, entry[4]))
+                    continue
+            for variant in expand(problem, cost_model, entry, stats, monitor):  # queue each
                 heappush(heap, variant)
             continue
         if len(entry) == 2:
@@ -274,21 +297,26 @@ def _lazy(
             profile = entry[2]
         item = Screened(key, profile, bound)
         if len(entry) == 4:
-            layers = entry[3]
+            layers, bound_split = entry[3], key not in split_bounded
         else:
             layers, max_rank_time_s = split_screened(item, solver, stats, monitor)
             if layers is None:
                 monitor.done += 1
                 continue
+            bound_split = max_rank_time_s is not None
             if max_rank_time_s is not None:
-                split_bound = max(
-                    split_lower_bound_s(profile, max_rank_time_s),
-                    step_bound(problem, key._replace(stage_layers=tuple(layers)))
-                    * (1.0 - BOUND_SAFETY),
-                )
+                split_bound = split_lower_bound_s(profile, max_rank_time_s)
                 if split_bound > bound:  # the split is lumpier than the bound assumed
                     heappush(heap, (split_bound, key, profile, layers))
                     continue
+        if bound_split:  # the cost model's bound of the split, when it comes up
+            split_bound = step_bound(problem, key._replace(stage_layers=tuple(layers))) * (
+                1.0 - BOUND_SAFETY
+            )
+            if split_bound > bound:
+                split_bounded.add(key)
+                heappush(heap, (split_bound, key, profile, layers))
+                continue
         est = evaluate_split(problem, cost_model, item, layers, stats)
         monitor.done += 1
         if est is not None:

@@ -17,6 +17,31 @@ counts as many candidates as it has variants wherever the driver counts entries.
 
 Only blocks without a fixed pipeline split are grouped (a fixed split has its own exact
 bound), and only on cost models that offer `context_free_step_lower_bound_s`.
+
+The split of a group (`refine_group`). Most variants that reach the front are dropped only
+after their own partition solve: the split the memory limit forces is lumpier than the
+balanced bound assumed (`steps`, `split_lower_bound_s`). On a cost model that also offers
+`context_free_profile_key` (a profile whose partition program is, number for number, no
+harder than any variant's: `cost_models.analytical.training.bounds.context_free_profile`),
+a group reaching the front for the first time is split once on that profile instead: the
+program's optimum T there is at most every variant's optimum, hence at most the busiest
+rank's work of the split the search evaluates for it, so the group's bound becomes
+`context_free_step_lower_bound_s` with max W ≥ T (and at least m·T). When that is larger
+than the bound the group was queued with, the group goes back in the queue with it (as a
+single candidate is re-queued after its split) and is expanded only if it reaches the
+front again. The optimum is read from the solver's answer on rounded numbers
+(`stage_partition`: 7 significant digits, half a unit of the last digit per number), so it
+is taken with a relative slack `ROUNDING_SLACK` that covers the rounding both of this
+profile and of the variant's. Only exact answers are used (`OPTIMAL`; a group whose split
+would need the ILP is expanded as before). When the profile has no split (`INFEASIBLE`), no
+variant has one (every split feasible for a variant is feasible for the profile): the group
+is dropped, each variant counted under the rule it breaks (`check_key`, as `expand` counts
+it) or else under `memory_bound` when the profile's memory lower bound already exceeds the
+limit (each variant's is at least as large: `steps.refine` would count it there) and under
+`memory` otherwise (a variant whose own memory bound exceeds the limit, which the driver
+would have counted under `memory_bound`, is counted there too: only that reason differs).
+When a group is expanded, every variant is queued with at least the group's bound (a lower
+bound of each of them).
 """
 
 from __future__ import annotations
@@ -25,14 +50,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from cost_models.base import TrainingCostModel, TrainingProblem
-from solver.base import SearchStats
+from solver.base import SearchStats, SolveStatus
+from solver.formulations.stage_partition import PartitionSolver, memory_lower_bound_bytes
 from solver.search.steps import BOUND_SAFETY, Monitor, screen_light
 from solver.space import Block, block_keys
 from specs.errors import InfeasiblePlan
 from specs.plan import PlanKey
 
-GroupEntry = tuple[float, PlanKey, None, None, tuple[PlanKey, ...]]
-"""(bound, smallest variant key, -, -, the variants): the queue's group form (length 5)."""
+GroupEntry = tuple[float, PlanKey, bool | None, None, tuple[PlanKey, ...]]
+"""(bound, smallest variant key, split already tried (None: not yet), -, the variants): the
+queue's group form (length 5)."""
+
+ROUNDING_SLACK = 1e-5
+"""Relative slack on the group's split optimum (module docstring): the solver's rounding to
+7 significant digits moves a sum of non-negative numbers by at most 5e-7 of it, once for
+the group's profile and once for a variant's."""
 
 
 def groups_capable(cost_model: TrainingCostModel) -> bool:
@@ -42,6 +74,11 @@ def groups_capable(cost_model: TrainingCostModel) -> bool:
 
 _CP = PlanKey._fields.index("context_parallel_algorithm")
 """Where the context-parallel algorithm sits in a key (the head degree follows it)."""
+
+
+def splits_capable(cost_model: TrainingCostModel) -> bool:
+    """Whether the cost model offers a context-free profile to split a group on."""
+    return callable(getattr(cost_model, "context_free_profile_key", None))
 
 
 def screen_grouped(
@@ -122,6 +159,77 @@ def entry_size(entry: tuple[Any, ...]) -> int:
     return len(entry[4]) if len(entry) == 5 else 1
 
 
+def refine_group(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    entry: GroupEntry,
+    solver: PartitionSolver,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> tuple[str | None, float | None]:
+    """(reason, bound) of the group after one partition solve on its context-free profile
+    (module docstring): reason `memory_bound` or `memory` when no variant has a split
+    (`drop`), else None with the group's bound, or None when there is none to give (no
+    such profile, a rule the profile breaks, or only the ILP would answer). The solve is
+    counted like the search's other partition solves."""
+    cm: Any = cost_model
+    first = entry[4][0]
+    canon = PlanKey._make((*first[:_CP], "ring", 1, *first[_CP + 2 :]))  # by `PlanKey` position
+    try:
+        profile = cm.context_free_profile_key(problem, canon)
+    except InfeasiblePlan:  # a rule: the variants' check reports it when expanded
+        return None, None
+    if profile is None:
+        return None, None
+    pp, v = canon.pipeline, canon.virtual_pipeline
+    if memory_lower_bound_bytes(profile, pp, v) > profile.usable_bytes * (1.0 + BOUND_SAFETY):
+        return "memory_bound", None
+    res = solver.solve(
+        profile,
+        canon.pipeline,
+        canon.virtual_pipeline,
+        time_limit_s=max(0.05, min(10.0, monitor.remaining_s())),
+        ilp=False,
+    )
+    if res.method == "skipped":
+        return None, None
+    if res.from_cache:
+        stats.solver_cache_hits += 1
+    else:
+        stats.solver_calls += 1
+    if res.status == SolveStatus.INFEASIBLE:
+        return "memory", None
+    if res.status != SolveStatus.OPTIMAL or res.max_rank_time_s is None:
+        return None, None
+    floor = res.max_rank_time_s * (1.0 - ROUNDING_SLACK)
+    bound = max(
+        cm.context_free_step_lower_bound_s(problem, canon, floor),
+        profile.num_microbatches * floor,
+    )
+    return None, bound * (1.0 - BOUND_SAFETY)
+
+
+def drop(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    entry: GroupEntry,
+    reason: str,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> None:
+    """Count the variants of a group no split fits (`refine_group`): a broken rule as
+    `expand` counts it, else `reason`."""
+    cm: Any = cost_model
+    for key in entry[4]:
+        violations = cm.check_key(problem, key)
+        if violations:
+            stats.rule_rejected += 1
+            stats.add_pruned(f"rule:{violations[0].kind}")
+        else:
+            stats.add_pruned(reason)
+        monitor.done += 1
+
+
 def expand(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
@@ -129,11 +237,13 @@ def expand(
     stats: SearchStats,
     monitor: Monitor,
 ) -> list[tuple[float, PlanKey]]:
-    """The group's variants that pass the rules, each with its own step-time bound (rule
-    rejections counted as `steps.screen_light` counts them)."""
+    """The group's variants that pass the rules, each with its own step-time bound or the
+    group's when that is larger (rule rejections counted as `steps.screen_light` counts
+    them)."""
     cm: Any = cost_model
     out: list[tuple[float, PlanKey]] = []
     slack = 1.0 - BOUND_SAFETY
+    floor = entry[0]
     for key in entry[4]:
         violations = cm.check_key(problem, key)
         if violations:
@@ -141,5 +251,5 @@ def expand(
             stats.add_pruned(f"rule:{violations[0].kind}")
             monitor.done += 1
             continue
-        out.append((cm.step_time_lower_bound_s(problem, key) * slack, key))
+        out.append((max(cm.step_time_lower_bound_s(problem, key) * slack, floor), key))
     return out

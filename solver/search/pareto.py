@@ -145,7 +145,7 @@ def _one_size(
     items = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
     items.sort(key=lambda item: (item.step_lower_bound_s, item.key))
     gpus = float(problem.num_gpus)
-    tokens = problem.workload.tokens_per_step
+    tokens = problem.workload.real_tokens_per_step  # as economics() counts them
     group = problem.cluster.groups[0]
     price = group_price(group)
     tdp = group.accelerator.tdp_w

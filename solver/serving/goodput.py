@@ -130,8 +130,11 @@ def repeated_stream(unit_stream: Sequence[Request], num_requests: int) -> list[R
     n = len(unit_stream)
     if n == 0:
         return []
+    # the constructor, not dataclasses.replace: the same requests, a few times faster
     return [
-        replace(r, arrival_s=r.arrival_s + (i // n) * n)
+        Request(
+            r.arrival_s + (i // n) * n, r.prompt_tokens, r.output_tokens, r.shared_prefix_tokens
+        )
         for i, r in ((i, unit_stream[i % n]) for i in range(num_requests))
     ]
 
@@ -233,7 +236,12 @@ def scale_stream(unit_stream: Sequence[Request], rate_rps: float) -> list[Reques
     if not (rate_rps > 0.0 and math.isfinite(rate_rps)):
         raise ValueError(f"rate_rps must be positive and finite, got {rate_rps}")
     inv = 1.0 / rate_rps
-    return [replace(r, arrival_s=r.arrival_s * inv) for r in unit_stream]
+    # the constructor, not dataclasses.replace: the same requests, a few times faster (this
+    # runs once per simulation of the goodput search)
+    return [
+        Request(r.arrival_s * inv, r.prompt_tokens, r.output_tokens, r.shared_prefix_tokens)
+        for r in unit_stream
+    ]
 
 
 def mean_lengths(requests: Sequence[Request], prefix_cached: bool = False) -> tuple[float, float]:
@@ -468,6 +476,58 @@ def goodput_rps(
         strict, k_fail, k_pass, lo_res = True, k_pass, None, None
 
 
+class SimulationMemo:
+    """Simulations a search has run, for candidates that differ only in their max batch: a
+    simulation whose instances never ran as many sequences as its max batch (peak P below
+    it) never met that limit, so with any max batch above P every admission decision, and
+    so the whole schedule and result, is the same (the simulator reads the max batch only
+    in `n_running < max_batch`). Keyed by everything else the simulation reads: the
+    instance costs (by identity: one search's costs are cached and live as long as it),
+    counts, chunk, event cap, stop rule and every request's arrival and lengths."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[object, ...], list[tuple[int, SimResult]]] = {}
+        self.hits = 0
+
+    @staticmethod
+    def key(setting: tuple[object, ...], requests: Sequence[Request]) -> tuple[object, ...]:
+        return (
+            setting,
+            tuple(r.arrival_s for r in requests),
+            tuple(r.prompt_tokens for r in requests),
+            tuple(r.output_tokens for r in requests),
+            tuple(r.shared_prefix_tokens for r in requests),
+        )
+
+    def get(self, key: tuple[object, ...], max_batch: int) -> SimResult | None:
+        for batch, res in self._runs.get(key, ()):
+            peak = res.max_running_per_instance
+            if peak < batch and peak < max_batch:
+                self.hits += 1
+                return res
+        return None
+
+    def put(self, key: tuple[object, ...], max_batch: int, res: SimResult) -> None:
+        if res.max_running_per_instance < max_batch:
+            self._runs.setdefault(key, []).append((max_batch, res))
+
+    def run(
+        self,
+        setting: tuple[object, ...],
+        requests: Sequence[Request],
+        max_batch: int,
+        simulate: Callable[[], SimResult],
+    ) -> SimResult:
+        """`simulate()` (the simulation of `requests` under `setting` with `max_batch`), or
+        the result of one that never reached its max batch nor this one."""
+        key = self.key(setting, requests)
+        hit = self.get(key, max_batch)
+        if hit is None:
+            hit = simulate()
+            self.put(key, max_batch, hit)
+        return hit
+
+
 def colocated_probe(
     unit_stream: Sequence[Request],
     cost: InstanceCost,
@@ -478,19 +538,28 @@ def colocated_probe(
     *,
     max_events: int | None = None,
     early_stop: bool = True,
+    memo: SimulationMemo | None = None,
 ) -> tuple[SteadyProbe, float]:
     """(the probe of `count` colocated instances, their `capacity_upper_bound_rps`); the
     steady-state rate is `queueing.steady_rate_rps` at the TPOT target. `early_stop` ends
-    failing probes as soon as their misses exceed the allowance (same verdicts)."""
+    failing probes as soon as their misses exceed the allowance (same verdicts); `memo`
+    reuses the simulations of other max batches that never reached theirs."""
     mp, mo = mean_lengths(unit_stream, scheduler_of(cost).prefix_caching)
     ub = capacity_upper_bound_rps(cost, count, max_batch_size, chunk_size, mp, mo)
     steady = steady_rate_rps(cost, count, max_batch_size, chunk_size, mp, mo, slo.tpot_s)
 
     def sim(reqs: list[Request]) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
-        return simulate_colocated(
-            reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
-        )
+
+        def run() -> SimResult:
+            return simulate_colocated(
+                reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
+            )
+
+        if memo is None:
+            return run()
+        setting = ("colocated", id(cost), count, chunk_size, max_events, stop)
+        return memo.run(setting, reqs, max_batch_size, run)
 
     return SteadyProbe(sim, unit_stream, slo, steady), ub
 
@@ -507,12 +576,13 @@ def goodput_colocated(
     max_events: int | None = None,
     early_stop: bool = True,
     known_good: float | None = None,
+    memo: SimulationMemo | None = None,
 ) -> GoodputResult:
     """Goodput of `count` colocated instances, bracketed by `capacity_upper_bound_rps`
     (`colocated_probe`); the result at the goodput is always a complete simulation."""
     probe, ub = colocated_probe(
         unit_stream, cost, count, max_batch_size, chunk_size, slo,
-        max_events=max_events, early_stop=early_stop,
+        max_events=max_events, early_stop=early_stop, memo=memo,
     )  # fmt: skip
     return goodput_rps(probe, unit_stream, slo, ub, rel_tol=rel_tol, known_good=known_good)
 
@@ -559,9 +629,12 @@ def disaggregated_probe(
     *,
     max_events: int | None = None,
     early_stop: bool = True,
+    memo: SimulationMemo | None = None,
 ) -> tuple[SteadyProbe, float]:
     """(the probe of a disaggregated plan, its `capacity_upper_bound_disaggregated_rps`);
-    each pool runs one kind of work, so the capacity bound is the steady-state rate."""
+    each pool runs one kind of work, so the capacity bound is the steady-state rate.
+    `memo`: as for `colocated_probe` (the peak over both pools stands for the decode
+    pool's, so a reuse is never wrong, only sometimes missed)."""
     mp, mo = mean_lengths(unit_stream, scheduler_of(prefill_cost).prefix_caching)
     ub = capacity_upper_bound_disaggregated_rps(
         prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
@@ -570,10 +643,20 @@ def disaggregated_probe(
 
     def sim(reqs: list[Request]) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
-        return simulate_disaggregated(
-            reqs, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
-            decode_max_batch, max_events=max_events, stop=stop,
+
+        def run() -> SimResult:
+            return simulate_disaggregated(
+                reqs, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
+                decode_max_batch, max_events=max_events, stop=stop,
+            )  # fmt: skip
+
+        if memo is None:
+            return run()
+        setting = (
+            "disaggregated", id(prefill_cost), prefill_count, prefill_chunk, id(decode_cost),
+            decode_count, max_events, stop,
         )  # fmt: skip
+        return memo.run(setting, reqs, decode_max_batch, run)
 
     return SteadyProbe(sim, unit_stream, slo, ub), ub
 
@@ -592,11 +675,12 @@ def goodput_disaggregated(
     max_events: int | None = None,
     early_stop: bool = True,
     known_good: float | None = None,
+    memo: SimulationMemo | None = None,
 ) -> GoodputResult:
     """Goodput of a disaggregated plan, bracketed by `capacity_upper_bound_disaggregated_rps`
     (`disaggregated_probe`)."""
     probe, ub = disaggregated_probe(
         unit_stream, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
-        decode_max_batch, slo, max_events=max_events, early_stop=early_stop,
+        decode_max_batch, slo, max_events=max_events, early_stop=early_stop, memo=memo,
     )  # fmt: skip
     return goodput_rps(probe, unit_stream, slo, ub, rel_tol=rel_tol, known_good=known_good)

@@ -60,12 +60,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cost_models.serving.base import (
     InstanceCost,
     IterationBatch,
     ServingCostModel,
     pipeline_engines,
+    scheduler_of,
 )
 from cost_models.serving.engines import build_engine, list_engines
 from solver.base import SearchStats
@@ -83,6 +85,7 @@ from solver.serving.evaluate import (
 )
 from solver.serving.goodput import (
     GoodputResult,
+    SimulationMemo,
     SLOTarget,
     colocated_probe,
     disaggregated_probe,
@@ -130,6 +133,10 @@ FIXED_KEYS = (
     "engine",
 )
 """`constraints.fixed` keys a serving search understands."""
+LAZY_UNITS = True
+"""Goodput objectives keep disaggregated units as table rows until the heap yields them and
+simulate one-instance prefill pools only then (`_disaggregated_table`); False builds every
+unit up front with those pools simulated (the same answers, slower: tests compare them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +434,9 @@ class _Context:
     prefix_cached: bool = False
     """The engine caches the requests' shared prefix: the bounds price prompts without it,
     so that they stay bounds."""
+    memo: SimulationMemo = field(default_factory=SimulationMemo)
+    """Goodput simulations, reused by the candidates of a family that differ only in a max
+    batch neither reached (`goodput.SimulationMemo`)."""
 
 
 def _cost(ctx: _Context, layout: Layout, tier: str = "inter") -> InstanceCost | None:
@@ -505,33 +515,96 @@ def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count:
     return bound
 
 
-def _disaggregated_candidates(
-    ctx: _Context, fixed: dict[str, Any]
-) -> Iterator[tuple[float, Candidate, bool]]:
+@dataclass
+class _DisaggregatedTable:
+    """Every disaggregated unit of the space, in the order the space lists them (prefill
+    entry, decode entry, a, b), as arrays: candidates are built only for the units a search
+    takes from its heap (`candidate`). `bound` is each unit's first bound per GPU."""
+
+    prefill: list[tuple[Layout, int | None]]
+    decode: list[tuple[Layout, int]]
+    p_index: npt.NDArray[np.intp]
+    d_index: npt.NDArray[np.intp]
+    a: npt.NDArray[np.int64]
+    b: npt.NDArray[np.int64]
+    gpus: npt.NDArray[np.int64]
+    bound: FloatArray
+    final: npt.NDArray[np.bool_]
+
+    def __len__(self) -> int:
+        return int(self.bound.size)
+
+    def candidate(self, i: int) -> Candidate:
+        p_layout, chunk = self.prefill[int(self.p_index[i])]
+        d_layout, batch = self.decode[int(self.d_index[i])]
+        return Candidate(
+            "disaggregated", d_layout, batch, None, p_layout, chunk, int(self.a[i]), int(self.b[i])
+        )
+
+    def scores(self, problem: ServingProblem) -> FloatArray:
+        """`_bound_score` of every unit, with the same floating-point operations."""
+        gpus = self.gpus.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            goodput = self.bound * gpus
+            per_gpu = goodput / gpus
+            if problem.workload.objective == "min_gpus":
+                rate = problem.target_rate_rps
+                assert rate is not None
+                units = np.ceil(rate / goodput * (1 - 1e-9))
+                score = -(units * gpus) + np.minimum(per_gpu, 1e5) * TIE_BREAK
+                score = np.where(
+                    (goodput <= 0) | (units * gpus > problem.num_gpus), -math.inf, score
+                )
+            else:
+                score = per_gpu
+        return np.where(np.isfinite(self.bound), score, math.inf)
+
+
+def _disaggregated_table(ctx: _Context, fixed: dict[str, Any], lazy: bool) -> _DisaggregatedTable:
     """Disaggregated units with a first bound: the prefill side is bounded by the pool's
-    closed-form capacity (`prefill_rate_rps` × count) until `_refine` simulates the pool."""
+    closed-form capacity (`prefill_rate_rps` × count) until `_refine` simulates the pool.
+    With `lazy`, one prefill instance (a = 1) is bounded in closed form too (the capacity
+    bound its pool simulation brackets by, `capacity_upper_bound_disaggregated_rps` on the
+    prompts: no lower than the simulated bound) and simulated only when a unit of it is
+    taken (every unit starts unrefined); otherwise it is simulated here, and a prefill
+    layout and chunk one instance of which cannot meet the TTFT target is left out."""
     problem = ctx.problem
     all_layouts = layouts(problem, fixed)
     chunks = [fixed["chunk_size"]] if "chunk_size" in fixed else list(PREFILL_CHUNKS)
     longest_prompt = max(r.prompt_tokens for r in ctx.stream)
-    prefill: list[tuple[Layout, int | None, float]] = []
-    decode: list[tuple[Layout, int, float]] = []
+    longest = max(r.prompt_tokens + r.output_tokens for r in ctx.stream)
+    prompts_only = [replace(r, output_tokens=1) for r in ctx.stream] if lazy else []
+    prefill: list[tuple[Layout, int | None]] = []
+    p_caps: list[float] = []
+    singles: list[float] = []
+    decode: list[tuple[Layout, int]] = []
+    d_rates: list[float] = []
     for layout in all_layouts:
         cost = _cost(ctx, layout)
         if cost is None:
             continue
         if cost.kv_capacity_tokens >= longest_prompt + 1:
             kv_seqs = int(cost.kv_capacity_tokens // max(ctx.mean_prompt, 1.0))
+            if lazy:
+                mp, mo = mean_lengths(prompts_only, scheduler_of(cost).prefix_caching)
             for chunk in chunks:
                 ctx.monitor.poll(report=False)
-                # a pool at a vanishing rate is one instance alone: if one instance cannot
-                # meet the TTFT target, no pool can
-                if _prefill_pool_bound(ctx, layout, chunk, 1) > 0:
-                    cap = prefill_rate_rps(cost, chunk, kv_seqs, ctx.mean_prompt)
-                    prefill.append((layout, chunk, cap))
+                if lazy:
+                    single = capacity_upper_bound_disaggregated_rps(
+                        cost, 1, chunk, cost, 1, MAX_BATCH, mp, mo
+                    )
+                else:
+                    # a pool at a vanishing rate is one instance alone: if one instance
+                    # cannot meet the TTFT target, no pool can
+                    single = _prefill_pool_bound(ctx, layout, chunk, 1)
+                    if not single > 0:
+                        continue
+                prefill.append((layout, chunk))
+                p_caps.append(prefill_rate_rps(cost, chunk, kv_seqs, ctx.mean_prompt))
+                singles.append(single)
         else:
             ctx.stats.add_pruned("rule:memory")
-        if cost.kv_capacity_tokens < max(r.prompt_tokens + r.output_tokens for r in ctx.stream):
+        if cost.kv_capacity_tokens < longest:
             ctx.stats.add_pruned("rule:memory")
             continue
         for batch in batch_options(cost, ctx.mean_prompt, ctx.mean_output, fixed):
@@ -539,28 +612,50 @@ def _disaggregated_candidates(
                 cost, batch, ctx.mean_prompt, ctx.mean_output, ctx.slo.tpot_s
             )
             if bound > 0:
-                decode.append((layout, batch, bound))
-    num_gpus = problem.num_gpus
-    for p_layout, chunk, p_cap in prefill:
-        single = _prefill_pool_bound(ctx, p_layout, chunk, 1)
-        for d_layout, batch, d_rate in decode:
-            for a in range(1, MAX_RATIO + 1):
-                p_rate = single if a == 1 else a * p_cap
-                for b in range(1, MAX_RATIO + 1):
-                    gpus = a * p_layout.gpus + b * d_layout.gpus
-                    if gpus > num_gpus:
-                        break
-                    if math.gcd(a, b) != 1:
-                        continue
-                    ctx.stats.enumerated += 1
-                    bound = min(p_rate, b * d_rate) / gpus
-                    cand = Candidate("disaggregated", d_layout, batch, None, p_layout, chunk, a, b)
-                    yield bound, cand, a == 1
+                decode.append((layout, batch))
+                d_rates.append(bound)
+    # (a, b) in the order the space lists them, coprime only
+    pairs = [
+        (a, b)
+        for a in range(1, MAX_RATIO + 1)
+        for b in range(1, MAX_RATIO + 1)
+        if math.gcd(a, b) == 1
+    ]
+    a_k = np.array([a for a, _ in pairs], dtype=np.int64)
+    b_k = np.array([b for _, b in pairs], dtype=np.int64)
+    pg = np.array([layout.gpus for layout, _ in prefill], dtype=np.int64)
+    dg = np.array([layout.gpus for layout, _ in decode], dtype=np.int64)
+    gpus = a_k[None, None, :] * pg[:, None, None] + b_k[None, None, :] * dg[None, :, None]
+    p_i, d_i, k_i = np.nonzero(gpus <= problem.num_gpus)
+    a, b = a_k[k_i], b_k[k_i]
+    p_cap = np.asarray(p_caps, dtype=np.float64)[p_i]
+    p_rate = np.where(a == 1, np.asarray(singles, dtype=np.float64)[p_i], a * p_cap)
+    d_rate = np.asarray(d_rates, dtype=np.float64)[d_i]
+    unit_gpus = gpus[p_i, d_i, k_i]
+    with np.errstate(invalid="ignore"):
+        bounds = np.minimum(p_rate, b * d_rate) / unit_gpus
+    ctx.stats.enumerated += int(bounds.size)
+    final = np.zeros(bounds.shape, dtype=np.bool_) if lazy else a == 1
+    return _DisaggregatedTable(prefill, decode, p_i, d_i, a, b, unit_gpus, bounds, final)
 
 
-def _refine(ctx: _Context, cand: Candidate) -> float:
-    """The tighter bound per GPU of a disaggregated unit: its prefill pool simulated."""
+def _disaggregated_candidates(
+    ctx: _Context, fixed: dict[str, Any]
+) -> Iterator[tuple[float, Candidate, bool]]:
+    """The units of `_disaggregated_table` (prefill pools of one instance simulated) one by
+    one, as (bound per GPU, candidate, final)."""
+    table = _disaggregated_table(ctx, fixed, lazy=False)
+    for i in range(len(table)):
+        yield float(table.bound[i]), table.candidate(i), bool(table.final[i])
+
+
+def _refine(ctx: _Context, cand: Candidate) -> float | None:
+    """The tighter bound per GPU of a disaggregated unit: its prefill pool simulated; None
+    when one prefill instance cannot meet the TTFT target even alone (then no pool can,
+    and the space leaves the unit out)."""
     assert cand.prefill is not None
+    if not _prefill_pool_bound(ctx, cand.prefill, cand.prefill_chunk, 1) > 0:
+        return None
     cost = ctx.costs.get(
         cand.layout.tensor, cand.layout.pipeline, cand.layout.expert, cand.layout.precision, "inter"
     )
@@ -587,8 +682,9 @@ def _unit_goodput(
     if cand.mode == "colocated":
         if rate is not None:  # in steady state (`SteadyProbe`), as the bisection would judge it
             probe, _ = colocated_probe(
-                ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo
-            )
+                ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo,
+                memo=ctx.memo,
+            )  # fmt: skip
             ok = probe.holds(rate)[0]
             ctx.stats.solver_calls += probe.evaluations
             return ok
@@ -601,6 +697,7 @@ def _unit_goodput(
             ctx.slo,
             rel_tol=GOODPUT_REL_TOL,
             known_good=known_good,
+            memo=ctx.memo,
         )
     else:
         assert cand.prefill is not None
@@ -609,7 +706,7 @@ def _unit_goodput(
         if rate is not None:
             probe, _ = disaggregated_probe(
                 ctx.stream, prefill_cost, cand.prefill_count, cand.prefill_chunk,
-                decode_cost, cand.decode_count, cand.max_batch, ctx.slo,
+                decode_cost, cand.decode_count, cand.max_batch, ctx.slo, memo=ctx.memo,
             )  # fmt: skip
             ok = probe.holds(rate)[0]
             ctx.stats.solver_calls += probe.evaluations
@@ -625,6 +722,7 @@ def _unit_goodput(
             ctx.slo,
             rel_tol=GOODPUT_REL_TOL,
             known_good=known_good,
+            memo=ctx.memo,
         )
     ctx.stats.solver_calls += res.evaluations
     return res
@@ -890,6 +988,7 @@ def serving_search(
     together; the time limit is shared)."""
     if top_k < 1:
         raise SpecError("top_k", "must be at least 1", top_k)
+    problem.workload.check_objective()
     if problem.workload.objective == "min_cost":
         # one kind of node: the cheapest plan is the one on the fewest GPUs
         problem = replace(
@@ -1020,8 +1119,21 @@ def _search_engine(
         # heap of (−bound score, order, candidate, bound final?): best bound first; a
         # disaggregated unit's first bound is refined (its prefill pool simulated) when it
         # reaches the top, then it goes back into the heap
-        heap: list[tuple[float, int, Candidate, bool]] = []
+        heap: list[tuple[float, int, Candidate | int, bool]] = []
+        table: _DisaggregatedTable | None = None
         for mode in modes:
+            if mode == "disaggregated" and not min_latency and LAZY_UNITS:
+                # units stay rows of the table until the search takes them
+                table = _disaggregated_table(ctx, fixed, lazy=True)
+                base = len(heap)
+                heap += zip(
+                    (-table.scores(problem)).tolist(),
+                    range(base, base + len(table)),
+                    range(len(table)),
+                    table.final.tolist(),
+                    strict=True,
+                )
+                continue
             gen = (
                 _colocated_candidates(ctx, fixed)
                 if mode == "colocated"
@@ -1046,7 +1158,12 @@ def _search_engine(
         monitor.total = len(heap)
         done = 0
         while heap:
-            neg_bound, order, cand, final = heap[0]
+            neg_bound, order, ref, final = heap[0]
+            if isinstance(ref, Candidate):
+                cand = ref
+            else:
+                assert table is not None
+                cand = table.candidate(ref)
             bound_score = -neg_bound
             threshold = top.threshold()
             if bound_score <= threshold or bound_score == -math.inf:
@@ -1057,7 +1174,11 @@ def _search_engine(
             heapq.heappop(heap)
             if not final:
                 monitor.poll(report=False)
-                refined = _bound_score(problem, cand, _refine(ctx, cand))
+                tighter = _refine(ctx, cand)
+                if tighter is None:
+                    stats.add_pruned("slo_unattainable")
+                    continue
+                refined = _bound_score(problem, cand, tighter)
                 heapq.heappush(heap, (-refined, order, cand, True))
                 continue
             monitor.done = done
@@ -1097,6 +1218,9 @@ def _search_engine(
             progress(monitor.total, monitor.total)
     except Stopped as stop:
         stats.status = stop.status  # type: ignore[assignment]
+    # probes answered by the memo ran no simulation
+    stats.solver_calls -= ctx.memo.hits
+    stats.solver_cache_hits += ctx.memo.hits
     ranked = _finish(ctx, top)
     plans = [
         replace(r, rank=i + 1, explanation=explain_serving(problem, r.estimate, i + 1, ranked))

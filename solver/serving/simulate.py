@@ -605,9 +605,16 @@ class _Engine:
     def plan(self, now: float) -> None:
         """Start the next iteration at `now` (or go idle)."""
         sim = self.sim
-        if self.paged and self.n_dec:
-            self._make_room()
         n_dec = self.n_dec
+        # `_make_room` when the next decode step does not fit (`_kv_admits(0)`, inlined)
+        if (
+            self.paged
+            and n_dec
+            and self.n_running > 1
+            and self.kv_used + self.gen_base + n_dec * self.steps + n_dec > self.kv_cap
+        ):
+            self._make_room()
+            n_dec = self.n_dec
         # Mid-block of a multi-step scheduler only the decodes run; prompts wait for the
         # block's end. A scheduler that separates prompts gives them the whole budget.
         scheduling = self.block_pos == 0 or n_dec == 0
@@ -721,7 +728,13 @@ def _route(engines: list[_Engine], now: float, need: int) -> _Engine:
     for e in engines:
         if e.kv_cap < need:
             continue
-        o = e.outstanding(now) / e.weight
+        # `e.outstanding(now)`, inlined: the router's loop runs once per engine per request
+        steps = e.steps
+        if e.is_run and e.busy and e.cur_k > 1:
+            steps += (
+                _first_boundary_at_or_after(e.run_t0, e.run_slope, now - e.cur_start, e.cur_k) - 1
+            )
+        o = (e.other_out + e.dec_out - e.n_dec * steps) / e.weight
         if o < best_out:
             best, best_out = e, o
     assert best is not None

@@ -107,6 +107,26 @@ def test_estimate_at_a_rate_the_plan_cannot_carry(client: Any, serving: dict[str
     assert body["metrics"]["arrival_rate_rps"] == 5000
 
 
+def test_an_estimate_needs_no_slo(client: Any, serving: dict[str, Any]) -> None:
+    """At a given rate the latencies do not depend on the SLO (the simulation at the rate
+    runs whole whatever the targets): without one they are those with one, every finished
+    request meets it (attainment 1), and the goodput is the plan's capacity bound (the SLO
+    holds there: nothing limits it but capacity)."""
+    serving["workload"]["arrival_rate_rps"] = 4.0
+    with_slo = client.post("/v1/estimate", json={**serving, "plan": COLOCATED}).json()
+    serving["workload"]["slo"] = {}
+    response = client.post("/v1/estimate", json={**serving, "plan": COLOCATED})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["feasible"] is True and body["violations"] == []
+    metrics, reference = body["metrics"], with_slo["metrics"]
+    for name in ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p90", "e2e_latency_s_p90"):
+        assert metrics[name] == reference[name] > 0
+    assert metrics["arrival_rate_rps"] == 4.0 and metrics["slo_attainment"] == 1.0
+    assert body["details"]["goodput_limited_by"] == "capacity_bound"
+    assert metrics["goodput_rps"] == pytest.approx(body["details"]["capacity_upper_bound_rps"])
+
+
 def test_estimate_of_weights_that_do_not_fit(client: Any, serving: dict[str, Any]) -> None:
     serving["model"] = {"preset": "llama3-70b"}
     response = client.post("/v1/estimate", json={**serving, "plan": COLOCATED})
@@ -253,7 +273,16 @@ def test_serving_search_with_an_unknown_fixed_key_is_a_422(
 def test_min_gpus_search_needs_a_rate(client: Any, serving: dict[str, Any]) -> None:
     serving["workload"]["objective"] = "min_gpus"
     problem = assert_problem(client.post("/v1/searches", json=serving), 422)
-    assert error_fields(problem) == ["workload"]
+    assert error_fields(problem) == ["workload.arrival_rate_rps"]
+    assert client.get("/v1/searches").json()["total"] == 0  # nothing stored
+
+
+def test_a_search_ranking_by_goodput_needs_an_slo(client: Any, serving: dict[str, Any]) -> None:
+    serving["workload"]["slo"] = {}
+    problem = assert_problem(client.post("/v1/searches", json=serving), 422)
+    assert error_fields(problem) == ["workload.slo"]
+    assert "objective max_goodput_per_gpu needs an SLO" in problem["detail"]
+    assert client.get("/v1/searches").json()["total"] == 0
 
 
 def test_serving_search_no_plan_carries_the_slo(client: Any, serving: dict[str, Any]) -> None:

@@ -302,6 +302,80 @@ def test_min_gpus_returns_the_fewest_gpus_that_carry_the_rate() -> None:
     assert used == sorted(used)
 
 
+def _l40s_problem(objective: str) -> ServingProblem:
+    """Llama-3.1-8B at 20 requests/s on one node of 8 L40S (priced), 1024/256 tokens."""
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {
+                        "accelerator": "l40s",
+                        "num_nodes": 1,
+                        "gpus_per_node": 8,
+                        "price_per_gpu_hour": 1.5,
+                    }
+                ]
+            }
+        )
+    )
+    workload = {
+        "kind": "serving",
+        "prompt_tokens": 1024,
+        "output_tokens": 256,
+        "slo": {"ttft_ms": 1000, "tpot_ms": 50},
+        "num_requests": 100,
+        "objective": objective,
+        "arrival_rate_rps": 20.0,
+    }
+    return ServingProblem(
+        presets.get_preset("llama3.1-8b"), cluster, ServingWorkload.model_validate(workload)
+    )
+
+
+@pytest.mark.parametrize("objective", ["min_gpus", "min_cost"])
+def test_min_gpus_and_min_cost_leave_gpus_idle(objective: str) -> None:
+    """Issue 16: at 20 requests/s Llama-3.1-8B needs a few L40S, not the node. Each plan's
+    GPUs are worked from its own instances' goodput: a min_gpus unit is one instance
+    (colocated) or one prefill:decode unit, so the plan takes ceil(20 / unit goodput) units;
+    the ranking puts the fewest first, and a min_cost plan costs its GPUs × the price."""
+    problem = _l40s_problem(objective)
+    result = serving_search(problem, COST_MODEL, top_k=5)
+    assert result.plans and result.stats.status == "complete"
+    stream = request_stream(problem.workload)
+    costs = InstanceCosts(problem, COST_MODEL)
+    slo = problem.slo
+    needs = []
+    for ranked in result.plans:
+        est = ranked.estimate
+        assert est.metrics is not None and est.feasible
+        plan = est.plan
+        if plan.mode == "colocated":
+            (inst,) = plan.instances
+            unit = goodput_colocated(
+                stream, costs.of(inst), 1, inst.max_batch_size, inst.chunk_size, slo,
+                rel_tol=GOODPUT_REL_TOL,
+            )  # fmt: skip
+            unit_gpus = inst.parallelism.num_gpus
+        else:
+            pre, dec = plan.instance("prefill"), plan.instance("decode")
+            g = math.gcd(pre.count, dec.count)
+            a, b = pre.count // g, dec.count // g
+            unit_gpus = a * pre.parallelism.num_gpus + b * dec.parallelism.num_gpus
+            tier = "intra" if unit_gpus <= 8 else "inter"
+            unit = goodput_disaggregated(
+                stream, costs.of(pre, tier), a, pre.chunk_size, costs.of(dec, tier), b,
+                dec.max_batch_size, slo, rel_tol=GOODPUT_REL_TOL,
+            )  # fmt: skip
+        gpus = math.ceil(20.0 / unit.goodput_rps * (1 - 1e-9)) * unit_gpus
+        assert est.metrics.gpus_used == gpus
+        assert est.metrics.price_per_hour == pytest.approx(1.5 * gpus)
+        needs.append(gpus)
+    assert needs == sorted(needs)  # fewest (and so cheapest) first
+    assert needs[0] < 8  # the rest of the node stays idle
+    first = result.plans[0].estimate.metrics
+    assert first is not None and first.arrival_rate_rps == 20.0 and first.slo_attainment >= 0.9
+
+
 def test_min_gpus_with_a_rate_no_plan_carries_returns_nothing() -> None:
     problem = make_problem(4, slo=TIGHT_4, objective="min_gpus", arrival_rate_rps=1000.0)
     result = serving_search(problem, COST_MODEL, top_k=3)

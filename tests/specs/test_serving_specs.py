@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from specs.errors import SpecError
 from specs.serving import (
     MAX_TOKENS,
     LengthSpec,
@@ -187,12 +188,18 @@ def test_lengths_required_without_trace() -> None:
 
 
 def test_objectives_need_what_they_optimise() -> None:
-    with pytest.raises(ValidationError, match="needs an SLO"):
-        _workload(slo={})
-    with pytest.raises(ValidationError, match="min_gpus needs arrival_rate_rps"):
-        _workload(objective="min_gpus")
-    assert _workload(objective="min_gpus", arrival_rate_rps=4.0).arrival_rate_rps == 4.0
-    assert _workload(objective="min_latency", slo={}).slo == ServingSLO()
+    """A search's rules (`check_objective`); the workload itself, which an estimate also
+    takes, is valid without them."""
+    no_slo = _workload(slo={})
+    assert no_slo.slo == ServingSLO()
+    with pytest.raises(SpecError, match="needs an SLO") as err:
+        no_slo.check_objective()
+    assert err.value.field == "workload.slo"
+    with pytest.raises(SpecError, match="min_gpus needs arrival_rate_rps") as err:
+        _workload(objective="min_gpus").check_objective()
+    assert err.value.field == "workload.arrival_rate_rps"
+    _workload(objective="min_gpus", arrival_rate_rps=4.0).check_objective()
+    _workload(objective="min_latency", slo={}).check_objective()
 
 
 def test_bounds() -> None:

@@ -18,6 +18,7 @@ from app.db.models import MeasurementRecord, PlanRecord, SearchRecord
 from app.schemas import MeasurementCreate, MeasurementList, MeasurementPublic
 from app.services.planning import InputError
 from specs.errors import NotFound
+from specs.workload import TrainingWorkload
 
 router = APIRouter(tags=["measurements"])
 
@@ -66,7 +67,7 @@ def _load_plan(session: Session, plan_id: str, tenant: str) -> tuple[PlanRecord,
     return plan, search
 
 
-def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]:
+def _rates(body: MeasurementCreate, tokens_per_step: float) -> tuple[float, float]:
     """(step_time_s, tokens_per_s) from whichever the body gives; 422 naming both fields
     when neither comes or they disagree."""
     step, rate = body.step_time_s, body.tokens_per_s
@@ -95,7 +96,8 @@ def _rates(body: MeasurementCreate, tokens_per_step: int) -> tuple[float, float]
         message = (
             f"step_time_s × tokens_per_s = {step:g} × {rate:g} = {step * rate:.6g} tokens, but "
             f"a step of this plan is {tokens_per_step} tokens (global_batch_size × "
-            f"sequence_length); they must agree within {RATE_TOLERANCE:.0%}"
+            "sequence_length, padding excluded); they must agree within "
+            f"{RATE_TOLERANCE:.0%}"
         )
         rule = f"step_time_s × tokens_per_s within {RATE_TOLERANCE:.0%} of {tokens_per_step}"
         raise InputError(
@@ -135,7 +137,7 @@ def compute_floor_s(plan_metrics: dict[str, Any], problem: dict[str, Any]) -> fl
 
 
 def _check_floor(
-    body: MeasurementCreate, step_time_s: float, tokens_per_step: int, floor_s: float | None
+    body: MeasurementCreate, step_time_s: float, tokens_per_step: float, floor_s: float | None
 ) -> None:
     """422 naming the field given (step_time_s and/or tokens_per_s) when the step is faster
     than the compute floor; the problem carries `compute_floor_s` and `max_tokens_per_s`."""
@@ -224,7 +226,9 @@ def create_measurement(
         )
         raise InputError(message, [_error("plan_id", "a training plan", plan_id, message)])
     accelerator = problem["cluster"]["groups"][0]["accelerator"]
-    tokens_per_step = int(workload["global_batch_size"]) * int(workload["sequence_length"])
+    tokens_per_step: float = int(workload["global_batch_size"]) * int(workload["sequence_length"])
+    if workload.get("sequence_lengths"):  # documents' tokens only, as the plan's tokens_per_s
+        tokens_per_step = TrainingWorkload.model_validate(workload).real_tokens_per_step
     step_time_s, tokens_per_s = _rates(body, tokens_per_step)
     _check_floor(body, step_time_s, tokens_per_step, compute_floor_s(plan.metrics, problem))
     _check_memory(

@@ -624,7 +624,6 @@ def _sse(event: str | None, data: str | None = None, event_id: str | None = None
         429: {"description": "rate limit or the tenant's active-search quota (Retry-After)"},
         503: {"description": "the search queue is full (Retry-After)"},
     },
-    tags=["plans"],
 )
 async def replan_plan(
     plan_id: PlanId,

@@ -39,7 +39,12 @@ from cost_models.analytical.training.profile import (
     profiled,
 )
 from cost_models.analytical.training.shapes import LayerShape, StateShape
+from cost_models.base import LayerProfile
 from specs.plan import PlanKey
+
+_CP = PlanKey._fields.index("context_parallel_algorithm")
+"""Where the context-parallel algorithm sits in a key (the head degree follows it; the
+offload fields come after both)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +184,17 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
 
 
-def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+def context_free_step_lower_bound_s(
+    ctx: ProblemContext, key: PlanKey, work_floor_s: float = 0.0
+) -> float:
     """A step-time lower bound of `key` under every context-parallel algorithm and head
     degree (the search screens a key's algorithms as one entry with it,
     `solver.search.cp_groups`).
+
+    `work_floor_s`: a number the caller has proved to be at most the busiest rank's work
+    per micro-batch (evaluate()'s rank work, `estimate.rank_work`) of every algorithm
+    under every split the search can give it (`cp_groups.refine_group`: the partition
+    program's optimum on `context_free_profile`); `max W` is taken at least that large.
 
     Why it is a bound: the layers are priced with no exchange (`layer_costs.NO_EXCHANGE`:
     every part of a layer's cost at most its value under any algorithm), so the busiest
@@ -212,10 +224,18 @@ def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
         free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
         shape = LayerShape.of(free)
         terms = ctx.bound_terms[(shape, d, pp)] = _terms(ctx, free, shape)
-    states = StateShape.of(key)
+    states = (
+        key.tensor,
+        d * key.context,
+        key.zero_stage,
+        key.expert,
+        key.expert_tensor,
+        key.framework,
+    )
     optimizer = ctx.bound_optimizer.get((states, pp))
     if optimizer is None:
-        optimizer = ctx.bound_optimizer[(states, pp)] = _optimizer_s(ctx, states, pp)
+        named = StateShape.of(key)
+        optimizer = ctx.bound_optimizer[(named, pp)] = _optimizer_s(ctx, named, pp)
     if key.offload_optimizer != "none":
         optimizer = _offloaded_optimizer_s(ctx, key)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
@@ -228,20 +248,54 @@ def context_free_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
             terms.largest_layer_s + p2p_rank,
             terms.larger_extra_s + v * terms.smallest_layer_s + p2p_rank,
         )
+    w_max = max(w_max, work_floor_s)
     gathers = 0.0
     if key.zero_stage >= 2:
         unit = ctx.bound_gathers.get((states, pp))
         if unit is None:
-            unit = ctx.bound_gathers[(states, pp)] = _unit_gather_s(ctx, key)
+            named = StateShape.of(key)
+            unit = ctx.bound_gathers[(named, pp)] = _unit_gather_s(ctx, key)
         gathers = terms.microbatches * unit
     m = terms.microbatches
     sched = m * w_max
     schedule = get_schedule(key.pipeline_schedule)
-    if _monotone_bound(schedule, m, pp, v):
+    monotone = ctx.bound_monotone.get((key.pipeline_schedule, m, pp, v))
+    if monotone is None:
+        monotone = ctx.bound_monotone[(key.pipeline_schedule, m, pp, v)] = _monotone_bound(
+            schedule, m, pp, v
+        )
+    if monotone:
         forward = terms.forward_s + pp * p2p_rank / 2.0
         sums = StageSums(forward, total - forward - terms.wgrad_s, terms.wgrad_s)
         sched = max(sched, schedule.lower_bound_s(m, pp, v, w_max, sums))
     return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
+
+
+def context_free_profile(ctx: ProblemContext, key: PlanKey) -> LayerProfile | None:
+    """A profile of `key` with no context-parallel exchange (`layer_costs.NO_EXCHANGE`),
+    whose partition program (`solver.formulations.stage_partition`) bounds that of every
+    algorithm and head degree of `key` from below; None where it would not (a schedule
+    that does not place chunk c on rank c mod p: the program's rank times are then not
+    the ranks' work).
+
+    Why it is a bound. Against the profile of any algorithm a of `key`: the layer times are
+    at most a's (`NO_EXCHANGE`: each part of a layer's cost at most its value under any
+    algorithm), the fixed bytes at most a's (no exchange holds no transient K/V bytes:
+    `cost_seq`'s `max_cp_working_bytes` is 0, the rest does not read the algorithm), and
+    everything else is a's: layer states and activations (`_activation_bytes` and the
+    states do not read the algorithm), the extras (priced under ring for every algorithm,
+    `extras.py`), the boundary transfer (its bytes do not read the algorithm), the
+    in-flight counts, the micro-batches and the limit. Every constraint of the program
+    only tightens and its objective only grows as these numbers grow, so every split
+    feasible for a is feasible here, with no larger rank times: the program's optimum
+    here is at most a's, and a's optimum at most the slowest rank's constraint-(c) time of
+    the split the search evaluates for a; that time is at most evaluate()'s rank work of
+    the split (`estimate.rank_work`: the same layer times and extras, 2·v ≥ 2 boundary
+    transfers) when chunk c runs on rank c mod p (the program's placement, "loop")."""
+    if get_schedule(key.pipeline_schedule).placement != "loop":
+        return None
+    free = PlanKey._make((*key[:_CP], NO_EXCHANGE, 1, *key[_CP + 2 :]))  # by `PlanKey` position
+    return profiled(ctx, free).public
 
 
 def _monotone_bound(schedule: object, m: int, pp: int, v: int) -> bool:

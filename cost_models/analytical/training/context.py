@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cost_models.analytical.attention import AttentionCoreModel
-from cost_models.analytical.flops import model_flops_per_step
+from cost_models.analytical.flops import mixed_model_flops_per_step, model_flops_per_step
 from cost_models.analytical.fp8 import Fp8Recipe, default_recipe, recipe
 from cost_models.analytical.gemm import RooflineGemm
 from cost_models.analytical.moe import ExpertLoad
 from cost_models.analytical.network import NetworkModel, network_for
 from cost_models.analytical.placement import ExpertGroups, ParallelGroups
+from cost_models.analytical.sequence_lengths import LengthMix
 from cost_models.analytical.training.config import (
     FP8_K_OVERHEAD_RATIO,
     AnalyticalConfig,
@@ -83,6 +84,17 @@ class ProblemContext:
     peak_flops: float
     """The MFU basis: the dense peak of the workload precision."""
     model_flops: float
+    """Model FLOPs of a step over the real (non-padding) tokens and, under a document mix,
+    the per-document attention (`sequence_lengths.py`)."""
+    processed_flops: float
+    """Model FLOPs of the work the GPUs do in a step (padding included): model_flops without
+    a document mix."""
+    lengths: LengthMix | None
+    """The workload's document-length mix (None: one document of sequence_length per
+    sequence)."""
+    attention_factor: float
+    """What the flash attention core's time is scaled by (`LengthMix.attention_factor`; 1
+    without a mix)."""
     # ---- caches, each keyed by what its part depends on ---------------------------------
     layer_cores: dict[tuple[bool, LayerShape], LayerCore] = field(default_factory=dict)
     layer_costs: dict[tuple[bool, LayerShape], LayerCost] = field(default_factory=dict)
@@ -136,6 +148,9 @@ class ProblemContext:
     bound_gathers: dict[tuple[Any, int], float] = field(default_factory=dict)
     """Per-micro-batch ZeRO-2/3 gathers of the bound per (state shape, pipeline), keyed
     likewise."""
+    bound_monotone: dict[tuple[str, int, int, int], bool] = field(default_factory=dict)
+    """Whether the schedule's own bound may take the no-exchange terms, per (schedule,
+    micro-batches, pipeline, virtual) (`bounds._monotone_bound`)."""
     profiles: dict[PlanKey, Profiled] = field(default_factory=dict)
     recompute_flops: dict[str, float] = field(default_factory=dict)
     frameworks: dict[str, FrameworkProfile] = field(default_factory=dict)
@@ -227,6 +242,20 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         group.gpus_per_node,
     )
     moe_flags = tuple(model.is_moe_layer(i) for i in range(model.num_layers))
+    mix = LengthMix.of(work)
+    model_flops = model_flops_per_step(model, work.global_batch_size, work.sequence_length)
+    processed = model_flops
+    if mix is not None:
+        model_flops = mixed_model_flops_per_step(
+            model,
+            work.global_batch_size,
+            work.sequence_length,
+            mix.real_token_fraction,
+            mix.useful_attention_factor,
+        )
+        processed = mixed_model_flops_per_step(
+            model, work.global_batch_size, work.sequence_length, 1.0, mix.attention_factor
+        )
     return ProblemContext(
         config=config,
         problem=problem,
@@ -260,5 +289,8 @@ def build_context(config: AnalyticalConfig, problem: TrainingProblem) -> Problem
         if acc.num_compute_units
         else 0.15 * (config.nccl_channels > 0),
         peak_flops=peak,
-        model_flops=model_flops_per_step(model, work.global_batch_size, work.sequence_length),
+        model_flops=model_flops,
+        processed_flops=processed,
+        lengths=mix,
+        attention_factor=1.0 if mix is None else mix.attention_factor,
     )

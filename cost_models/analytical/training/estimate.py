@@ -10,7 +10,7 @@ from itertools import accumulate
 from operator import itemgetter
 from typing import Any
 
-from cost_models.analytical.flops import recompute_flops_per_step
+from cost_models.analytical.flops import model_flops_per_step, recompute_flops_per_step
 from cost_models.analytical.gemm import MEMORY_EFFICIENCY
 from cost_models.analytical.memory import GIB
 from cost_models.analytical.schedule import pipeline_step
@@ -382,18 +382,33 @@ def evaluate(
     n = problem.num_gpus
     rc_flops = ctx.recompute_flops.get(plan.recompute)
     if rc_flops is None:
-        rc_flops = recompute_flops_per_step(model, ctx.global_batch, ctx.seq, plan.recompute)
+        rc_flops = recompute_flops_per_step(
+            model,
+            ctx.global_batch,
+            ctx.seq,
+            plan.recompute,
+            1.0
+            if ctx.lengths is None
+            else ctx.lengths.priced_attention_factor(plan.flash_attention),
+        )
         ctx.recompute_flops[plan.recompute] = rc_flops
+    mix = ctx.lengths
+    real_tokens: float = ctx.global_batch * ctx.seq
+    processed = ctx.processed_flops
+    if mix is not None:
+        real_tokens *= mix.real_token_fraction
+        if not plan.flash_attention:  # the unfused kernel computes the masked blocks too
+            processed = model_flops_per_step(model, ctx.global_batch, ctx.seq)
     metrics = TrainingMetrics(
         step_time_s=step,
-        tokens_per_s=ctx.global_batch * ctx.seq / step,
+        tokens_per_s=real_tokens / step,
         model_tflops_per_gpu=ctx.model_flops / step / n / 1e12,
         mfu=ctx.model_flops / step / n / ctx.peak_flops,
         **_mfu_by_peak(ctx, ctx.model_flops / step / n),
         peak_memory_gib=memory.peak_gib,
         bubble_fraction=sched.bubble_s / step,
         time_breakdown_s=breakdown,
-        hardware_tflops_per_gpu=(ctx.model_flops + rc_flops) / step / n / 1e12,
+        hardware_tflops_per_gpu=(processed + rc_flops) / step / n / 1e12,
         **_error_bars(step),
     )
     details: dict[str, Any] = {
@@ -432,6 +447,18 @@ def evaluate(
     }
     if model.moe is not None:
         details["expert_parallel"] = _moe_details(ctx, prof, key, crit, chunk_sum, m)
+    if mix is not None:
+        lengths = mix.report(ctx.global_batch)
+        lengths["priced_attention_factor"] = mix.priced_attention_factor(key.flash_attention)
+        per_bucket = mix.per_bucket_context_parallel(
+            key.context,
+            key.micro_batch_size * ctx.seq / key.context,
+            breakdown.context_parallel_comm,
+            step,
+        )
+        if per_bucket is not None:
+            lengths["per_bucket_context_parallel"] = per_bucket
+        details["sequence_lengths"] = lengths
     return TrainingEstimate(
         plan=plan,
         feasible=not violations,

@@ -381,8 +381,10 @@ def layer_core(ctx: ProblemContext, is_moe: bool, shape: LayerShape) -> LayerCor
     heads = model.num_attention_heads / t
     algorithm, head_degree = shape.context_parallel_algorithm, shape.context_parallel_heads
     launches = attention_launches(algorithm, c, head_degree)
-    att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash, launches)
-    att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash, launches)
+    # documents masked within a packed sequence: the flash kernel's Σ sᵢ² share
+    work = ctx.attention_factor
+    att_f = ctx.attention.forward_time_s(b, s, heads, qk, vd, c, flash, launches, work)
+    att_b = ctx.attention.backward_time_s(b, s, heads, qk, vd, c, flash, launches, work)
     # Tensor parallel (Korthikanti et al. 2022 §4.2.2): s·b·h bf16 elements per collective;
     # under FP8 the sequence-parallel all-gathers move the quantised FP8 shards.
     size = tokens * h * 2.0

@@ -95,10 +95,21 @@ class AnalyticalTrainingCostModel:
         ctx = self.context(problem)
         return bounds.step_time_lower_bound_s(ctx, key if key.framework else ctx.resolve(key))
 
-    def context_free_step_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+    def context_free_step_lower_bound_s(
+        self, problem: TrainingProblem, key: PlanKey, work_floor_s: float = 0.0
+    ) -> float:
         """`bounds.context_free_step_lower_bound_s`: a bound for `key` under every
-        context-parallel algorithm."""
+        context-parallel algorithm (`work_floor_s`: a proved lower bound on their busiest
+        rank's work per micro-batch)."""
         ctx = self.context(problem)
         return bounds.context_free_step_lower_bound_s(
-            ctx, key if key.framework else ctx.resolve(key)
+            ctx, key if key.framework else ctx.resolve(key), work_floor_s
         )
+
+    def context_free_profile_key(
+        self, problem: TrainingProblem, key: PlanKey
+    ) -> LayerProfile | None:
+        """`bounds.context_free_profile`: a profile whose partition program bounds that of
+        every context-parallel algorithm of `key` from below (None: no such profile)."""
+        ctx = self.context(problem)
+        return bounds.context_free_profile(ctx, key if key.framework else ctx.resolve(key))

@@ -136,6 +136,9 @@ class EngineInstanceCost(ForwardingCost):
         self.base = base
         self.host = host
         self._scheduler = scheduler
+        self._host_cache: dict[int, tuple[float, float]] = {}
+        """`host_s` by sequences (decode-only steps of a multi-step block under −1 − seqs):
+        the simulator asks for it every iteration."""
 
     def __getattr__(self, name: str) -> Any:
         # explanations and benchmarks read the cost model's own figures (weights, KV bytes)
@@ -166,7 +169,12 @@ class EngineInstanceCost(ForwardingCost):
         gpu = self.base.iteration_time_s(batch)
         if gpu <= 0.0:
             return gpu
-        cpu, serial = self.host_s(batch)
+        seqs = batch.decode_seqs + batch.prefill_seqs
+        key = seqs if batch.prefill_tokens or self._scheduler.decode_steps <= 1 else -1 - seqs
+        hit = self._host_cache.get(key)
+        if hit is None:
+            hit = self._host_cache[key] = self.host_s(batch)
+        cpu, serial = hit
         return (max(gpu, cpu) if self.host.overlapped else gpu + cpu) + serial
 
 
