@@ -26,7 +26,14 @@ from specs.cluster import MAX_TOTAL_GPUS, ClusterSpec, NodeGroupSpec
 from specs.constraints import Objective, SearchConstraints
 from specs.model import ModelSpec
 from specs.model_input import ModelInput
-from specs.plan import MemoryReport, ParallelDims, TrainingMetrics, TrainingPlan, Violation
+from specs.plan import (
+    MemoryReport,
+    Offload,
+    ParallelDims,
+    TrainingMetrics,
+    TrainingPlan,
+    Violation,
+)
 from specs.serving import ServingMetrics, ServingPlan
 from specs.warnings import PlanWarning
 from specs.workload import TrainingWorkload, Workload
@@ -310,6 +317,23 @@ class FrameworkOptionPublic(_Public):
     validated."""
 
 
+class FrameworkOffloadPublic(_Public):
+    """What a framework offloads, as its offload rules read it."""
+
+    optimizer_devices: list[str]
+    """Where it offloads optimizer states (`cpu`, `nvme`; empty: nowhere)."""
+    parameter_devices: list[str]
+    """Where it offloads ZeRO-3 sharded parameters."""
+    activations: Literal["none", "layers", "checkpoints"]
+    """How it offloads activations: `none`; `layers` (whole layers' activations, a fraction
+    n / num_layers with n < num_layers, no pipelining or recompute: Megatron-Core
+    `--cpu-offloading`); `checkpoints` (every checkpoint of full recompute, fraction 1:
+    DeepSpeed `cpu_checkpointing`)."""
+    states_together: bool
+    """Parameters, gradients and optimizer states go to the CPU together or not at all
+    (FSDP2 `CPUOffloadPolicy`)."""
+
+
 class FrameworkPublic(_Public):
     """A training framework profile: what it implements, how it behaves, what launches it."""
 
@@ -328,6 +352,8 @@ class FrameworkPublic(_Public):
     rules: list[str] = Field(default_factory=list)
     """The combinations it cannot run, in words, besides `zero_stages` and `supports_moe`
     (a plan breaking one is priced `feasible: false` with a `framework` violation)."""
+    offload: FrameworkOffloadPublic | None = None
+    """What the framework can offload (`plan.offload`)."""
     default_for_search: bool
     """Searches price candidates under this framework when the request names none."""
     preference_rank: int | None
@@ -629,6 +655,10 @@ class PlanPublic(_Public):
     framework: str | None = None
     """Training plans: the framework the plan was priced for (`GET /v1/frameworks`); its
     overlaps and rules are part of the price, and exports refuse another launcher."""
+    offload: Offload | None = None
+    """Training plans that offload (`plan.offload`): the fraction 0–1 of the saved
+    activations kept in host memory and where the optimizer states and parameters live
+    (`none`, `cpu`, `nvme`); null: nothing offloaded."""
     mode: Literal["colocated", "disaggregated"] | None = None
     """Serving plans: colocated or prefill/decode disaggregated."""
     instances: list[dict[str, Any]] | None = None

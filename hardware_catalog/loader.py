@@ -142,6 +142,8 @@ def _check_accelerator(spec: AcceleratorSpec, where: str) -> None:
 
 
 def _check_system(spec: SystemSpec, where: str) -> None:
+    if spec.host_link is None:
+        raise CatalogDataError(f"{where}: host_link is required in catalog files (offloading)")
     domain, node = spec.scale_up_domain_gpus, spec.gpus_per_node
     if domain % node and node % domain:
         raise CatalogDataError(

@@ -348,6 +348,51 @@ class FabricLayout(BaseModel):
     rail-optimised fabric: DGX SuperPOD 32 nodes)."""
 
 
+HOST_LINK_EFFICIENCY = 0.8
+"""Achieved fraction of a host link's per-direction line rate in pinned host ↔ device
+copies where no measurement is recorded: H100 SXM reaches 50–55 GB/s of PCIe Gen5 x16's
+64 GB/s (nvbandwidth / `cudaMemcpy` bandwidth tests, 0.78–0.86); PCIe's 128b/130b encoding
+and TLP headers leave about 0.85 of the raw rate at best (PCI-SIG PCIe 5.0 base
+specification)."""
+
+
+class HostLinkSpec(BaseModel):
+    """How a node's GPUs reach host memory and local NVMe (what offloading crosses)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    kind: Literal["pcie", "nvlink_c2c", "infinity_fabric"]
+    """`pcie`: each GPU on a PCIe link to the host CPU (through PCIe switches on 8-GPU
+    baseboards); `nvlink_c2c`: NVLink chip-to-chip to a Grace CPU (GH200, GB200, GB300);
+    `infinity_fabric`: AMD CPU–GPU Infinity Fabric (Frontier's MI250X)."""
+    pcie_generation: int | None = Field(default=None, ge=1, le=7)
+    """PCIe generation of the GPU's host link (null for NVLink-C2C)."""
+    pcie_lanes: int | None = Field(default=None, ge=1, le=32)
+    """PCIe lanes per GPU (null for NVLink-C2C)."""
+    bandwidth_gb_s: float = Field(gt=0)
+    """Line rate of one GPU's host link per direction, GB/s (PCIe Gen4 x16 ≈ 32, Gen5 x16
+    ≈ 64; NVLink-C2C 450 of its 900 bidirectional)."""
+    measured_bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    """Published pinned host → device copy bandwidth per GPU, GB/s; null: the cost model
+    takes `HOST_LINK_EFFICIENCY` × the line rate."""
+    gpus_per_link: int = Field(default=1, ge=1, le=16)
+    """GPUs sharing one link to the CPU (a PCIe switch uplink); 1 when each has its own."""
+    host_memory_gib: float = Field(gt=0)
+    """Host DRAM (LPDDR5X on Grace) per node, GiB."""
+    host_memory_bandwidth_gb_s: float = Field(gt=0)
+    """Host DRAM bandwidth per node (all sockets), GB/s, peak."""
+    nvme_bandwidth_gb_s: float | None = Field(default=None, gt=0)
+    """Aggregate sequential read bandwidth of the node's local NVMe drives, GB/s; null
+    when the node has no local NVMe (no NVMe offload)."""
+
+    @property
+    def effective_bandwidth_gb_s(self) -> float:
+        """Per GPU per direction: the measured copy rate, else `HOST_LINK_EFFICIENCY` × the
+        line rate, divided among the GPUs sharing the link."""
+        rate = self.measured_bandwidth_gb_s or HOST_LINK_EFFICIENCY * self.bandwidth_gb_s
+        return rate / self.gpus_per_link
+
+
 class SystemSpec(BaseModel):
     """One node or rack type: its accelerators, scale-up domain and NICs."""
 
@@ -386,6 +431,9 @@ class SystemSpec(BaseModel):
     gpus_per_node)."""
     fabric: FabricLayout
     """The usual scale-out layout of clusters built from this system."""
+    host_link: HostLinkSpec | None = None
+    """The GPUs' link to host memory, host DRAM and local NVMe (offloading); every catalog
+    file sets it, records built in code may leave it null (no offload then)."""
     sources: list[Source] = Field(min_length=1)
     """Where the values come from (`ref` + which values it `supports`)."""
     unverified_fields: list[str] = Field(default_factory=list)

@@ -91,6 +91,21 @@ def _estimate_plan(
     """
     if plan.framework is not None:
         check_framework(plan.framework, "plan.framework")
+    mixed = plan.data_shares is not None or plan.stage_groups is not None
+    if plan.offload.enabled and (mixed or not problem.cluster.is_homogeneous):
+        detail = "offload is priced on a cluster of one kind of node only (not with stage_groups or data_shares)"
+        raise InfeasiblePlan(
+            "offload",
+            detail,
+            errors=[
+                {
+                    "field": "plan.offload",
+                    "rule": "one kind of node",
+                    "value": None,
+                    "message": detail,
+                }
+            ],
+        )
     if plan.data_shares is not None:
         return _estimate_shares(problem, cost_model, plan)
     if plan.stage_groups is not None or not problem.cluster.is_homogeneous:

@@ -49,7 +49,7 @@ model's `check()` has the last word.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -436,12 +436,67 @@ def _stage_layers_ok(fixed: Mapping[str, Any], pipeline: int, v: int, num_layers
     return layers is None or (len(layers) == pipeline * v and sum(layers) == num_layers)
 
 
+OffloadOption = tuple[float, str, str]
+"""(offload_activations, offload_optimizer, offload_parameters) of a slot."""
+NO_OFFLOAD: OffloadOption = (0.0, "none", "none")
+SEARCHED_ACTIVATION_FRACTIONS = (0.5, 1.0)
+"""Activation offload fractions the space tries (half the layers' activations, or all:
+Megatron-Core offloads whole layers, DeepSpeed every checkpoint)."""
+
+
 class Slot(NamedTuple):
-    """One (inner option, ZeRO stage) of a block with the frameworks it is priced under."""
+    """One (inner option, ZeRO stage, offload) of a block with the frameworks it is priced
+    under."""
 
     inner: _Inner
     zero_stage: int
     frameworks: tuple[str, ...]
+    offload: OffloadOption = NO_OFFLOAD
+
+
+def offload_options(
+    constraints: SearchConstraints,
+    zero_stage: int,
+    profiles: Sequence[FrameworkProfile],
+    model: Any,
+) -> list[OffloadOption]:
+    """The offload variants a slot of `zero_stage` takes when the space includes offload
+    (`constraints.offload.mode` `always`; the search asks for it when no plan fits without
+    it): no offload first, then optimizer offload to each allowed device, with ZeRO-3 the
+    parameters to the same device too, each without and with activation offload
+    (`SEARCHED_ACTIVATION_FRACTIONS`), and activation offload alone; only those one of the
+    slot's frameworks runs (`FrameworkProfile.offload_*`; the per-key rules, recompute and
+    pipeline, are the cost model's)."""
+    off = constraints.offload
+    if not off.searched:
+        return [NO_OFFLOAD]
+    states: list[tuple[str, str]] = [("none", "none")]
+    for device in off.devices:
+        states.append((device, "none"))
+        if zero_stage == 3:
+            states.append((device, device))
+    fractions = (0.0, *SEARCHED_ACTIVATION_FRACTIONS) if off.activations else (0.0,)
+    out: list[OffloadOption] = []
+    for opt, par in states:
+        for f in fractions:
+            if any(_runs_offload(p, model, zero_stage, f, opt, par) for p in profiles):
+                out.append((f, opt, par))
+    if NO_OFFLOAD not in out:
+        out.insert(0, NO_OFFLOAD)
+    return out
+
+
+def _runs_offload(p: FrameworkProfile, model: Any, zero: int, f: float, opt: str, par: str) -> bool:
+    """Whether the framework runs this offload for some recompute mode without pipelining
+    (the rules that read the rest of the key are left to the cost model's check)."""
+    if (f, opt, par) == NO_OFFLOAD:
+        return True
+    probe = PlanKey(
+        zero_stage=zero, offload_activations=f, offload_optimizer=opt, offload_parameters=par
+    )
+    return any(
+        not p.offload_violations(model, probe._replace(recompute=rc)) for rc in ("none", "full")
+    )
 
 
 class Block(NamedTuple):
@@ -490,6 +545,7 @@ def block_keys(block: Block, slot: Slot) -> list[PlanKey]:
                 b.context_parallel_algorithm,
                 b.context_parallel_heads,
                 b.vocab_parallel,
+                *slot.offload,
             ),
         )
         for framework in slot.frameworks
@@ -545,6 +601,20 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
     zeros = _restrict(zero_stage_options(), fixed, "zero_stage")
     vocab_options = _restrict(vocab_parallel_options(problem.model), fixed, "vocab_parallel")
+    by_name = {p.name: p for p in profiles}
+    offloading = constraints.offload.searched
+    offload_memo: dict[tuple[int, tuple[str, ...]], list[OffloadOption]] = {}
+
+    def offloads_of(zero: int, able: tuple[str, ...]) -> list[OffloadOption]:
+        hit = offload_memo.get((zero, able))
+        if hit is None:
+            chosen = [by_name[name] for name in able if name in by_name]
+            hit = offload_memo[(zero, able)] = offload_options(
+                constraints, zero, chosen, problem.model
+            )
+        return hit
+
+    offloads = offloads_of if offloading else None
     for data, tensor, pipeline, context in degree_tuples(problem, constraints):
         sp = fixed.get("sequence_parallel", tensor > 1)
         if sp and tensor == 1:
@@ -574,24 +644,41 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
                 context_parallel_heads=heads,
             )
             if False in vocab_options:
-                yield Block(base, _slots(base, inners, zeros, frameworks_of), recomputes)
+                yield Block(base, _slots(base, inners, zeros, frameworks_of, offloads), recomputes)
             if True in vocab_options and pipeline > 1:
+                # never with offload (`rules.vocab_parallel_rules`)
                 yield from _vocab_block(base, inners, zeros, recomputes, frameworks_of)
 
 
+OffloadsOf = Callable[[int, tuple[str, ...]], list[OffloadOption]]
+"""The offload options of a (ZeRO stage, frameworks) slot (`offload_options`)."""
+
+
 def _slots(
-    base: PlanKey, inners: list[_Inner], zeros: list[int], frameworks_of: _FrameworkChooser
+    base: PlanKey,
+    inners: list[_Inner],
+    zeros: list[int],
+    frameworks_of: _FrameworkChooser,
+    offloads_of: OffloadsOf | None = None,
 ) -> list[Slot]:
-    """Every (inner option, ZeRO stage) of a block some framework runs, with those
-    frameworks (which depend on the inner option's virtual pipeline and schedule only)."""
+    """Every (inner option, ZeRO stage, offload) of a block some framework runs, with those
+    frameworks (which depend on the inner option's virtual pipeline and schedule only);
+    without `offloads_of` (offload not searched) the one slot without offload."""
     runnable = {
         vs: [(z, able) for z in zeros if (able := frameworks_of(base, *vs, z))]
         for vs in {(i.virtual_pipeline, i.schedule) for i in inners}
     }
+    if offloads_of is None:
+        return [
+            Slot(inner, zero, able)
+            for inner in inners
+            for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+        ]
     return [
-        Slot(inner, zero, able)
+        Slot(inner, zero, able, offload)
         for inner in inners
         for zero, able in runnable[inner.virtual_pipeline, inner.schedule]
+        for offload in offloads_of(zero, able)
     ]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
@@ -44,6 +44,55 @@ FIXABLE_FIELDS = TRAINING_FIXABLE_FIELDS | SERVING_FIXABLE_FIELDS
 """Every key `fixed` accepts; each search kind then refuses the keys that are not its own."""
 
 
+OffloadMode = Literal["when_needed", "always", "never"]
+OffloadDeviceName = Literal["cpu", "nvme"]
+
+
+def _all_devices() -> list[OffloadDeviceName]:
+    return ["cpu", "nvme"]
+
+
+class OffloadConstraints(Spec):
+    """Whether and how the search may offload to host memory or NVMe (`plan.offload`)."""
+
+    mode: OffloadMode = "when_needed"
+    """`when_needed`: offload is searched only when no plan fits without it (every plan of
+    the offload-free space is over the memory limit); `always`: offload variants of every
+    candidate are searched alongside (slower); `never`: no offload."""
+    devices: list[OffloadDeviceName] = Field(default_factory=_all_devices, max_length=2)
+    """Devices the optimizer states and parameters may be offloaded to."""
+    activations: bool = True
+    """Whether activation offloading (a fraction of the saved activations in host memory)
+    is searched."""
+
+    @field_validator("devices")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"devices must not repeat a device (got {value})")
+        return value
+
+    @property
+    def searched(self) -> bool:
+        """Whether the space includes offload variants as it stands (`always`)."""
+        return self.mode == "always" and (bool(self.devices) or self.activations)
+
+
+def _offload_or_mode(schema: dict[str, Any]) -> None:
+    """The field's JSON schema: the object, or the mode alone as a string."""
+    ref = {k: schema.pop(k) for k in ("$ref", "allOf") if k in schema}
+    default = schema.pop("default", None)
+    del default  # a factory default: not a literal in the document
+    schema["anyOf"] = [ref, {"type": "string", "enum": list(get_args(OffloadMode))}]
+
+
+def _offload_shorthand(value: Any) -> Any:
+    """`"never"` / `"always"` / `"when_needed"` as shorthand for `{"mode": ...}`."""
+    if isinstance(value, str):
+        return {"mode": value}
+    return value
+
+
 class SearchConstraints(Spec):
     """Restrictions on the searched space; every field optional."""
 
@@ -81,6 +130,17 @@ class SearchConstraints(Spec):
     engine_options: dict[str, dict[str, Any]] | None = None
     """Serving searches: settings per searched engine, by engine name (`GET /v1/engines`:
     `options`), e.g. `{"vllm_v0": {"num_scheduler_steps": 8}}`; the plans carry them."""
+    offload: OffloadConstraints = Field(
+        default_factory=OffloadConstraints, json_schema_extra=_offload_or_mode
+    )
+    """Training searches: offloading of optimizer states, parameters and activations
+    (`plan.offload`). By default it is searched only when no plan fits without it; the
+    string `"never"` switches it off (shorthand for `{"mode": "never"}`)."""
+
+    @field_validator("offload", mode="before")
+    @classmethod
+    def _offload_mode(cls, value: Any) -> Any:
+        return _offload_shorthand(value)
 
     @model_serializer(mode="wrap")
     def _omit_unset_frameworks(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -93,6 +153,8 @@ class SearchConstraints(Spec):
                     del data[name]
             if data.get("per_stage_tensor") is False:
                 del data["per_stage_tensor"]
+            if data.get("offload") == OffloadConstraints().model_dump(mode="json"):
+                del data["offload"]
         return data
 
     @field_validator("fixed")

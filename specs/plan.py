@@ -62,6 +62,31 @@ groups of `context_parallel_heads` ranks and a ring across the groups (USP, Fang
 arXiv 2405.07719; LoongTrain's 2D attention, Gu et al. 2024, arXiv 2406.18485; `a2a+p2p`)."""
 CONTEXT_PARALLEL_ALGORITHMS: tuple[str, ...] = get_args(ContextParallelAlgorithm)
 
+OffloadDevice = Literal["none", "cpu", "nvme"]
+"""Where offloaded model states live: on the GPU (`none`), in host memory (`cpu`) or on the
+node's NVMe drives through host memory (`nvme`, ZeRO-Infinity)."""
+OFFLOAD_DEVICES: tuple[str, ...] = get_args(OffloadDevice)
+
+
+class Offload(Spec):
+    """What a training plan moves off the GPU (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity,
+    Rajbhandari et al. 2021; activation offloading, PipeOffload / Megatron-Core
+    `--cpu-offloading`). The default offloads nothing."""
+
+    activations: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Fraction of the activations saved for the backward pass that wait in host memory
+    (copied out during the forward, back before the backward), fraction 0–1."""
+    optimizer: OffloadDevice = "none"
+    """Where the optimizer states (fp32 master weights, Adam moments) and the Adam step
+    live: `none` (GPU), `cpu` (host memory, CPU Adam) or `nvme`."""
+    parameters: OffloadDevice = "none"
+    """Where the (ZeRO-3 sharded) parameters live between uses: `none` (GPU), `cpu` or
+    `nvme`; anything but `none` needs zero_stage 3."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.activations > 0.0 or self.optimizer != "none" or self.parameters != "none"
+
 
 class ParallelDims(Spec):
     """Parallel degrees. `data × tensor × pipeline × context` is the GPU count; expert groups
@@ -270,6 +295,9 @@ class TrainingPlan(Spec):
     `deepspeed`, `fsdp`, `megatron_lm`; `GET /v1/frameworks`); it sets what overlaps with
     what and which combinations are allowed. Null lets the service pick the first framework
     that can run the plan."""
+    offload: Offload = Field(default_factory=Offload)
+    """What the plan keeps off the GPU: a fraction of the saved activations, the optimizer
+    states and the parameters (`cpu` or `nvme`); default nothing."""
 
     @field_validator("framework", mode="before")
     @classmethod
@@ -347,6 +375,12 @@ class TrainingPlan(Spec):
             raise ValueError(
                 "parallelism.virtual_pipeline > 1 requires pipeline_schedule interleaved_1f1b "
                 f"(got {self.pipeline_schedule})"
+            )
+        if self.offload.parameters != "none" and self.zero_stage != 3:
+            raise ValueError(
+                f"offload.parameters {self.offload.parameters} needs zero_stage 3 (the "
+                f"parameters are sharded before they are offloaded; got zero_stage "
+                f"{self.zero_stage})"
             )
         if p.virtual_pipeline < lo or (hi is not None and p.virtual_pipeline > hi):
             want = f"exactly {lo}" if lo == hi else f"at least {lo}"
@@ -430,6 +464,8 @@ class TrainingPlan(Spec):
             for name in ("stage_groups", "stage_tensor", "data_shares"):
                 if data.get(name, 0) is None:
                     data.pop(name)
+            if data.get("offload") == _NO_OFFLOAD:
+                data.pop("offload")
         return data
 
     def stage_tensor_degrees(self) -> list[int]:
@@ -484,7 +520,15 @@ class TrainingPlan(Spec):
             context_parallel_algorithm=self.context_parallel_algorithm,
             context_parallel_heads=self.context_parallel_heads,
             vocab_parallel=self.vocab_parallel,
+            offload_activations=self.offload.activations,
+            offload_optimizer=self.offload.optimizer,
+            offload_parameters=self.offload.parameters,
         )
+
+
+_NO_OFFLOAD = {"activations": 0.0, "optimizer": "none", "parameters": "none"}
+"""A plan that offloads nothing dumps (and hashes) without `offload`, as before the field
+existed."""
 
 
 class PlanKey(NamedTuple):
@@ -519,10 +563,25 @@ class PlanKey(NamedTuple):
     """The hybrid's head-parallel degree (1 otherwise)."""
     vocab_parallel: bool = False
     """Embedding and LM head split over the pipeline stages (`TrainingPlan.vocab_parallel`)."""
+    offload_activations: float = 0.0
+    """`TrainingPlan.offload.activations`."""
+    offload_optimizer: str = "none"
+    """`TrainingPlan.offload.optimizer`."""
+    offload_parameters: str = "none"
+    """`TrainingPlan.offload.parameters`."""
 
     @property
     def world_size(self) -> int:
         return self.data * self.tensor * self.pipeline * self.context
+
+    @property
+    def offloads(self) -> bool:
+        """Whether the plan offloads anything."""
+        return (
+            self.offload_activations > 0.0
+            or self.offload_optimizer != "none"
+            or self.offload_parameters != "none"
+        )
 
     def without_split(self) -> PlanKey:
         """The same plan with its pipeline split left to the partition program."""
@@ -553,6 +612,11 @@ class PlanKey(NamedTuple):
             context_parallel_algorithm=self.context_parallel_algorithm,
             context_parallel_heads=self.context_parallel_heads,
             vocab_parallel=self.vocab_parallel,
+            offload=Offload(
+                activations=self.offload_activations,
+                optimizer=self.offload_optimizer,
+                parameters=self.offload_parameters,
+            ),
         )
 
 
@@ -604,6 +668,10 @@ class TimeBreakdown(_Out):
     overhead: float = 0.0
     """Fixed per-step overhead (launch, data loading, synchronisation), host time per
     micro-batch, fp8 weight casts and straggler slowdown, seconds per step."""
+    offload: float = 0.0
+    """Offloading (`plan.offload`) on the busiest pipeline rank: host-link (PCIe /
+    NVLink-C2C) and NVMe transfers not hidden behind compute, plus the CPU Adam step of
+    offloaded optimizer states, seconds per step (0 without offload)."""
 
 
 class TrainingMetrics(_Out):

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.exports.base import ExportContext, ExportResult, node_layout, require
+from app.exports.offload import NVME_PATH, check_offload
 from app.exports.schedules import require_vocab_parallel
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -110,6 +111,21 @@ def build_config(
     }
     if plan.zero_stage < 3:
         del cfg["zero_optimization"]["offload_param"]
+    check_offload(FORMAT, "deepspeed", model, plan)
+    for field, device in (
+        ("offload_optimizer", plan.offload.optimizer),
+        ("offload_param", plan.offload.parameters),
+    ):
+        if device != "none":
+            block: dict[str, Any] = {"device": device, "pin_memory": True}
+            if device == "nvme":
+                block["nvme_path"] = NVME_PATH
+            cfg["zero_optimization"][field] = block
+    if "nvme" in (plan.offload.optimizer, plan.offload.parameters):
+        notes.append(
+            f"NVMe offload (ZeRO-Infinity) reads and writes {NVME_PATH}: mount the node's "
+            "local NVMe drives there (aio settings left at DeepSpeed's defaults)"
+        )
     if workload.precision == "fp8":
         notes.append(
             "fp8 GEMMs come from Transformer Engine in the model code; the config "
@@ -158,7 +174,7 @@ def build_config(
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
             "contiguous_memory_optimization": False,
-            "cpu_checkpointing": False,
+            "cpu_checkpointing": plan.offload.activations > 0.0,
         }
         if plan.recompute == "selective":
             notes.append(

@@ -84,6 +84,7 @@ from app.exports.base import (
     shell_command,
     torchrun_args,
 )
+from app.exports.offload import check_offload
 from app.exports.schedules import schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -117,6 +118,8 @@ SWITCHES = frozenset(
         "--enable-vocab-parallel",
         "--enable-layer-redistribution",
         "--moe-shared-expert-gate",
+        "--optimizer-cpu-offload",
+        "--cpu-offloading",
         "--reset-position-ids",
         "--reset-attention-mask",
         "--eod-mask-loss",
@@ -457,6 +460,7 @@ def build_args(
             "--recompute-num-layers",
             "1",
         ]
+    args += _offload_args(model, plan, notes)
     # batch and sequence
     args += [
         "--micro-batch-size",
@@ -480,6 +484,26 @@ def build_args(
         # communication kernels are issued before the GEMMs they overlap with.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return args, env, notes
+
+
+def _offload_args(model: ModelSpec, plan: TrainingPlan, notes: list[str]) -> list[str]:
+    """Offload flags (Megatron-LM arguments of Megatron-Core's `OptimizerConfig.
+    optimizer_cpu_offload` / `optimizer_offload_fraction` and `TransformerConfig.
+    cpu_offloading` / `cpu_offloading_num_layers`): the whole optimizer on the CPU, the
+    activations of `offload.activations` × num_layers layers."""
+    check_offload(FORMAT, "megatron_core", model, plan)
+    off = plan.offload
+    args: list[str] = []
+    if off.optimizer == "cpu":
+        args += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0"]
+        notes.append(
+            "--optimizer-cpu-offload runs Adam on the CPU (HybridDeviceOptimizer) for the "
+            "whole shard (--optimizer-offload-fraction 1.0)"
+        )
+    if off.activations > 0.0:
+        layers = round(off.activations * model.num_layers)
+        args += ["--cpu-offloading", "--cpu-offloading-num-layers", str(layers)]
+    return args
 
 
 def _architecture_args(model: ModelSpec, plan: TrainingPlan) -> list[str]:

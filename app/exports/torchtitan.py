@@ -48,6 +48,7 @@ from app.exports.base import (
     require,
     torchrun_args,
 )
+from app.exports.offload import check_offload
 from app.exports.schedules import require_vocab_parallel, schedule_options
 from specs.model import ModelSpec
 from specs.plan import TrainingPlan
@@ -337,6 +338,7 @@ def build_config(
             "sequence_lengths packing pad: torchtitan's text datasets pack documents; padding "
             "to seq_len needs a dataset of its own"
         )
+    check_offload(FORMAT, "torchtitan", model, plan)
     training = {
         "local_batch_size": local,
         "global_batch_size": gbs,
@@ -346,6 +348,8 @@ def build_config(
         "mixed_precision_reduce": "float32",
         "dataset": "c4_test",
     }
+    if plan.offload.optimizer == "cpu":  # FSDP2 CPUOffloadPolicy: params, grads, optimizer
+        training["enable_cpu_offload"] = True
     mode = {"none": "none", "selective": "selective", "full": "full"}[plan.recompute]
     ac: dict[str, Any] = {"mode": mode}
     if mode == "selective":

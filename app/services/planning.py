@@ -33,6 +33,8 @@ from app.db import crud
 from app.db.models import DEFAULT_TENANT
 from app.exports.registry import FORMATS, LAUNCHES, WRAPPERS
 from app.schemas import CostModelRef, EstimateRequest, SearchCreate
+from app.services import no_fit
+from app.services.no_fit import MIXED_PRECISION_ADAM_BYTES_PER_PARAM
 from cost_models import registry
 from cost_models.analytical import AnalyticalConfig
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
@@ -58,6 +60,7 @@ from solver import replan
 from solver.estimate import estimate_with_warnings
 from solver.objectives import check_objective, objective_search
 from solver.placement_load import with_placement_load_factors
+from solver.search.offload_phase import memory_pruned, search_offload_when_needed
 from solver.space import DEFAULT_SEARCH_FRAMEWORK, check_framework, framework_options
 from specs import model_input, presets
 from specs.cluster import ClusterSpec
@@ -206,6 +209,12 @@ def framework_public(profile: FrameworkProfile) -> dict[str, Any]:
         "zero_stages": sorted(profile.zero_stages),
         "supports_moe": profile.supports_moe,
         "rules": list(profile.rules),
+        "offload": {
+            "optimizer_devices": sorted(profile.offload_optimizer_devices),
+            "parameter_devices": sorted(profile.offload_parameter_devices),
+            "activations": profile.offload_activations,
+            "states_together": profile.offload_states_together,
+        },
         "default_for_search": profile.name == DEFAULT_SEARCH_FRAMEWORK,
         "preference_rank": (
             DEFAULT_PREFERENCE.index(profile.name) + 1
@@ -863,28 +872,61 @@ def run_problem(
         run = homogeneous_search or solver.search
     else:
         run = solver.mixed_search
+    objective = str(problem.get("objective") or "max_throughput")
+    offload_searched = False
+    plain: Callable[..., Any] = run
+
+    def with_offload_phase(*args: Any, **kwargs: Any) -> Any:
+        """`run`, then the space with offload when nothing fit (`offload_phase`)."""
+        nonlocal offload_searched
+        found, ran = search_offload_when_needed(plain, *args, **kwargs)
+        offload_searched = offload_searched or ran
+        return found
+
+    # offload is searched when nothing fits, for the throughput objective (the others
+    # search smaller GPU counts that are expected not to fit)
+    searcher = with_offload_phase if objective == "max_throughput" else plain
+
     result = objective_search(
         training,
         cost_model,
         constraints,
-        objective=str(problem.get("objective") or "max_throughput"),
+        objective=objective,
         top_k=int(problem.get("top_k", 10)),
         progress=progress,
         should_stop=should_stop,
-        run=run,
+        run=searcher,
     )
     if problem.get("replan") is not None:
         result = replan.annotate(result, training, cost_model, constraints, problem["replan"], run)
     stats = result.stats.to_dict()
+    if offload_searched:  # nothing fit without offload: the space with it was searched
+        stats["offload_searched"] = True
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     # every plan shown with include_dominated: the non-dominated ones and those folded under
     # them (`dominated_by`: the rank of the dominator in this list)
     plans = [_ranked_plan_dict(p) for p in result.ranked(include_dominated=True)]
     if not plans and not should_stop():
         raise NoFeasiblePlan(
-            _no_plan_detail(training, stats), reasons=stats.get("pruned", {}), stats=stats
+            _no_plan_detail(training, stats),
+            reasons=stats.get("pruned", {}),
+            stats=stats,
+            suggestions=_suggestions(training, cost_model, constraints, stats),
         )
     return SearchOutcome(plans=plans, stats=stats)
+
+
+def _suggestions(
+    training: TrainingProblem,
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """What would fit (`app.services.no_fit`) when memory pruned candidates of a complete
+    search on one kind of node; every entry null otherwise."""
+    if not stats.get("complete") or not memory_pruned(stats.get("pruned") or {}):
+        return {"offload": None, "num_nodes": None, "sequence_length": None}
+    return no_fit.suggestions(solver.search, training, cost_model, constraints)
 
 
 def training_inputs(
@@ -923,11 +965,6 @@ def training_problem(problem: dict[str, Any]) -> TrainingProblem:
         memory_headroom_gib=constraints.memory_headroom_gib,
         allow_tensor_across_nodes=constraints.allow_tensor_across_nodes,
     )
-
-
-MIXED_PRECISION_ADAM_BYTES_PER_PARAM = 16
-"""bf16 weights (2) and gradients (2), fp32 master weights (4) and Adam moments (4 + 4):
-ZeRO, Rajbhandari et al. 2020 (arXiv 1910.02054), §3.1 ("16Ψ bytes")."""
 
 
 def _no_plan_detail(problem: TrainingProblem, stats: dict[str, Any]) -> str:

@@ -151,6 +151,65 @@ class FrameworkProfile:
     """The `PlanKey` fields `violations` reads (callers may cache its answer per these
     fields and the model); a profile whose `_rules` reads more must list them."""
     Config: ClassVar[type[FrameworkConfig]] = FrameworkConfig
+    offload_optimizer_devices: ClassVar[frozenset[str]] = frozenset()
+    """Where the framework can offload optimizer states (`plan.offload.optimizer`)."""
+    offload_parameter_devices: ClassVar[frozenset[str]] = frozenset()
+    """Where it can offload (ZeRO-3 sharded) parameters (`plan.offload.parameters`)."""
+    offload_activations: ClassVar[Literal["none", "layers", "checkpoints"]] = "none"
+    """How it offloads activations: not at all, whole layers' activations (Megatron-Core
+    `--cpu-offloading-num-layers`: a fraction n / layers with n < layers, no pipelining and no
+    recompute), or every activation checkpoint of full recompute (DeepSpeed
+    `cpu_checkpointing`: fraction 1 with recompute full)."""
+    offload_states_together: ClassVar[bool] = False
+    """Parameters, gradients and optimizer states go to the CPU together or not at all
+    (FSDP2's `CPUOffloadPolicy`: ZeRO-3, optimizer and parameters both `cpu`)."""
+
+    def offload_violations(self, model: ModelSpec, key: PlanKey) -> list[str]:
+        """Why this framework cannot run the key's offload (empty: it can, or there is none).
+        Each entry names the rule."""
+        out: list[str] = []
+        opt, par, f = key.offload_optimizer, key.offload_parameters, key.offload_activations
+        if opt != "none" and opt not in self.offload_optimizer_devices:
+            runs = ", ".join(sorted(self.offload_optimizer_devices)) or "none"
+            out.append(
+                f"{self.name} does not offload the optimizer to {opt} (it offloads to: {runs})"
+            )
+        if par != "none" and par not in self.offload_parameter_devices:
+            runs = ", ".join(sorted(self.offload_parameter_devices)) or "none"
+            out.append(f"{self.name} does not offload parameters to {par} (it offloads to: {runs})")
+        if self.offload_states_together and (opt != "none" or par != "none"):
+            if not (opt == "cpu" and par == "cpu" and key.zero_stage == 3):
+                out.append(
+                    f"{self.name} offloads parameters, gradients and optimizer states together "
+                    f"(FSDP CPU offload): offload.optimizer and offload.parameters must both be "
+                    f"cpu with zero_stage 3 (got {opt}, {par}, zero_stage {key.zero_stage})"
+                )
+        if f > 0.0:
+            mode = self.offload_activations
+            layers = model.num_layers
+            if mode == "none":
+                out.append(f"{self.name} does not offload activations (offload.activations {f})")
+            elif mode == "layers":
+                n = f * layers
+                if key.pipeline > 1 or key.recompute != "none":
+                    out.append(
+                        f"{self.name} offloads activations (--cpu-offloading) only without "
+                        f"pipeline parallelism and without recompute (got pipeline "
+                        f"{key.pipeline}, recompute {key.recompute})"
+                    )
+                elif abs(n - round(n)) > 1e-9 or not 1 <= round(n) < layers:
+                    out.append(
+                        f"{self.name} offloads the activations of whole layers, fewer than all "
+                        f"(--cpu-offloading-num-layers < num_layers): offload.activations × "
+                        f"num_layers = {f} × {layers} must be an integer from 1 to {layers - 1}"
+                    )
+            elif f != 1.0 or key.recompute != "full":
+                out.append(
+                    f"{self.name} offloads the activation checkpoints of full recompute "
+                    f"(cpu_checkpointing): offload.activations must be 1 with recompute full "
+                    f"(got {f}, recompute {key.recompute})"
+                )
+        return out
 
     def __init__(self, config: FrameworkConfig | None = None) -> None:
         self.config = config or self.Config()

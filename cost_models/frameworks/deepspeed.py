@@ -29,6 +29,7 @@ from cost_models.frameworks.base import (
     ReduceCollective,
 )
 from cost_models.frameworks.registry import register_framework
+from specs.model import ModelSpec
 from specs.plan import PlanKey
 
 
@@ -88,6 +89,27 @@ class DeepSpeed(FrameworkProfile):
         "context parallelism only as ulysses (DeepSpeed-Ulysses), without pipeline parallelism",
     )
     Config = DeepSpeedConfig
+    offload_optimizer_devices = frozenset({"cpu", "nvme"})
+    """`zero_optimization.offload_optimizer.device` cpu / nvme (ZeRO-Offload, ZeRO-Infinity;
+    deepspeed/runtime/zero/offload_config.py)."""
+    offload_parameter_devices = frozenset({"cpu", "nvme"})
+    """`zero_optimization.offload_param.device` (ZeRO-3 only)."""
+    offload_activations = "checkpoints"
+    """`activation_checkpointing.cpu_checkpointing` (the checkpoints of full recompute)."""
+
+    def offload_violations(self, model: ModelSpec, key: PlanKey) -> list[str]:
+        """Also: the optimizer is offloaded by a ZeRO optimizer (stage >= 1), and to NVMe
+        only by ZeRO-3 (ZeRO-Infinity; stages 1-2 keep an `nvme` device's states in host
+        memory: `stage_1_and_2.py` sets `cpu_offload` for any device but none)."""
+        out = super().offload_violations(model, key)
+        if key.offload_optimizer != "none" and key.zero_stage == 0:
+            out.append("deepspeed offloads the optimizer of a ZeRO optimizer (zero_stage >= 1)")
+        if key.offload_optimizer == "nvme" and key.zero_stage != 3:
+            out.append(
+                f"deepspeed offloads optimizer states to nvme with zero_stage 3 only "
+                f"(ZeRO-Infinity; got zero_stage {key.zero_stage})"
+            )
+        return out
 
     def _rules(self, key: PlanKey) -> list[str]:
         out = []

@@ -73,6 +73,11 @@ class FSDP(FrameworkProfile):
         "context parallelism as ring or all_gather (torch context_parallel's rotate methods)",
     )
     Config = FSDPConfig
+    offload_optimizer_devices = frozenset({"cpu"})
+    """FSDP `CPUOffload(offload_params=True)` / FSDP2 `CPUOffloadPolicy`: parameters,
+    gradients and the optimizer step on the CPU."""
+    offload_parameter_devices = frozenset({"cpu"})
+    offload_states_together = True
 
     def _rules(self, key: PlanKey) -> list[str]:
         if key.expert > 1:

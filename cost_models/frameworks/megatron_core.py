@@ -21,6 +21,7 @@ from pydantic import Field
 
 from cost_models.frameworks.base import FrameworkConfig, FrameworkProfile
 from cost_models.frameworks.registry import register_framework
+from specs.model import ModelSpec
 from specs.plan import PlanKey
 
 
@@ -60,6 +61,23 @@ class MegatronCore(FrameworkProfile):
         "(--enable-vocab-parallel)",
     )
     Config = MegatronCoreConfig
+    offload_optimizer_devices = frozenset({"cpu"})
+    """`--optimizer-cpu-offload --optimizer-offload-fraction 1.0` (HybridDeviceOptimizer,
+    megatron/core/optimizer/cpu_offloading)."""
+    offload_activations = "layers"
+    """`--cpu-offloading --cpu-offloading-num-layers N` (TransformerConfig asserts N <
+    num_layers, pipeline 1 and no recompute)."""
+
+    def offload_violations(self, model: ModelSpec, key: PlanKey) -> list[str]:
+        """Also: the CPU optimizer is the distributed optimizer's (`HybridDeviceOptimizer`
+        in `distrib_optimizer.py`): zero_stage 1."""
+        out = super().offload_violations(model, key)
+        if key.offload_optimizer != "none" and key.zero_stage != 1:
+            out.append(
+                "megatron_core offloads the optimizer through its distributed optimizer "
+                f"(--use-distributed-optimizer, zero_stage 1; got {key.zero_stage})"
+            )
+        return out
 
     def _rules(self, key: PlanKey) -> list[str]:
         out = []

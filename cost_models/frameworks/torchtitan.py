@@ -58,3 +58,8 @@ class Torchtitan(FrameworkProfile):
         "context parallelism as ring (rotate method alltoall) or all_gather (allgather)",
     )
     Config = TorchtitanConfig
+    offload_optimizer_devices = frozenset({"cpu"})
+    """`training.enable_cpu_offload` (FSDP2 `CPUOffloadPolicy`: parameters, gradients and
+    optimizer states on the CPU; torchtitan/config/job_config.py)."""
+    offload_parameter_devices = frozenset({"cpu"})
+    offload_states_together = True

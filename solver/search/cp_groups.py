@@ -72,6 +72,10 @@ def groups_capable(cost_model: TrainingCostModel) -> bool:
     return callable(getattr(cost_model, "context_free_step_lower_bound_s", None))
 
 
+_CP = PlanKey._fields.index("context_parallel_algorithm")
+"""Where the context-parallel algorithm sits in a key (the head degree follows it)."""
+
+
 def splits_capable(cost_model: TrainingCostModel) -> bool:
     """Whether the cost model offers a context-free profile to split a group on."""
     return callable(getattr(cost_model, "context_free_profile_key", None))
@@ -89,8 +93,8 @@ def screen_grouped(
     docstring); the other blocks are screened as before. The memory group bound (states
     only: the same for every variant) prunes a whole group."""
     plain: list[Block] = []
-    # variants keyed by their fields but the algorithm and head degree (`PlanKey`'s field
-    # order: the two before the last, `vocab_parallel`)
+    # variants keyed by their fields but the algorithm and head degree (`_CP`, `_CP + 1` in
+    # `PlanKey`'s field order)
     grouped: dict[tuple[Any, ...], list[PlanKey]] = {}
     sizes = 0
     for blk in blocks:
@@ -101,7 +105,7 @@ def screen_grouped(
             keys = block_keys(blk, slot)
             sizes += len(keys)
             for key in keys:
-                prefix = (*key[:-3], key[-1])
+                prefix = key[:_CP] + key[_CP + 2 :]
                 members = grouped.get(prefix)
                 if members is None:
                     grouped[prefix] = [key]
@@ -116,7 +120,7 @@ def screen_grouped(
     fits: dict[tuple[Any, ...], bool] = {}
     memory_bound = 0
     for prefix, members in grouped.items():
-        canon = PlanKey._make((*prefix[:-1], "ring", 1, prefix[-1]))
+        canon = PlanKey._make((*prefix[:_CP], "ring", 1, *prefix[_CP:]))
         memo = (
             canon.data,
             canon.tensor,
@@ -127,6 +131,8 @@ def screen_grouped(
             canon.zero_stage,
             canon.framework,
             canon.vocab_parallel,
+            canon.offload_optimizer,
+            canon.offload_parameters,
         )
         ok = fits.get(memo)
         if ok is None:

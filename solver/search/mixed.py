@@ -55,7 +55,7 @@ from solver.formulations.mixed_partition import (
 from solver.search.branch_and_bound import search as homogeneous_search
 from solver.search.steps import BOUND_SAFETY, Monitor, Stopped, TopK, finish
 from solver.space import divisors, framework_options, micro_batch_options, validated_fixed
-from specs.constraints import SearchConstraints
+from specs.constraints import OffloadConstraints, SearchConstraints
 from specs.errors import PlannerError
 from specs.plan import TrainingPlan
 
@@ -260,6 +260,8 @@ def mixed_search(
     """The `top_k` fastest feasible plans over the mixed space (module docstring);
     `share_data` adds data-parallel replicas on several groups with uneven shares of the
     batch (`_data_across_groups`, a local optimum over the shares)."""
+    # offload is priced on one kind of node only: not searched on mixed clusters
+    constraints = constraints.model_copy(update={"offload": OffloadConstraints(mode="never")})
     pools = problem.cluster.pools()
     names = list(pools)
     fixed = validated_fixed(constraints)

@@ -270,7 +270,7 @@ def screen_light(
     next_poll = 0
     for blk in blocks:
         free_split = not blk.base.stage_layers
-        fits_by_group: dict[tuple[int, str], bool] = {}
+        fits_by_group: dict[tuple[int, str, tuple[float, str, str]], bool] = {}
         for slot in blk.slots:
             if n >= next_poll:
                 stats.enumerated += n - counted
@@ -290,7 +290,7 @@ def screen_light(
                     done += 1
                     continue
                 if free_split:
-                    group = (slot.zero_stage, key.framework)
+                    group = (slot.zero_stage, key.framework, slot.offload)
                     fits = fits_by_group.get(group)
                     if fits is None:
                         fits = fits_by_group[group] = group_bound(problem, key) <= usable
@@ -341,6 +341,8 @@ def _memory_group(key: PlanKey) -> tuple[Any, ...]:
         key.flash_attention,
         key.framework,
         key.vocab_parallel,
+        key.offload_optimizer,
+        key.offload_parameters,
     )
 
 

@@ -362,3 +362,57 @@ def test_without_the_base_megatron_would_run_other_frequencies(
     got = gpt.rotary_pos_emb.inv_freq.tolist()
     want = hf_inv_freq(model, model.head_size)
     assert got[1] != pytest.approx(want[1], rel=1e-3)
+
+
+def test_megatron_core_takes_the_exported_offload_flags(as_on_gpu_node: None) -> None:
+    """The offload flags build Megatron-Core's own configs: `OptimizerConfig` with the CPU
+    optimizer over the whole shard, `TransformerConfig` with `cpu_offloading` of half the
+    layers (its `__post_init__` checks the layer count, pipelining and recompute), and the
+    rules the exporter shares with the search are Megatron-Core's: offloading every layer,
+    or offloading with recompute, is refused by Megatron-Core too."""
+    import dataclasses
+
+    from megatron.core.optimizer.optimizer_config import OptimizerConfig
+
+    model = get_preset("llama3-8b")
+    problem, row = megatron_problem(model)
+    row = {
+        **row,
+        "plan": {
+            **row["plan"],
+            "zero_stage": 1,
+            "framework": "megatron_core",
+            "offload": {"optimizer": "cpu", "activations": 0.5},
+        },
+    }
+    f: dict[str, Any] = dict(
+        parse_flags(export_plan(row, problem, "megatron").args, mg_export.SWITCHES)
+    )
+    assert f["--use-distributed-optimizer"] is True
+    opt = OptimizerConfig(
+        optimizer="adam",
+        use_distributed_optimizer=True,
+        optimizer_cpu_offload=bool(f["--optimizer-cpu-offload"]),
+        optimizer_offload_fraction=float(str(f["--optimizer-offload-fraction"])),
+    )
+    assert opt.optimizer_cpu_offload and opt.optimizer_offload_fraction == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = config_from_flags(f)
+        layers = int(str(f["--cpu-offloading-num-layers"]))
+        assert layers == model.num_layers // 2
+        offloaded = dataclasses.replace(
+            config, cpu_offloading=bool(f["--cpu-offloading"]), cpu_offloading_num_layers=layers
+        )
+        assert offloaded.cpu_offloading_num_layers == 16
+        with pytest.raises(ValueError, match="only for layers less than"):
+            dataclasses.replace(config, cpu_offloading=True, cpu_offloading_num_layers=32)
+        with pytest.raises(ValueError, match="recomputation"):
+            dataclasses.replace(
+                config,
+                cpu_offloading=True,
+                cpu_offloading_num_layers=16,
+                recompute_granularity="full",
+                recompute_method="uniform",
+                recompute_num_layers=1,
+            )

@@ -241,3 +241,62 @@ def test_deepspeed_config_parses_and_holds_the_batch_triple(
 
     with pytest.raises(AssertionError, match="train_batch_size is not equal"):
         DeepSpeedConfig(cfg, mpu=HalfGroups())
+
+
+def test_deepspeed_parses_the_offload_settings(fake_world: int) -> None:
+    """ZeRO-Infinity: optimizer states on NVMe, parameters in host memory, the checkpoints
+    of full recompute in host memory (`cpu_checkpointing`), as DeepSpeed's own config
+    models read them."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+
+    from app.exports import export_plan
+
+    row = _row(
+        data=64,
+        plan={
+            "micro_batch_size": 2,
+            "zero_stage": 3,
+            "recompute": "full",
+            "stage_layers": [80],
+            "framework": "deepspeed",
+            "offload": {"optimizer": "nvme", "parameters": "cpu", "activations": 1.0},
+        },
+    )
+    cfg = json.loads(export_plan(row, _problem("llama3-70b"), "deepspeed").content)
+
+    class DataParallelGroups:
+        def get_data_parallel_world_size(self) -> int:
+            return 64
+
+    config = DeepSpeedConfig(cfg, mpu=DataParallelGroups())
+    zero = config.zero_config
+    assert zero.offload_optimizer.device == OffloadDeviceEnum.nvme
+    assert str(zero.offload_optimizer.nvme_path) == "/local_nvme"
+    assert zero.offload_optimizer.pin_memory is True
+    assert zero.offload_param.device == OffloadDeviceEnum.cpu
+    assert config.activation_checkpointing_config.cpu_checkpointing is True
+
+
+def test_torchtitan_parses_the_cpu_offload(fake_world: int, tmp_path: Path) -> None:
+    """FSDP2 CPU offload (`training.enable_cpu_offload`) as torchtitan's ConfigManager
+    reads it."""
+    from torchtitan.config.manager import ConfigManager
+
+    from app.exports import export_plan
+
+    row = _row(
+        data=64,
+        plan={
+            "micro_batch_size": 1,
+            "zero_stage": 3,
+            "stage_layers": [80],
+            "framework": "torchtitan",
+            "offload": {"optimizer": "cpu", "parameters": "cpu"},
+        },
+    )
+    result = export_plan(row, _problem("llama3-70b"), "torchtitan")
+    path = tmp_path / result.filename
+    path.write_text(result.content)
+    cfg = ConfigManager().parse_args(["--job.config_file", str(path)])
+    assert cfg.training.enable_cpu_offload is True

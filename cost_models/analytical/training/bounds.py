@@ -19,6 +19,7 @@ from cost_models.analytical.training.context import ProblemContext
 from cost_models.analytical.training.estimate import (
     adam_step_s,
     fill_drain_s,
+    rank_shards,
     rank_work,
     stage_times,
 )
@@ -30,6 +31,7 @@ from cost_models.analytical.training.model_states import (
     state_seq,
     zero3_working_bytes,
 )
+from cost_models.analytical.training.offload import gpu_state_bytes, host_rates, optimizer_step_s
 from cost_models.analytical.training.placements import parallel_groups
 from cost_models.analytical.training.profile import (
     microbatches,
@@ -46,6 +48,9 @@ from cost_models.analytical.training.vocab_parallel import (
 )
 from cost_models.base import LayerProfile
 from specs.plan import PlanKey
+
+"""Where the context-parallel algorithm sits in a key (the head degree follows it; the
+offload fields come after both)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,13 @@ def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
     per rank, `vocab_parallel.vocab_states`), the first and last chunk what stays there.
     """
     shape, pp, vocab = StateShape.of(key), key.pipeline, key.vocab_parallel
-    hit = ctx.group_memory.get((shape, pp, vocab))
+    offloaded = key.offload_optimizer != "none" or key.offload_parameters != "none"
+    memo: tuple[object, ...] = (
+        (shape, pp, vocab)
+        if not offloaded
+        else (shape, pp, vocab, key.offload_optimizer, key.offload_parameters)
+    )
+    hit = ctx.group_memory.get(memo)
     if hit is not None:
         return hit
     model = ctx.model
@@ -99,6 +110,17 @@ def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
         every = shard.total_bytes
     else:
         first, last = extra_states(ctx, shape, head_params_on_last(model, pp))
+    if offloaded:  # never with vocabulary parallelism (`rules`: not priced together)
+        # only what stays on the GPU (`offload.py`), as evaluate() charges it
+        on_gpu = [gpu_state_bytes(st, key) for st in states.items]
+        first_b, last_b = gpu_state_bytes(first, key), gpu_state_bytes(last, key)
+        fixed_off = ctx.config.runtime_context_gib * GIB + zero3_working_bytes(ctx, shape)
+        if shape.zero_stage < 3:
+            fixed_off += grad_bucket_bytes(shape.shards, states.params_sum / pp)
+        mean_off = (sum(on_gpu) + first_b + last_b) / pp
+        rank0_off = first_b + min(on_gpu) + (last_b if pp == 1 else 0.0)
+        hit = ctx.group_memory[memo] = fixed_off + max(mean_off, rank0_off)
+        return hit
     bucket = (
         grad_bucket_bytes(shape.shards, states.params_sum / pp) if shape.zero_stage < 3 else 0.0
     )
@@ -107,7 +129,7 @@ def group_memory_lower_bound_bytes(ctx: ProblemContext, key: PlanKey) -> float:
     layer_bytes = states.public["state"]
     mean = (sum(layer_bytes) + first.total_bytes + last.total_bytes) / pp
     rank0 = first.total_bytes + min(layer_bytes) + (last.total_bytes if pp == 1 else 0.0)
-    hit = ctx.group_memory[(shape, pp, vocab)] = fixed + max(mean, rank0)
+    hit = ctx.group_memory[memo] = fixed + max(mean, rank0)
     return hit
 
 
@@ -159,6 +181,8 @@ def step_time_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     if optimizer is None:
         named = StateShape.of(key)
         optimizer = ctx.bound_optimizer[(named, pp, vocab)] = _optimizer_s(ctx, named, pp, vocab)
+    if key.offload_optimizer != "none":
+        optimizer = _offloaded_optimizer_s(ctx, key)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -235,6 +259,8 @@ def context_free_step_lower_bound_s(
     if optimizer is None:
         named = StateShape.of(key)
         optimizer = ctx.bound_optimizer[(named, pp, vocab)] = _optimizer_s(ctx, named, pp, vocab)
+    if key.offload_optimizer != "none":
+        optimizer = _offloaded_optimizer_s(ctx, key)
     p2p_rank = 0.0 if terms.p2p_hidden[v > 1] else 2 * v * terms.p2p_s
     total = terms.total_s + pp * p2p_rank
     if pp == 1:
@@ -428,6 +454,21 @@ def _optimizer_s(ctx: ProblemContext, shape: StateShape, pp: int, vocab: bool = 
     return shard_total / pp * ctx.config.adam_step_bytes_per_param / hbm
 
 
+def _offloaded_optimizer_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """With the optimizer offloaded (no GPU Adam step): the CPU step and the parameters sent
+    back of the mean shard per pipeline rank (`offload.optimizer_step_s`, linear in the
+    shard; the busiest rank's offload seconds are at least its own, so at least the mean's),
+    seconds; 0 when the cluster cannot offload (the rules refuse such keys)."""
+    rates = host_rates(ctx)
+    if rates is None or (rates.nvme is None and key.offload_optimizer == "nvme"):
+        return 0.0
+    shape, pp = StateShape.of(key), key.pipeline
+    states = state_seq(ctx, shape)
+    first, last = extra_states(ctx, shape, head_params_on_last(ctx.model, pp))
+    shard_total = states.prefix("shard_params")[-1] + first.shard_params + last.shard_params
+    return optimizer_step_s(rates, key, shard_total / pp)
+
+
 def _split_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     """The bound of a key whose split is fixed: evaluate()'s schedule of the ranks' exact
     work (`estimate.rank_work`), the fill and drain of overlapped transfers, the Adam step
@@ -442,4 +483,8 @@ def _split_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
     sched = pipeline_step(stage_times(prof, split, pp), m, v, key.pipeline_schedule).step_s
     gathers = m * _unit_gather_s(ctx, key) if key.zero_stage >= 2 else 0.0
     typical = sched + fill_drain_s(prof, pp) + adam_step_s(ctx, prof, split, pp) + gathers
+    if key.offload_optimizer != "none" and prof.host is not None:
+        if prof.host.nvme is not None or key.offload_optimizer != "nvme":
+            shards = rank_shards(prof, split, pp)
+            typical += max(optimizer_step_s(prof.host, key, x) for x in shards)
     return typical * ctx.straggler + ctx.config.step_overhead_s

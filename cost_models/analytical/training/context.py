@@ -145,7 +145,7 @@ class ProblemContext:
     inflight: dict[tuple[str, int, int, int, bool], tuple[tuple[int, ...], ...]] = field(
         default_factory=dict
     )
-    group_memory: dict[tuple[StateShape, int, bool], float] = field(default_factory=dict)
+    group_memory: dict[tuple[Any, ...], float] = field(default_factory=dict)
     zero3_working: dict[StateShape, float] = field(default_factory=dict)
     """ZeRO-3's gathered working bytes per state shape (`model_states.zero3_working_bytes`)."""
     bound_terms: dict[tuple[Any, int, int, bool], BoundTerms] = field(default_factory=dict)

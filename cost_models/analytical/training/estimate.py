@@ -24,6 +24,7 @@ from cost_models.analytical.training.data_parallel import (
     tied_embedding_sync_s,
 )
 from cost_models.analytical.training.layer_sequence import PREFIX_FIELDS
+from cost_models.analytical.training.offload import HOST_MEMORY_USABLE, rank_offload
 from cost_models.analytical.training.placements import expert_groups, expert_load
 from cost_models.analytical.training.profile import Profiled, p2p_bytes, profiled
 from cost_models.analytical.training.shapes import LayerShape
@@ -171,13 +172,93 @@ def adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: int) 
 
 def rank_adam_step_s(ctx: ProblemContext, prof: Profiled, split: RankSplit, pp: int) -> list[float]:
     """Each pipeline rank's optimizer step: its parameter shard streamed through HBM."""
+    shard = rank_shards(prof, split, pp)
+    if prof.key is not None and prof.key.offload_optimizer != "none":
+        return [0.0] * pp  # the Adam step runs on the CPU (`offload.py`)
+    per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
+    return [x * per_param for x in shard]
+
+
+def rank_shards(prof: Profiled, split: RankSplit, pp: int) -> list[float]:
+    """Each pipeline rank's optimizer shard, parameters."""
     shard = [split.chunk_sum("shard_params", j) for j in range(pp)]
     shard[0] += prof.first.state.shard_params
     shard[split.last_rank] += prof.last.state.shard_params
     if prof.vocab_parallel:  # every rank steps its vocabulary shard
         shard = [x + prof.every.state.shard_params for x in shard]
-    per_param = ctx.config.adam_step_bytes_per_param / (ctx.hbm_bytes_per_s * MEMORY_EFFICIENCY)
-    return [x * per_param for x in shard]
+    return shard
+
+
+def _rank_state(prof: Profiled, split: RankSplit, name: str, j: int, pp: int) -> float:
+    """A state prefix (`weights`, `optimizer`) summed over rank j's chunks and extras."""
+    total = split.chunk_sum(name, j)
+    attr = f"{name}_bytes"
+    if j == 0:
+        total += getattr(prof.first.state, attr)
+    if j == split.last_rank % pp:
+        total += getattr(prof.last.state, attr)
+    return total
+
+
+def offload_s(
+    prof: Profiled,
+    split: RankSplit,
+    pp: int,
+    m: int,
+    fwd_rank: list[float],
+    bwd_rank: list[float],
+    violations: list[Violation],
+) -> tuple[float, dict[str, Any]]:
+    """The step's offload seconds (the busiest rank's, `offload.py`) and its figures;
+    appends a `host_memory` violation when a node's offloaded bytes exceed its host memory."""
+    key, rates = prof.key, prof.host
+    if key is None or rates is None or not key.offloads:
+        return 0.0, {}
+    act_prefix = prof.prefix("act")
+    held = prof.public.inflight_microbatches
+    shard = rank_shards(prof, split, pp)
+    ranks = []
+    for j in range(pp):
+        ranges = split.rank_ranges[j]
+        ranks.append(
+            rank_offload(
+                rates,
+                key,
+                forward_s=fwd_rank[j],
+                backward_s=bwd_rank[j],
+                activation_bytes=split.chunk_sum("act", j),
+                held_activation_bytes=sum(
+                    held[j][c] * (act_prefix[hi] - act_prefix[lo])
+                    for c, (lo, hi) in enumerate(ranges)
+                ),
+                weights_bytes=_rank_state(prof, split, "weights", j, pp),
+                optimizer_bytes=_rank_state(prof, split, "optimizer", j, pp),
+                shard_params=shard[j],
+            )
+        )
+    per_rank = [m * r.per_microbatch_s + r.optimizer_s for r in ranks]
+    node_bytes = rates.gpus_per_node * max(r.host_bytes for r in ranks)
+    if node_bytes > rates.host_memory_bytes:
+        violations.append(
+            Violation(
+                kind="host_memory",
+                field="plan.offload",
+                detail=(
+                    f"offloaded states and activations take {_gib(node_bytes):.0f} GiB of host "
+                    f"memory per node; {_gib(rates.host_memory_bytes):.0f} GiB are usable "
+                    f"({HOST_MEMORY_USABLE:.0%} of the node's DRAM)"
+                ),
+            )
+        )
+    return max(per_rank), {
+        "rank_offload_s": per_rank,
+        "offload_activation_s_per_microbatch": [r.per_microbatch_s for r in ranks],
+        "offload_optimizer_s": [r.optimizer_s for r in ranks],
+        "offload_host_bytes_per_node": node_bytes,
+        "host_link_bytes_per_s": rates.link,
+        "host_dram_bytes_per_s_per_gpu": rates.dram,
+        "nvme_bytes_per_s_per_gpu": rates.nvme,
+    }
 
 
 def fill_drain_s(prof: Profiled, pp: int) -> float:
@@ -291,7 +372,8 @@ def evaluate(
     # the overlapped part of the data-parallel traffic took SMs from the compute it hid in
     dp_exposed = dp.exposed_s + ctx.interference * max(0.0, dp.raw_s - dp.exposed_s)
     tied = tied_embedding_sync_s(ctx, key)
-    typical = sched.step_s + fill_drain + dp_exposed + tied + optimizer_s + fp8_weights
+    offload, offload_details = offload_s(prof, split, pp, m, fwd_rank, bwd_rank, violations)
+    typical = sched.step_s + fill_drain + dp_exposed + tied + optimizer_s + fp8_weights + offload
     stragglers = typical * (ctx.straggler - 1.0)
     step = typical + stragglers + cfg.step_overhead_s
 
@@ -307,6 +389,7 @@ def evaluate(
         optimizer=optimizer_s,
         recompute=m * cparts["recompute"],
         overhead=cfg.step_overhead_s + m * cparts["host"] + fp8_weights + stragglers,
+        offload=offload,
     )
     memory, totals = _memory(
         ctx, prof, rank_ranges, chunk_sum, violations, last, schedule.parameter_copies
@@ -378,6 +461,7 @@ def evaluate(
         "step_overhead_s": cfg.step_overhead_s,
         "model_flops_per_step": ctx.model_flops,
         "recompute_flops_per_step": rc_flops,
+        **offload_details,
     }
     if model.moe is not None:
         details["expert_parallel"] = _moe_details(ctx, prof, key, crit, chunk_sum, m)
@@ -461,6 +545,8 @@ def _memory(
     pp = len(rank_ranges)
     by_stage: list[StageMemory] = []
     totals: list[float] = []
+    key = prof.key
+    offloads = key is not None and key.offloads
     for j in range(pp):
         every = prof.every
         weights = chunk_sum("weights", j) + prof.zero3_working_bytes + every.state.weights_bytes
@@ -468,8 +554,14 @@ def _memory(
         opt = chunk_sum("optimizer", j) + every.state.optimizer_bytes
         acts = prof.recompute_working_bytes + every.activation_bytes
         held = pub.inflight_microbatches[j]
-        for chunk, (lo, hi) in enumerate(rank_ranges[j]):
-            acts += held[chunk] * (act_prefix[hi] - act_prefix[lo])
+        if offloads:  # a fraction of the layers' activations waits in host memory
+            assert key is not None
+            kept = 1.0 - key.offload_activations
+            for chunk, (lo, hi) in enumerate(rank_ranges[j]):
+                acts += kept * held[chunk] * (act_prefix[hi] - act_prefix[lo])
+        else:
+            for chunk, (lo, hi) in enumerate(rank_ranges[j]):
+                acts += held[chunk] * (act_prefix[hi] - act_prefix[lo])
         if j == 0:
             weights += prof.first.state.weights_bytes
             grads += prof.first.state.grads_bytes
@@ -480,6 +572,12 @@ def _memory(
             grads += prof.last.state.grads_bytes
             opt += prof.last.state.optimizer_bytes
             acts += prof.last.activation_bytes
+        if offloads:  # offloaded states leave the GPU (`offload.py`); ZeRO-3's copy stays
+            assert key is not None
+            if key.offload_parameters != "none":
+                weights = prof.zero3_working_bytes
+            if key.offload_optimizer != "none":
+                opt = 0.0
         if copies > 1:
             weights, grads, opt = copies * weights, copies * grads, copies * opt
         other = prof.runtime_bytes + prof.bucket_bytes + frag * acts

@@ -19,6 +19,7 @@ from cost_models.analytical.training.model_states import (
     state_seq,
     zero3_working_bytes,
 )
+from cost_models.analytical.training.offload import HostRates, gpu_state_bytes, host_rates
 from cost_models.analytical.training.placements import parallel_groups
 from cost_models.analytical.training.shapes import LayerShape, StateShape
 from cost_models.analytical.training.vocab_parallel import (
@@ -62,6 +63,10 @@ class Profiled:
     recompute_working_bytes: float
     """Transient working bytes: full recompute's one-layer set plus the context-parallel
     exchange's (`cost_seq`'s `max_cp_working_bytes`)."""
+    key: PlanKey | None = None
+    """The key (without split) the profile is of: its offload fields."""
+    host: HostRates | None = None
+    """The cluster's offload rates when the key offloads (`offload.py`), else None."""
 
     def prefix(self, name: str) -> tuple[float, ...]:
         seq = self.states if name in STATE_PREFIXES else self.costs
@@ -182,17 +187,27 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
     # program sees the doubled bytes, as evaluate() charges them
     copies = get_schedule(key.pipeline_schedule).parameter_copies
     layer_states = states.public["state"]
+    layer_acts = costs.public["act"]
+    first_states, last_states = first.state.total_bytes, last.state.total_bytes
+    host = None
+    if key.offloads:  # what stays on the GPU (`offload.py`)
+        host = host_rates(ctx)
+        layer_states = tuple(gpu_state_bytes(st, key) for st in states.items)
+        first_states = gpu_state_bytes(first.state, key)
+        last_states = gpu_state_bytes(last.state, key)
+        kept = 1.0 - key.offload_activations
+        layer_acts = tuple(kept * x for x in layer_acts)
     if copies > 1:
         layer_states = tuple(copies * x for x in layer_states)
     public = LayerProfile(
         layer_time_s=costs.public["time"],
         layer_forward_time_s=costs.public["forward"],
         layer_state_bytes=layer_states,
-        layer_activation_bytes=costs.public["act"],
+        layer_activation_bytes=layer_acts,
         first_extra_time_s=first.compute_s + first.tp_s,
         last_extra_time_s=last.compute_s + last.tp_s,
-        first_extra_state_bytes=copies * first.state.total_bytes,
-        last_extra_state_bytes=copies * last.state.total_bytes,
+        first_extra_state_bytes=copies * first_states,
+        last_extra_state_bytes=copies * last_states,
         first_extra_activation_bytes=first.activation_bytes * frag,
         last_extra_activation_bytes=last.activation_bytes * frag,
         p2p_time_s=p2p,
@@ -219,4 +234,6 @@ def _build(ctx: ProblemContext, key: PlanKey) -> Profiled:
         bucket_bytes=bucket,
         zero3_working_bytes=zero3,
         recompute_working_bytes=rc_work,
+        key=key,
+        host=host,
     )

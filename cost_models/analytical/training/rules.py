@@ -15,6 +15,7 @@ from cost_models.analytical.fp8 import default_recipe
 from cost_models.analytical.fp8 import supports as fp8_supports
 from cost_models.analytical.schedules import rule_breaks
 from cost_models.analytical.training.context import ProblemContext
+from cost_models.analytical.training.offload import offload_rule
 from specs.errors import PlannerError
 from specs.model import ModelSpec
 from specs.plan import CONTEXT_PARALLEL_ALGORITHMS, PlanKey, Violation
@@ -143,9 +144,17 @@ def _context_parallel_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation
     return out
 
 
+_OFFLOAD = PlanKey._fields.index("offload_activations")
+"""Where the offload fields start in a key (`offload_activations`, `_optimizer`,
+`_parameters`)."""
+_NO_OFFLOAD = (0.0, "none", "none")
+
+
 def check_key(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
     """Every rule `key` breaks (empty: the plan can be expressed); `key` names its
     framework (`ProblemContext.resolve`)."""
+    if key[_OFFLOAD:] != _NO_OFFLOAD:  # offload keys are few (searched when memory binds)
+        return check(ctx, key)
     gbs = ctx.global_batch
     b, d, pp, v = key.micro_batch_size, key.data, key.pipeline, key.virtual_pipeline
     schedule = key.pipeline_schedule
@@ -224,6 +233,8 @@ def check(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
         out.append(Violation(kind="schedule", field="plan.pipeline_schedule", detail=brk.detail))
     out.extend(vocab_parallel_rules(ctx.model, key))
     out.extend(_framework_rules(ctx, key))
+    if key.offloads:
+        out.extend(_offload_rules(ctx, key))
     out.extend(after)
     return out
 
@@ -272,6 +283,36 @@ def vocab_parallel_rules(model: ModelSpec, key: PlanKey) -> list[Violation]:
                 ),
             )
         )
+    if key.offloads:
+        out.append(
+            Violation(
+                kind="offload",
+                field=field,
+                detail=(
+                    "vocab_parallel with offload is not priced: the vocabulary shard's "
+                    "offload and its bounds are not modelled; give one of them"
+                ),
+            )
+        )
+    return out
+
+
+def _offload_rules(ctx: ProblemContext, key: PlanKey) -> list[Violation]:
+    """The offload's rules: the cluster has a host link (and NVMe where asked), parameter
+    offload with ZeRO-3, and the framework runs that offload (`FrameworkProfile.
+    offload_violations`)."""
+    out: list[Violation] = []
+    why = offload_rule(ctx, key)
+    if why:
+        out.append(Violation(kind="offload", detail=why, field="plan.offload"))
+    try:
+        profile = ctx.framework(key.framework)
+    except PlannerError:
+        return out  # reported by the framework rules
+    out.extend(
+        Violation(kind="offload", detail=detail, field="plan.offload")
+        for detail in profile.offload_violations(ctx.model, key)
+    )
     return out
 
 
