@@ -49,9 +49,6 @@ from cost_models.analytical.training.vocab_parallel import (
 from cost_models.base import LayerProfile
 from specs.plan import PlanKey
 
-"""Where the context-parallel algorithm sits in a key (the head degree follows it; the
-offload fields come after both)."""
-
 
 @dataclass(frozen=True, slots=True)
 class BoundTerms:
