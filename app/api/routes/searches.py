@@ -354,6 +354,29 @@ async def _check_callback_url(url: str, settings: Settings) -> None:
         raise SpecError("callback_url", exc.rule, url, exc.message) from None
 
 
+async def _answer(engine: Any, search_id: str, tenant: str, response: Response) -> dict[str, Any]:
+    """The stored search as the creation answers it, with its `Location` header."""
+
+    def load() -> dict[str, Any]:
+        with Session(engine, expire_on_commit=False) as session:
+            return _public_with_count(session, _load(session, search_id, tenant))
+
+    public = await run_in_threadpool(load)
+    response.headers["Location"] = f"/v1/searches/{search_id}"
+    return public
+
+
+def _check_wait(wait: float, settings: Settings) -> None:
+    """422 unless `?wait` is within 0..max_wait_s."""
+    if not 0 <= wait <= settings.max_wait_s:
+        raise SpecError(
+            "wait",
+            f"between 0 and {settings.max_wait_s}",
+            wait,
+            f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})",
+        )
+
+
 def _webhooks_notify(request: Request) -> None:
     dispatcher = getattr(request.app.state, "webhooks", None)
     if dispatcher is not None:
@@ -398,13 +421,7 @@ async def create_search(
     ] = None,
 ) -> dict[str, Any]:
     """Start a plan search; `?wait=S` blocks up to S seconds for it to finish."""
-    if not 0 <= wait <= settings.max_wait_s:
-        raise SpecError(
-            "wait",
-            f"between 0 and {settings.max_wait_s}",
-            wait,
-            f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})",
-        )
+    _check_wait(wait, settings)
     key = _check_idempotency_key(idempotency_key)
     if body.callback_url is not None and settings.webhook_secret is None:
         raise SpecError(
@@ -481,13 +498,7 @@ async def create_search(
     elif body.callback_url is not None:
         _webhooks_notify(request)  # the search may have finished already
     final = await runner.wait(search_id, wait) if wait > 0 else None
-
-    def load() -> dict[str, Any]:
-        with Session(engine, expire_on_commit=False) as session:
-            return _public_with_count(session, _load(session, search_id, tenant))
-
-    public = await run_in_threadpool(load)
-    response.headers["Location"] = f"/v1/searches/{search_id}"
+    public = await _answer(engine, search_id, tenant, response)
     if how == "replayed":
         response.headers[REPLAYED_HEADER] = "true"
     elif how == "deduplicated":
@@ -645,13 +656,7 @@ async def replan_plan(
     reload from the checkpoint, `solver/replan.py`) and `break_even_s` against the best plan
     keeping the old plan's degrees (`stats.replan.keep`); the search links the plan it
     re-plans (`stats.replan.replan_of`) and its plans export like any other."""
-    if not 0 <= wait <= settings.max_wait_s:
-        raise SpecError(
-            "wait",
-            f"between 0 and {settings.max_wait_s}",
-            wait,
-            f"wait must be between 0 and {settings.max_wait_s} seconds (got {wait})",
-        )
+    _check_wait(wait, settings)
     tenant = principal.tenant
 
     def resolve() -> str:
@@ -682,13 +687,7 @@ async def replan_plan(
     search_id = await run_in_threadpool(resolve)
     runner.submit(search_id)
     final = await runner.wait(search_id, wait) if wait > 0 else None
-
-    def load() -> dict[str, Any]:
-        with Session(engine, expire_on_commit=False) as session:
-            return _public_with_count(session, _load(session, search_id, tenant))
-
-    public = await run_in_threadpool(load)
-    response.headers["Location"] = f"/v1/searches/{search_id}"
+    public = await _answer(engine, search_id, tenant, response)
     if final is not None and public["status"] in TERMINAL_STATUSES:
         response.status_code = status.HTTP_201_CREATED
     return public
