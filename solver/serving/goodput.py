@@ -58,6 +58,7 @@ from solver.serving.simulate import (
     Request,
     SimResult,
     StopRule,
+    budget_reusable,
     simulate_colocated,
     simulate_colocated_mix,
     simulate_disaggregated,
@@ -477,16 +478,19 @@ def goodput_rps(
 
 
 class SimulationMemo:
-    """Simulations a search has run, for candidates that differ only in their max batch: a
-    simulation whose instances never ran as many sequences as its max batch (peak P below
-    it) never met that limit, so with any max batch above P every admission decision, and
-    so the whole schedule and result, is the same (the simulator reads the max batch only
-    in `n_running < max_batch`). Keyed by everything else the simulation reads: the
-    instance costs (by identity: one search's costs are cached and live as long as it),
-    counts, chunk, event cap, stop rule and every request's arrival and lengths."""
+    """Simulations a search has run, for candidates that differ only in their max batch or
+    their token budget, or not at all. A simulation whose instances never ran as many
+    sequences as its max batch (peak P below it) never met that limit, so with any max
+    batch above P every admission decision, and so the whole schedule and result, is the
+    same (the simulator reads the max batch only in `n_running < max_batch`); likewise a
+    budget that never bound leaves the same schedule to the budgets `budget_reusable`
+    accepts. Keyed by everything else the simulation reads: the instance costs (by
+    identity: one search's costs are cached and live as long as it), counts, the scheduler
+    policy the budget selects, event cap, stop rule and every request's arrival and
+    lengths."""
 
     def __init__(self) -> None:
-        self._runs: dict[tuple[object, ...], list[tuple[int, SimResult]]] = {}
+        self._runs: dict[tuple[object, ...], list[tuple[int, int | None, SimResult]]] = {}
         self.hits = 0
 
     @staticmethod
@@ -499,17 +503,22 @@ class SimulationMemo:
             tuple(r.shared_prefix_tokens for r in requests),
         )
 
-    def get(self, key: tuple[object, ...], max_batch: int) -> SimResult | None:
-        for batch, res in self._runs.get(key, ()):
+    def get(
+        self, key: tuple[object, ...], max_batch: int, chunk: int | None = None
+    ) -> SimResult | None:
+        for batch, budget, res in self._runs.get(key, ()):
             peak = res.max_running_per_instance
-            if peak < batch and peak < max_batch:
+            if (batch == max_batch or (peak < batch and peak < max_batch)) and (
+                budget_reusable(res.budget_slack, budget, chunk)
+            ):
                 self.hits += 1
                 return res
         return None
 
-    def put(self, key: tuple[object, ...], max_batch: int, res: SimResult) -> None:
-        if res.max_running_per_instance < max_batch:
-            self._runs.setdefault(key, []).append((max_batch, res))
+    def put(
+        self, key: tuple[object, ...], max_batch: int, res: SimResult, chunk: int | None = None
+    ) -> None:
+        self._runs.setdefault(key, []).append((max_batch, chunk, res))
 
     def run(
         self,
@@ -517,14 +526,15 @@ class SimulationMemo:
         requests: Sequence[Request],
         max_batch: int,
         simulate: Callable[[], SimResult],
+        chunk: int | None = None,
     ) -> SimResult:
-        """`simulate()` (the simulation of `requests` under `setting` with `max_batch`), or
-        the result of one that never reached its max batch nor this one."""
+        """`simulate()` (the simulation of `requests` under `setting` with `max_batch` and
+        token budget `chunk`), or the result of one that gives the same schedule."""
         key = self.key(setting, requests)
-        hit = self.get(key, max_batch)
+        hit = self.get(key, max_batch, chunk)
         if hit is None:
             hit = simulate()
-            self.put(key, max_batch, hit)
+            self.put(key, max_batch, hit, chunk)
         return hit
 
 
@@ -558,8 +568,9 @@ def colocated_probe(
 
         if memo is None:
             return run()
-        setting = ("colocated", id(cost), count, chunk_size, max_events, stop)
-        return memo.run(setting, reqs, max_batch_size, run)
+        separate = scheduler_of(cost).separates(chunk_size is not None)
+        setting = ("colocated", id(cost), count, separate, max_events, stop)
+        return memo.run(setting, reqs, max_batch_size, run, chunk_size)
 
     return SteadyProbe(sim, unit_stream, slo, steady), ub
 
@@ -652,11 +663,12 @@ def disaggregated_probe(
 
         if memo is None:
             return run()
+        # a prefill instance's policy does not depend on its budget (it runs no decodes)
         setting = (
-            "disaggregated", id(prefill_cost), prefill_count, prefill_chunk, id(decode_cost),
-            decode_count, max_events, stop,
+            "disaggregated", id(prefill_cost), prefill_count, id(decode_cost), decode_count,
+            max_events, stop,
         )  # fmt: skip
-        return memo.run(setting, reqs, decode_max_batch, run)
+        return memo.run(setting, reqs, decode_max_batch, run, prefill_chunk)
 
     return SteadyProbe(sim, unit_stream, slo, ub), ub
 

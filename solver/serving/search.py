@@ -105,6 +105,7 @@ from solver.serving.queueing import (
 from solver.serving.simulate import (
     FloatArray,
     Request,
+    budget_reusable,
     percentile,
     simulate_colocated,
     simulate_disaggregated,
@@ -429,7 +430,9 @@ class _Context:
     prefill_pools: dict[tuple[Any, ...], float] = field(default_factory=dict)
     idle: dict[tuple[Any, ...], float | None] = field(default_factory=dict)
     idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
-    latency_runs: dict[tuple[Any, ...], list[tuple[int, float]]] = field(default_factory=dict)
+    latency_runs: dict[
+        tuple[Any, ...], list[tuple[int, int | None, int, int, bool, float | None]]
+    ] = field(default_factory=dict)
     side_rates: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
     prefix_cached: bool = False
     """The engine caches the requests' shared prefix: the bounds price prompts without it,
@@ -924,16 +927,36 @@ def _pareto_instance_counts(
             yield item
 
 
+def _latency_key(ctx: _Context, cand: Candidate) -> tuple[Any, ...]:
+    """What a min_latency simulation reads but its max batch and token budget: the
+    candidate's family without the budget the simulation may share (the colocated chunk, with
+    the scheduler policy it selects; the prefill chunk)."""
+    if cand.mode == "colocated":
+        cost = _layout_cost(ctx, cand.layout)
+        separate = scheduler_of(cost).separates(cand.chunk is not None)
+        return (cand.mode, cand.layout, separate, cand.replicas)
+    return (cand.mode, cand.layout, cand.prefill, cand.prefill_count, cand.decode_count)
+
+
+def _budget_of(cand: Candidate) -> int | None:
+    return cand.chunk if cand.mode == "colocated" else cand.prefill_chunk
+
+
 def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
     """P90 end-to-end latency of the whole-cluster plan at `rate`, simulated on one of its
     units at its share of the rate (rate / units: a Poisson stream split over the units
     stays Poisson; units behind one router only pool better, as in the goodput), None if it
-    misses the SLO there. A complete simulation whose instances never ran more than `peak`
-    sequences at once never met its max batch, so every max batch above `peak` gives the
-    same schedule: the family's other max batches reuse it (`solver_cache_hits`)."""
-    family = ctx.latency_runs.setdefault(_family(cand), [])
-    for peak, latency in family:
-        if cand.max_batch > peak:
+    misses the SLO there. A simulation is reused by the candidates it gives the same
+    schedule (`solver_cache_hits`): a complete one whose instances never ran more than
+    `peak` sequences at once never met its max batch, so every max batch above `peak`
+    gives the same schedule; one whose token budget never bound gives the same schedule to
+    the budgets `simulate.budget_reusable` accepts."""
+    runs = ctx.latency_runs.setdefault(_latency_key(ctx, cand), [])
+    budget = _budget_of(cand)
+    for batch, chunk, peak, slack, complete, latency in runs:
+        if (
+            batch == cand.max_batch or (complete and peak < batch and peak < cand.max_batch)
+        ) and budget_reusable(slack, chunk, budget):
             ctx.stats.solver_cache_hits += 1
             return latency
     units = max(1, ctx.problem.num_gpus // cand.gpus)
@@ -962,11 +985,11 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
             stop=stop,
         )
     ctx.stats.solver_calls += 1
-    if not ctx.slo.met_by(sim):
-        return None
-    latency = sim.e2e_percentile_s(IDLE_PERCENTILE)
-    if not (sim.truncated or sim.stopped_early) and sim.max_running_per_instance < cand.max_batch:
-        family.append((sim.max_running_per_instance, latency))
+    latency = sim.e2e_percentile_s(IDLE_PERCENTILE) if ctx.slo.met_by(sim) else None
+    complete = not (sim.truncated or sim.stopped_early)
+    runs.append(
+        (cand.max_batch, budget, sim.max_running_per_instance, sim.budget_slack, complete, latency)
+    )
     return latency
 
 

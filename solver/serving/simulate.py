@@ -216,6 +216,13 @@ class SimResult:
     stopped_early: bool = False
     preemptions: int = 0
     """Requests preempted for KV space and recomputed (paged engines), over all instances."""
+    budget_slack: int = -1
+    """How far the token budget (`chunk_size`) could have been lowered without changing
+    the schedule: the least budget left over by an iteration that scheduled prompts, over
+    all instances, when the budget never bound (no prompt was cut or kept waiting by it,
+    no run was left uncut for want of it); −1 when it bound. With a slack s ≥ 0 every
+    budget of at least `chunk_size − s + 1` (any larger one included) takes the same
+    decisions, so gives the same result (`goodput.SimulationMemo`)."""
 
     @property
     def num_requests(self) -> int:
@@ -276,6 +283,22 @@ class _Seq:
         self.total_out = output  # the request's output tokens (`output` is what is left)
         self.resumed = False  # preempted after its first token; prefilling it again
         self.admit_no = 0  # admission order on its instance (the last admitted goes first)
+
+
+def budget_reusable(slack: int, chunk: int | None, other: int | None) -> bool:
+    """Whether a simulation with token budget `chunk` whose budget had `slack`
+    (`SimResult.budget_slack`) takes the same decisions, so gives the same result, with the
+    budget `other` (None: unlimited): the same budget, or, if it never bound, one no more
+    than `slack − 1` below it or any above it (every comparison with the budget then comes
+    out as it did). The caller checks that both budgets run the same scheduler policy
+    (`SchedulerPolicy.separates`)."""
+    if chunk == other:
+        return True
+    if slack < 0:
+        return False
+    c = _UNLIMITED if chunk is None else chunk
+    o = _UNLIMITED if other is None else other
+    return o >= c or c - o < slack
 
 
 def _run_time(t0: float, slope: float, j: int) -> float:
@@ -372,7 +395,7 @@ class _Engine:
         "steps", "kv_used", "n_running", "peak", "version", "busy", "cur_start", "cur_end",
         "cur_k", "cur_chunks", "is_run", "run_t0", "run_slope", "handoff", "time_fn",
         "separate", "block", "block_pos", "split", "prefix_cache", "prefix_warm", "paged",
-        "gen_base", "admits", "preemptions", "weight",
+        "gen_base", "admits", "preemptions", "weight", "slack",
     )  # fmt: skip
 
     def __init__(
@@ -430,6 +453,8 @@ class _Engine:
         self.gen_base = 0
         self.admits = 0
         self.preemptions = 0
+        # the least budget left at the end of a scheduling iteration; −1 once it bound
+        self.slack = _UNLIMITED
 
     # ---- routing
 
@@ -478,7 +503,7 @@ class _Engine:
             and self.block == 1  # a multi-step block is never cut: it runs to its end
             and len(self.waiting) == 1
             and self.n_running < self.max_batch
-            and self.budget_cap - (0 if self.separate else self.n_dec) > 0
+            and self._budget_left_for_cut()
         ):
             j = _first_boundary_at_or_after(
                 self.run_t0, self.run_slope, now - self.cur_start, self.cur_k
@@ -489,6 +514,14 @@ class _Engine:
                 self.cur_end = self.cur_start + _run_time(self.run_t0, self.run_slope, j)
                 self.version += 1
                 self.sim.push(self.cur_end, 1, _EV_ENGINE, self.index, self.version)
+
+    def _budget_left_for_cut(self) -> bool:
+        """Whether the budget leaves room for a prompt next to the run's decodes (a run is
+        cut for a request only then); when it does not, the budget bound."""
+        if self.budget_cap - (0 if self.separate else self.n_dec) > 0:
+            return True
+        self.slack = -1
+        return False
 
     # ---- iterations
 
@@ -624,11 +657,14 @@ class _Engine:
         pairs = 0.0
         for seq in self.prefilling:
             if budget <= 0:
+                if scheduling:
+                    self.slack = -1  # a prompt left waiting by the budget
                 break
             past = seq.prefilled
             c = seq.prompt - past
             if c > budget:
                 c = budget
+                self.slack = -1  # a prompt cut by the budget
             chunks.append((seq, c))
             budget -= c
             ptoks += c
@@ -646,6 +682,7 @@ class _Engine:
                 if not self._kv_admits(seq.reserve - hit):
                     break
                 if not (self.split or decode_role or seq.prompt <= budget or not chunks):
+                    self.slack = -1
                     break  # a whole prompt waits for an iteration whose budget holds it
                 waiting.popleft()
                 if hit:  # the cached prefix: its KV is shared, its prefill skipped
@@ -667,12 +704,22 @@ class _Engine:
                     self.prefilling.append(seq)
                     past = seq.prefilled
                     rest = seq.prompt - past
-                    c = rest if rest < budget or not self.split else budget
+                    if rest <= budget or not self.split:
+                        c = rest
+                    else:
+                        c = budget
+                        self.slack = -1  # a prompt cut by the budget
                     chunks.append((seq, c))
                     budget -= c
                     ptoks += c
                     pairs += c * past + c * (c + 1) * 0.5
             n_dec = self.n_dec
+            if waiting and budget <= 0 and self.n_running < self.max_batch:
+                self.slack = -1  # requests left queued by the budget
+        elif waiting and scheduling and budget <= 0:
+            self.slack = -1
+        if scheduling and budget < self.slack:
+            self.slack = budget if budget >= 0 else -1
         if not chunks and n_dec == 0:
             self.busy = False
             return
@@ -877,6 +924,7 @@ def _result(
         truncated=truncated,
         stopped_early=sim.stopped,
         preemptions=sum(e.preemptions for e in engines),
+        budget_slack=min((e.slack for e in engines), default=-1),
     )
 
 
