@@ -194,6 +194,12 @@ class VirtualEngineCost(ForwardingCost):
     def kv_capacity_tokens(self) -> int:
         return self.base.kv_capacity_tokens // self.stages
 
+    @property
+    def iteration_time_fn(self) -> Callable[[IterationBatch], float]:
+        """`iteration_time_s` itself, or, with even stages (no `stage_times_s`), the base's,
+        which it returns as it is (one call fewer in the simulator's innermost loop)."""
+        return self.base.iteration_time_s if self._parts is None else self.iteration_time_s
+
     def iteration_time_s(self, batch: IterationBatch) -> float:
         latency = self.base.iteration_time_s(batch)
         parts = self._parts

@@ -103,14 +103,20 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.serving.base import InstanceCost, IterationBatch, pipeline_engines, scheduler_of
+from cost_models.serving.base import (
+    InstanceCost,
+    IterationBatch,
+    VirtualEngineCost,
+    pipeline_engines,
+    scheduler_of,
+)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -386,6 +392,14 @@ _EV_ENGINE = 0
 _EV_TRANSFER = 1
 
 
+def _iteration_time_fn(cost: InstanceCost) -> Callable[[IterationBatch], float]:
+    """`cost.iteration_time_s`, without the layer of a pipeline engine whose stages are
+    even (`VirtualEngineCost` without stage parts returns its base's time as it is)."""
+    if isinstance(cost, VirtualEngineCost):
+        return cost.iteration_time_fn
+    return cost.iteration_time_s
+
+
 class _Engine:
     """One instance's scheduler state (see the module docstring for the policy)."""
 
@@ -412,7 +426,7 @@ class _Engine:
         self.index = index
         self.weight = 1.0  # routing weight: outstanding tokens are compared per unit of it
         self.cost = cost
-        self.time_fn = cost.iteration_time_s
+        self.time_fn = _iteration_time_fn(cost)
         self.role = role
         self.sim = sim
         self.fast_forward = fast_forward
