@@ -507,8 +507,9 @@ def _prefill_pool_bound(ctx: _Context, layout: Layout, chunk: int | None, count:
     prompts_only = [replace(r, output_tokens=1) for r in ctx.stream]
     slo = SLOTarget(ttft_s=ctx.slo.ttft_s, tpot_s=None, percentile=ctx.slo.percentile)
     res = goodput_disaggregated(
-        prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo, rel_tol=PHASE_REL_TOL
-    )
+        prompts_only, cost, count, chunk, cost, 1, MAX_BATCH, slo, rel_tol=PHASE_REL_TOL,
+        memo=ctx.memo,
+    )  # fmt: skip
     ctx.stats.solver_calls += res.evaluations
     if res.limited_by == "slo":
         bound = min(res.upper_bound_rps, res.goodput_rps * (1.0 + PHASE_REL_TOL))
