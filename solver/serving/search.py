@@ -87,6 +87,7 @@ from solver.serving.goodput import (
     GoodputResult,
     SimulationMemo,
     SLOTarget,
+    SteadyProbe,
     colocated_probe,
     disaggregated_probe,
     goodput_colocated,
@@ -105,6 +106,7 @@ from solver.serving.queueing import (
 from solver.serving.simulate import (
     FloatArray,
     Request,
+    SimResult,
     budget_reusable,
     percentile,
     simulate_colocated,
@@ -790,6 +792,272 @@ def _bound_score(problem: ServingProblem, cand: Candidate, bound_per_gpu: float)
     )
 
 
+# ---- goodput objectives: bisections interleaved ----------------------------------------------
+BISECT_LAZILY = True
+"""Goodput objectives bisect the units' goodputs a step at a time, best upper bound first
+(`_lazy_goodput_search`); False runs each unit's bisection to its end in turn, with a
+probe at the rate it needs to enter the top k first (the same plans: tests compare them)."""
+
+
+@dataclass
+class _Grid:
+    """What a search knows of a unit's goodput on the grid of `goodput.goodput_rps`, rates
+    `ub / (1 + rel_tol)^k`: the goodput is the rate of the least k that meets the SLO in
+    steady state (attainment taken as monotone in the rate, as the bisection takes it), so
+    every probe at a grid rate narrows it. `failed`: the largest k known to miss (−1:
+    none); `passed`: the least k whose short stream met the SLO, with its result and
+    whether that pass holds in steady state (`settled`: the short stream says so; else a
+    confirmation decides, as at the end of `goodput_rps`); `held`: the least k known to hold,
+    with the result `goodput_rps` reports there; `strict`: a confirmation failed, so every
+    later pass is confirmed at once (as in `goodput_rps`)."""
+
+    probe: SteadyProbe
+    ub: float
+    step: float
+    k_max: int
+    failed: int = -1
+    passed: int | None = None
+    passed_res: SimResult | None = None
+    settled: bool = False
+    held: int | None = None
+    held_res: SimResult | None = None
+    strict: bool = False
+    jump: int = 0
+
+    def rate(self, k: int) -> float:
+        return self.ub * math.exp(-k * self.step)
+
+    @property
+    def exact(self) -> bool:
+        return self.held is not None and self.held == self.failed + 1
+
+    @property
+    def unattainable(self) -> bool:
+        return not self.ub > 0.0 or self.failed >= self.k_max
+
+    def upper(self) -> float:
+        """A rate the goodput does not exceed."""
+        if self.unattainable:
+            return 0.0
+        return self.rate(self.failed + 1)
+
+    def lower(self) -> float | None:
+        """A rate the goodput reaches (None: none known)."""
+        return None if self.held is None else self.rate(self.held)
+
+    def run(self, k: int) -> None:
+        """Probe grid rate k (`SteadyProbe.short`, confirmed at once when `strict`)."""
+        rate = self.rate(k)
+        ok, res, settled = self.probe.short(rate)
+        if ok and self.strict:
+            ok, res = self.probe.confirm(rate, res, settled)
+            settled = True
+        if not ok:
+            self.failed = max(self.failed, k)
+            return
+        if self.passed is None or k < self.passed:
+            self.passed, self.passed_res, self.settled = k, res, settled
+        if settled and (self.held is None or k < self.held):
+            self.held, self.held_res = k, res
+
+    def smallest_at_least(self, rate: float) -> int:
+        """The largest k whose grid rate is at least `rate` (−1: none is)."""
+        if not rate <= self.ub:
+            return -1
+        k = max(0, math.floor(math.log(self.ub / rate) / self.step))
+        while k > 0 and self.rate(k) < rate:
+            k -= 1
+        while self.rate(k + 1) >= rate:
+            k += 1
+        return k
+
+    def refine(self) -> None:
+        """One step of `goodput_rps`'s search: the bound, then halvings down to a pass,
+        then bisection, then the confirmation of the answer where it needs one (when that
+        fails, the search goes on below with every pass confirmed)."""
+        if self.passed is None:
+            if self.failed < 0:
+                self.run(0)
+                return
+            if self.jump == 0:
+                self.jump = 1 if self.strict else max(1, math.ceil(math.log(2.0) / self.step))
+            k = min(self.k_max, self.failed + self.jump)
+            self.jump *= 2
+            self.run(k)
+            return
+        if self.passed - self.failed > 1:
+            self.run((self.failed + self.passed) // 2)
+            return
+        # the answer of the bisection, a pass on the short stream that needs confirming
+        assert self.passed_res is not None
+        rate = self.rate(self.passed)
+        ok, res = self.probe.confirm(rate, self.passed_res, self.settled)
+        if ok:
+            self.held, self.held_res = self.passed, res
+            return
+        self.strict, self.failed, self.jump = True, self.passed, 0
+        self.passed, self.passed_res = self.held, self.held_res
+        self.settled = self.held is not None
+
+    def result(self, slo: SLOTarget) -> GoodputResult:
+        assert self.held is not None and self.held_res is not None
+        res = self.held_res
+        return GoodputResult(
+            self.rate(self.held),
+            self.ub,
+            res.attainment(slo.ttft_s, slo.tpot_s),
+            res,
+            self.probe.evaluations,
+            "capacity_bound" if self.held == 0 else "slo",
+        )
+
+
+def _grid(ctx: _Context, cand: Candidate) -> _Grid:
+    probe, ub = _probe(ctx, cand)
+    step = math.log1p(GOODPUT_REL_TOL)
+    return _Grid(probe, ub, step, math.ceil(-math.log(GOODPUT_MIN_FRACTION) / step))
+
+
+GOODPUT_MIN_FRACTION = 1e-4
+"""The lowest rate a goodput search tries, as a fraction of the bound (`goodput_rps`'s
+`min_fraction`)."""
+
+
+def _probe(ctx: _Context, cand: Candidate) -> tuple[SteadyProbe, float]:
+    """The unit's steady-state probe and capacity bound, as `_unit_goodput` builds them."""
+    tier = _tier(ctx, cand)
+    decode_cost = _layout_cost(ctx, cand.layout, tier)
+    if cand.mode == "colocated":
+        return colocated_probe(
+            ctx.stream, decode_cost, cand.replicas, cand.max_batch, cand.chunk, ctx.slo,
+            memo=ctx.memo,
+        )  # fmt: skip
+    assert cand.prefill is not None
+    prefill_cost = _layout_cost(ctx, cand.prefill, tier)
+    return disaggregated_probe(
+        ctx.stream, prefill_cost, cand.prefill_count, cand.prefill_chunk, decode_cost,
+        cand.decode_count, cand.max_batch, ctx.slo, memo=ctx.memo,
+    )  # fmt: skip
+
+
+def _kth(values: Mapping[tuple[Any, ...], float], k: int) -> float:
+    if len(values) < k:
+        return -math.inf
+    return sorted(values.values(), reverse=True)[k - 1]
+
+
+def _lazy_goodput_search(
+    ctx: _Context,
+    heap: list[tuple[float, int, Candidate | int, bool]],
+    table: _DisaggregatedTable | None,
+    top: _Top,
+) -> None:
+    """Goodput objectives: the `top.k` best units by the score of their goodput, into
+    `top` as a search that bisects each unit's goodput to its end in turn ranks them.
+
+    The heap holds every unit under an upper bound on its score: its bound, then, once its
+    goodput search has started (`_Grid`), the lower of that and the score of the lowest grid
+    rate known to miss. The unit on top takes one step: a disaggregated unit's bound is
+    refined (its prefill pool simulated), or its goodput search one probe further, and it
+    goes back; a unit whose goodput is known exactly there is ranked (no other's score can
+    exceed it). A unit that has not passed yet is first probed at the lowest grid rate that
+    would beat the k-th best score any k families are known to reach (`pruned.slo_threshold`
+    when it misses). The search ends when the top bound is below the k-th ranked score
+    (`pruned.throughput_bound`). The units ranked are those whose goodput the bisection
+    gives exactly, each the same rate (the least grid rate meeting the SLO in steady state,
+    attainment monotone in the rate) with its simulation at that rate; ties rank in the order
+    the bisecting search would have met them (best bound first), one per family (`_Top`)."""
+    problem, stats, monitor = ctx.problem, ctx.stats, ctx.monitor
+    grids: dict[Candidate, _Grid] = {}
+    first_key: dict[Candidate, tuple[float, int]] = {}
+    ranked = _Top(top.k)
+    kept: list[tuple[tuple[float, int], float, Candidate, GoodputResult]] = []
+    known: dict[tuple[Any, ...], float] = {}  # family → the best score it is known to reach
+    done = 0
+
+    def candidate(ref: Candidate | int) -> Candidate:
+        if isinstance(ref, Candidate):
+            return ref
+        assert table is not None
+        return table.candidate(ref)
+
+    try:
+        while heap:
+            neg_key, order, ref, final = heap[0]
+            key = -neg_key
+            threshold = ranked.threshold()
+            if key == -math.inf or key < threshold - 1e-12:
+                stats.add_pruned("throughput_bound", len(heap))
+                break
+            heapq.heappop(heap)
+            cand = candidate(ref)
+            if not final:
+                monitor.poll(report=False)
+                tighter = _refine(ctx, cand)
+                if tighter is None:
+                    stats.add_pruned("slo_unattainable")
+                    continue
+                heapq.heappush(heap, (-_bound_score(problem, cand, tighter), order, cand, True))
+                continue
+            grid = grids.get(cand)
+            if grid is None:
+                monitor.done = done
+                monitor.poll(report=True)
+                done += 1
+                if _idle_latency(ctx, cand) is None:  # misses the SLO even alone
+                    stats.add_pruned("slo_unattainable")
+                    continue
+                grid = grids[cand] = _grid(ctx, cand)
+                first_key[cand] = (-key, order)
+                stats.evaluated += 1
+            else:
+                monitor.poll(report=False)
+            if grid.exact:
+                goodput = grid.rate(grid.held or 0)
+                score = _score(problem, cand, goodput)
+                stats.feasible += 1
+                if score > -math.inf:
+                    res = grid.result(ctx.slo)
+                    ranked.push(score, cand, res)
+                    kept.append((first_key[cand], score, cand, res))
+                continue
+            if grid.unattainable:
+                stats.add_pruned("slo_unattainable")
+                continue
+            known_kth = _kth(known, top.k)
+            if grid.passed is None and known_kth > -math.inf:
+                needed = _needed_rate(problem, cand, known_kth)
+                k = grid.smallest_at_least(needed) if needed > 0 else grid.failed + 1
+                if k <= grid.failed:
+                    stats.add_pruned("slo_threshold")
+                    continue
+                before = grid.probe.evaluations
+                grid.run(k)
+                stats.solver_calls += grid.probe.evaluations - before
+                if grid.failed >= k and needed > 0:
+                    stats.add_pruned("slo_threshold")
+                    continue
+            else:
+                before = grid.probe.evaluations
+                grid.refine()
+                stats.solver_calls += grid.probe.evaluations - before
+            lower = grid.lower()
+            if lower is not None:
+                score = _score(problem, cand, lower)
+                fam = _family(cand)
+                if score > known.get(fam, -math.inf):
+                    known[fam] = score
+            upper = min(key, _bound_score(problem, cand, grid.upper() / cand.gpus))
+            if lower is not None:
+                upper = max(upper, _score(problem, cand, lower))
+            heapq.heappush(heap, (-upper, order, cand, True))
+    finally:
+        # ranked as the bisecting search ranks them: in the order it evaluates them
+        kept.sort(key=lambda x: x[0])
+        for _, score, cand, res in kept:
+            top.push(score, cand, res)
+
+
 # ---- min_latency ---------------------------------------------------------------------------
 IDLE_PERCENTILE = 90.0
 """min_latency ranks by this percentile of the end-to-end latency."""
@@ -1181,6 +1449,9 @@ def _search_engine(
         heapq.heapify(heap)
         monitor.total = len(heap)
         done = 0
+        if not min_latency and BISECT_LAZILY:
+            _lazy_goodput_search(ctx, heap, table, top)
+            heap = []
         while heap:
             neg_bound, order, ref, final = heap[0]
             if isinstance(ref, Candidate):
