@@ -860,7 +860,7 @@ class _Grid:
         if settled and (self.held is None or k < self.held):
             self.held, self.held_res = k, res
 
-    def smallest_at_least(self, rate: float) -> int:
+    def index_at_least(self, rate: float) -> int:
         """The largest k whose grid rate is at least `rate` (−1: none is)."""
         if not rate <= self.ub:
             return -1
@@ -966,7 +966,12 @@ def _lazy_goodput_search(
     (`pruned.throughput_bound`). The units ranked are those whose goodput the bisection
     gives exactly, each the same rate (the least grid rate meeting the SLO in steady state,
     attainment monotone in the rate) with its simulation at that rate; ties rank in the order
-    the bisecting search would have met them (best bound first), one per family (`_Top`)."""
+    the bisecting search would have met them (best bound first), one per family (`_Top`).
+    (`goodput_rps` also stops a unit's bisection after 32 simulations; here a unit's search
+    runs to its end.) Stopped early (`Stopped`), the units known exactly so far are ranked.
+    Statistics: `evaluated` counts the units whose goodput was found (`feasible`) or found
+    unattainable, `pruned.slo_threshold` those dropped below what k families are known to
+    reach, `pruned.throughput_bound` those left when the search ended."""
     problem, stats, monitor = ctx.problem, ctx.stats, ctx.monitor
     grids: dict[Candidate, _Grid] = {}
     first_key: dict[Candidate, tuple[float, int]] = {}
@@ -999,55 +1004,50 @@ def _lazy_goodput_search(
                     continue
                 heapq.heappush(heap, (-_bound_score(problem, cand, tighter), order, cand, True))
                 continue
+            monitor.poll(report=False)
             grid = grids.get(cand)
             if grid is None:
-                monitor.done = done
-                monitor.poll(report=True)
-                done += 1
                 if _idle_latency(ctx, cand) is None:  # misses the SLO even alone
                     stats.add_pruned("slo_unattainable")
                     continue
                 grid = grids[cand] = _grid(ctx, cand)
                 first_key[cand] = (-key, order)
+            if grid.exact or grid.unattainable:
+                monitor.done = done
+                monitor.poll(report=True)
+                done += 1
                 stats.evaluated += 1
-            else:
-                monitor.poll(report=False)
-            if grid.exact:
-                goodput = grid.rate(grid.held or 0)
-                score = _score(problem, cand, goodput)
+                if grid.unattainable:
+                    stats.add_pruned("slo_unattainable")
+                    continue
                 stats.feasible += 1
+                score = _score(problem, cand, grid.rate(grid.held or 0))
                 if score > -math.inf:
                     res = grid.result(ctx.slo)
                     ranked.push(score, cand, res)
                     kept.append((first_key[cand], score, cand, res))
                 continue
-            if grid.unattainable:
-                stats.add_pruned("slo_unattainable")
-                continue
             known_kth = _kth(known, top.k)
+            if key < known_kth - 1e-12:  # below what k families are known to reach
+                stats.add_pruned("slo_threshold")
+                continue
+            k = -1
             if grid.passed is None and known_kth > -math.inf:
                 needed = _needed_rate(problem, cand, known_kth)
-                k = grid.smallest_at_least(needed) if needed > 0 else grid.failed + 1
-                if k <= grid.failed:
-                    stats.add_pruned("slo_threshold")
-                    continue
-                before = grid.probe.evaluations
+                k = grid.index_at_least(needed) if needed > 0 else -1
+            before = grid.probe.evaluations
+            if k > grid.failed:
                 grid.run(k)
-                stats.solver_calls += grid.probe.evaluations - before
-                if grid.failed >= k and needed > 0:
-                    stats.add_pruned("slo_threshold")
-                    continue
             else:
-                before = grid.probe.evaluations
                 grid.refine()
-                stats.solver_calls += grid.probe.evaluations - before
+            stats.solver_calls += grid.probe.evaluations - before
             lower = grid.lower()
             if lower is not None:
                 score = _score(problem, cand, lower)
                 fam = _family(cand)
                 if score > known.get(fam, -math.inf):
                     known[fam] = score
-            upper = min(key, _bound_score(problem, cand, grid.upper() / cand.gpus))
+            upper = min(key, _score(problem, cand, grid.upper()))
             if lower is not None:
                 upper = max(upper, _score(problem, cand, lower))
             heapq.heappush(heap, (-upper, order, cand, True))
