@@ -3,26 +3,41 @@ rows until the heap yields them, one-instance prefill pools bounded in closed fo
 simulated only when a unit of theirs is taken) answer exactly what building every unit up
 front with those pools simulated answers: the same ranked plans with the same metrics,
 details and explanations, on small cases of each goodput objective, with no more
-simulations. (`bench/serving_search_latency.py --compare` checks the bench cases.)"""
+simulations. The goodput bisections interleaved a probe at a time (`search.BISECT_LAZILY`)
+rank what bisecting each unit to its end ranks, all but the simulations spent per plan;
+their grid search ends, from any first probe, at the rate `goodput_rps` finds for the same
+verdicts (attainment monotone in the rate). (`bench/serving_search_latency.py --compare`
+checks the bench cases.)"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cost_models.serving.analytical import AnalyticalServingCostModel
 from hardware_catalog import resolve_cluster
 from solver.serving import search as S
-from solver.serving.evaluate import InstanceCosts, ServingProblem, request_stream
-from solver.serving.goodput import SimulationMemo, scale_stream
+from solver.serving.evaluate import GOODPUT_REL_TOL, InstanceCosts, ServingProblem, request_stream
+from solver.serving.goodput import (
+    SimulationMemo,
+    SLOTarget,
+    SteadyProbe,
+    goodput_rps,
+    scale_stream,
+)
 from solver.serving.simulate import Request, simulate_colocated
 from specs import presets
 from specs.cluster import ClusterSpec
 from specs.serving import ServingWorkload
+from tests.solver.serving_fakes import AffineCost
 
 COST_MODEL = AnalyticalServingCostModel()
+_FAST = AffineCost(base=1e-3)
 
 
 def _problem(gpus: int, **workload: Any) -> ServingProblem:
@@ -120,3 +135,107 @@ def test_a_simulation_that_never_reached_its_max_batch_is_that_of_any_larger_one
     # another request stream (lengths, not only arrivals) is another key
     other = [Request(r.arrival_s, r.prompt_tokens, 1) for r in requests]
     assert memo.get(memo.key(setting, other), 1024) is None
+
+
+# ---- goodput bisections interleaved (`search.BISECT_LAZILY`) --------------------------------
+def _without_bookkeeping(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The answers without `details.goodput_simulations`, the simulations the search spent on
+    a plan (which depend on the order it bisects in, not on the plan)."""
+    out = []
+    for a in answers:
+        details = {k: v for k, v in a["details"].items() if k != "goodput_simulations"}
+        out.append({**a, "details": details})
+    return out
+
+
+@pytest.mark.parametrize(("gpus", "workload"), CASES)
+def test_interleaved_bisections_answer_what_whole_bisections_answer(
+    gpus: int, workload: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The goodput bisections taken a probe at a time, best upper bound first, rank the same
+    plans with the same metrics, details and explanations as bisecting each unit to its end
+    in turn (the previous search), on small cases of each goodput objective; only the
+    simulations spent per plan may differ."""
+    workload = dict(workload)
+    mode = workload.pop("fixed_mode", None)
+    fixed = {"mode": mode} if mode else None
+    problem = _problem(gpus, **workload)
+    lazy = S.serving_search(problem, COST_MODEL, fixed=fixed, top_k=4)
+    monkeypatch.setattr(S, "BISECT_LAZILY", False)
+    whole = S.serving_search(problem, COST_MODEL, fixed=fixed, top_k=4)
+    assert lazy.stats.status == whole.stats.status == "complete"
+    assert lazy.plans and _without_bookkeeping(_answers(lazy)) == _without_bookkeeping(
+        _answers(whole)
+    )
+
+
+class _Threshold(SteadyProbe):
+    """A probe whose verdicts follow rates alone (attainment monotone in the rate): the
+    short stream meets the SLO up to `short_up_to`; a pass above `near_from` is not settled
+    and holds in steady state only up to `holds_up_to` (its confirmation)."""
+
+    def __init__(self, short_up_to: float, near_from: float, holds_up_to: float) -> None:
+        self.a, self.s, self.b = short_up_to, near_from, holds_up_to
+        self.evaluations = 0
+        self.res = simulate_colocated([Request(0.0, 8, 2)], _FAST, 1, 8, None)
+        self.unit_stream = [Request(0.0, 8, 2)]
+
+    def near(self, rate: float) -> bool:
+        return rate > self.s
+
+    def short(self, rate: float) -> tuple[bool, Any, bool]:
+        self.evaluations += 1
+        return rate <= self.a, self.res, not self.near(rate)
+
+    def confirm(self, rate: float, res: Any, settled: bool) -> tuple[bool, Any]:
+        if settled:
+            return True, res
+        self.evaluations += 1
+        return rate <= self.b, res
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    short_up_to=st.floats(0.0, 1.2),
+    near_from=st.floats(0.0, 1.2),
+    holds_frac=st.floats(0.0, 1.0),
+    level=st.integers(-1, 500),
+)
+def test_a_grid_search_finds_the_rate_the_bisection_finds(
+    short_up_to: float, near_from: float, holds_frac: float, level: int
+) -> None:
+    """`search._Grid`, probed first at any grid rate (the level a search probes a unit at)
+    then refined step by step, ends at the rate `goodput_rps` returns for the same probe
+    verdicts, with the same bound and the same kind of limit."""
+    ub = 1.0
+    holds_up_to = short_up_to * holds_frac
+    slo = SLOTarget(ttft_s=1.0)
+    expected = goodput_rps(
+        _Threshold(short_up_to, near_from, holds_up_to),
+        [Request(0.0, 8, 2)],
+        slo,
+        ub,
+        rel_tol=GOODPUT_REL_TOL,
+        max_evaluations=10_000,
+    )
+    step = math.log1p(GOODPUT_REL_TOL)
+    grid = S._Grid(
+        _Threshold(short_up_to, near_from, holds_up_to),
+        ub,
+        step,
+        math.ceil(-math.log(S.GOODPUT_MIN_FRACTION) / step),
+    )
+    if 0 <= level <= grid.k_max:
+        grid.run(level)
+    for _ in range(2_000):
+        if grid.exact or grid.unattainable:
+            break
+        grid.refine()
+    if expected.limited_by == "unattainable":
+        assert grid.unattainable and not grid.exact
+        return
+    assert grid.exact
+    got = grid.result(slo)
+    assert got.goodput_rps == expected.goodput_rps
+    assert got.upper_bound_rps == expected.upper_bound_rps
+    assert got.limited_by == expected.limited_by
