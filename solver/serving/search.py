@@ -960,9 +960,10 @@ def _lazy_goodput_search(
     rate known to miss. The unit on top takes one step: a disaggregated unit's bound is
     refined (its prefill pool simulated), or its goodput search one probe further, and it
     goes back; a unit whose goodput is known exactly there is ranked (no other's score can
-    exceed it). A unit that has not passed yet is first probed at the lowest grid rate that
-    would beat the k-th best score any k families are known to reach (`pruned.slo_threshold`
-    when it misses). The search ends when the top bound is below the k-th ranked score
+    exceed it). A unit that has not passed yet is first probed halfway (on the grid) between
+    its upper bound and the lowest grid rate that would beat the k-th best score any k
+    families are known to reach; a unit whose upper bound falls below that score is dropped
+    (`pruned.slo_threshold`). The search ends when the top bound is below the k-th ranked score
     (`pruned.throughput_bound`). The units ranked are those whose goodput the bisection
     gives exactly, each the same rate (the least grid rate meeting the SLO in steady state,
     attainment monotone in the rate) with its simulation at that rate; ties rank in the order
@@ -1035,6 +1036,13 @@ def _lazy_goodput_search(
             if grid.passed is None and known_kth > -math.inf:
                 needed = _needed_rate(problem, cand, known_kth)
                 k = grid.index_at_least(needed) if needed > 0 else -1
+                # halfway up to the unit's own bound: most units fall short of the top k
+                # by more than the k-th known score does
+                top_rate = _needed_rate(problem, cand, key)
+                k_top = grid.index_at_least(top_rate) if top_rate > 0 else grid.failed
+                k_top = max(k_top, grid.failed)
+                if k - k_top > 1:
+                    k = (k + k_top) // 2
             before = grid.probe.evaluations
             if k > grid.failed:
                 grid.run(k)
