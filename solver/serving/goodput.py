@@ -56,6 +56,7 @@ from solver.serving.queueing import (
 from solver.serving.simulate import (
     ColocatedPart,
     Request,
+    ResumePoint,
     SimResult,
     StopRule,
     budget_reusable,
@@ -305,19 +306,23 @@ class SteadyProbe:
 
     def __init__(
         self,
-        simulate: Callable[[list[Request]], SimResult],
+        simulate: Callable[..., SimResult],
         unit_stream: Sequence[Request],
         slo: SLOTarget,
         steady_rps: float | None = None,
         max_requests: int = STEADY_MAX_REQUESTS,
     ) -> None:
         self.simulate = simulate
+        """The simulation of a stream (`simulate(requests)`; a `resumable` one also takes
+        `snapshot_at` and `resume`)."""
         self.unit_stream = unit_stream
         self.slo = slo
         self.steady_rps = steady_rps
         self.max_requests = max_requests
         self.evaluations = 0
         self._longer: dict[int, list[Request]] = {}
+        self.resumable = False
+        """`simulate` takes `snapshot_at` and `resume` (`simulate.simulate_colocated`)."""
 
     def near(self, rate: float) -> bool:
         """Whether a pass at `rate` needs a settled backlog (within `STEADY_BAND` of the
@@ -325,19 +330,37 @@ class SteadyProbe:
         return self.steady_rps is not None and rate > (1.0 - STEADY_BAND) * self.steady_rps
 
     def attempt(
-        self, stream: Sequence[Request], rate: float, check: bool
+        self,
+        stream: Sequence[Request],
+        rate: float,
+        check: bool,
+        resume: ResumePoint | None = None,
     ) -> tuple[bool, SimResult, bool, bool]:
         """(meets the SLO, the result, settled, growing), the last two only with `check`
         (else True, False). Growing: not settled after `STEADY_LIFETIMES` mean lifetimes of
-        arrivals."""
+        arrivals. A `resumable` probe keeps, with an inconclusive pass of the short stream,
+        the point its longer stream can go on from (`simulate.ResumePoint`: the repeated
+        stream's first copy is the short stream, its second arrives after all of it), and
+        goes on from `resume` when given one."""
         self.evaluations += 1
         reqs = scale_stream(stream, rate)
-        res = self.simulate(reqs)
+        if not self.resumable:
+            res = self.simulate(reqs)
+        elif resume is not None:
+            res = self.simulate(reqs, resume=resume)
+        elif check and stream is self.unit_stream and len(stream) >= 1:
+            # the second copy of `repeated_stream`, scaled as `scale_stream` scales it
+            at = (min(r.arrival_s for r in stream) + len(stream)) * (1.0 / rate)
+            res = self.simulate(reqs, snapshot_at=at)
+        else:
+            res = self.simulate(reqs)
         met = self.slo.met_by(res)
         if not met or not check:
+            _release(res)
             return met, res, True, False
         arrivals = np.fromiter((r.arrival_s for r in reqs), np.float64, len(reqs))
         if backlog_settles(arrivals, res):
+            _release(res)
             return True, res, True, False
         window = float(arrivals.max() - arrivals.min())
         return True, res, False, window >= STEADY_LIFETIMES * mean_lifetime_s(res)
@@ -358,7 +381,8 @@ class SteadyProbe:
             return self.steady_rps is None or rate <= self.steady_rps, res
         if need not in self._longer:
             self._longer[need] = repeated_stream(self.unit_stream, need)
-        met, res, _, growing = self.attempt(self._longer[need], rate, True)
+        point = res.resume_point
+        met, res, _, growing = self.attempt(self._longer[need], rate, True, point)
         return met and not growing, res
 
     def short(self, rate: float) -> tuple[bool, SimResult, bool]:
@@ -372,6 +396,11 @@ class SteadyProbe:
         """Whether the SLO holds at `rate` in steady state (confirmed where inconclusive)."""
         ok, res, settled = self.short(rate)
         return self.confirm(rate, res, settled) if ok else (ok, res)
+
+
+def _release(res: SimResult) -> None:
+    if res.resume_point is not None:
+        res.resume_point.release()
 
 
 def goodput_rps(
@@ -558,13 +587,23 @@ def colocated_probe(
     ub = capacity_upper_bound_rps(cost, count, max_batch_size, chunk_size, mp, mo)
     steady = steady_rate_rps(cost, count, max_batch_size, chunk_size, mp, mo, slo.tpot_s)
 
-    def sim(reqs: list[Request]) -> SimResult:
+    tag = ("colocated", id(cost), count, max_batch_size, chunk_size, max_events)
+
+    def sim(
+        reqs: list[Request], snapshot_at: float | None = None, resume: ResumePoint | None = None
+    ) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
+        if resume is not None and (resume.tag != tag or resume.state is None):
+            resume = None  # another plan's (a memo's reuse): simulate from the start
 
         def run() -> SimResult:
-            return simulate_colocated(
-                reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop
-            )
+            res = simulate_colocated(
+                reqs, cost, count, max_batch_size, chunk_size, max_events=max_events, stop=stop,
+                snapshot_at=snapshot_at, resume=resume,
+            )  # fmt: skip
+            if res.resume_point is not None:
+                res.resume_point.tag = tag
+            return res
 
         if memo is None:
             return run()
@@ -572,7 +611,9 @@ def colocated_probe(
         setting = ("colocated", id(cost), count, separate, max_events, stop)
         return memo.run(setting, reqs, max_batch_size, run, chunk_size)
 
-    return SteadyProbe(sim, unit_stream, slo, steady), ub
+    probe = SteadyProbe(sim, unit_stream, slo, steady)
+    probe.resumable = True
+    return probe, ub
 
 
 def goodput_colocated(
@@ -652,14 +693,27 @@ def disaggregated_probe(
         decode_max_batch, mp, mo,
     )  # fmt: skip
 
-    def sim(reqs: list[Request]) -> SimResult:
+    tag = (
+        "disaggregated", id(prefill_cost), prefill_count, prefill_chunk, id(decode_cost),
+        decode_count, decode_max_batch, max_events,
+    )  # fmt: skip
+
+    def sim(
+        reqs: list[Request], snapshot_at: float | None = None, resume: ResumePoint | None = None
+    ) -> SimResult:
         stop = slo.stop_rule(len(reqs)) if early_stop else None
+        if resume is not None and (resume.tag != tag or resume.state is None):
+            resume = None  # another plan's (a memo's reuse): simulate from the start
 
         def run() -> SimResult:
-            return simulate_disaggregated(
+            res = simulate_disaggregated(
                 reqs, prefill_cost, prefill_count, prefill_chunk, decode_cost, decode_count,
-                decode_max_batch, max_events=max_events, stop=stop,
+                decode_max_batch, max_events=max_events, stop=stop, snapshot_at=snapshot_at,
+                resume=resume,
             )  # fmt: skip
+            if res.resume_point is not None:
+                res.resume_point.tag = tag
+            return res
 
         if memo is None:
             return run()
@@ -670,7 +724,9 @@ def disaggregated_probe(
         )  # fmt: skip
         return memo.run(setting, reqs, decode_max_batch, run, prefill_chunk)
 
-    return SteadyProbe(sim, unit_stream, slo, ub), ub
+    probe = SteadyProbe(sim, unit_stream, slo, ub)
+    probe.resumable = True
+    return probe, ub
 
 
 def goodput_disaggregated(

@@ -100,11 +100,12 @@ cap is hit the simulation stops, `SimResult.truncated` is set and unfinished req
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -229,6 +230,9 @@ class SimResult:
     no run was left uncut for want of it); −1 when it bound. With a slack s ≥ 0 every
     budget of at least `chunk_size − s + 1` (any larger one included) takes the same
     decisions, so gives the same result (`goodput.SimulationMemo`)."""
+    resume_point: ResumePoint | None = field(default=None, compare=False, repr=False)
+    """With `snapshot_at`: the state the simulation had when everything before that time
+    was done (`ResumePoint`), None if it never got there (stopped or truncated first)."""
 
     @property
     def num_requests(self) -> int:
@@ -816,6 +820,126 @@ def _check_concurrency(concurrency: int | None) -> None:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
 
 
+_State = tuple[
+    "_Sim", list["_Engine"], list["_Engine"], list[tuple[float, "_Seq"]], dict[int, "_Seq"],
+    list[bool], float,
+]  # fmt: skip
+"""A simulation's state between events: (sim, front, back, hand-offs, transfers in
+flight, rejections, clock)."""
+
+
+class ResumePoint:
+    """A simulation's whole state at a time T when every request has arrived and nothing
+    at T or later has happened yet (`snapshot_at`): a longer stream whose first requests
+    are these, and whose later ones all arrive at T or later, goes through exactly the same
+    events up to T (the later arrivals come after everything before T; event order is by
+    time, arrivals first), so its simulation can go on from here (`resume`) instead of
+    running those events again. Holds a private copy of the state; one resume per point."""
+
+    __slots__ = ("prefix", "at", "state", "tag")
+
+    def __init__(
+        self, prefix: tuple[tuple[float, int, int, int], ...], at: float, state: _State
+    ) -> None:
+        self.prefix = prefix
+        self.at = at
+        self.state: _State | None = state
+        self.tag: object = None
+        """What the caller knows the simulation by (the resume must be of the same)."""
+
+    def release(self) -> None:
+        """Drop the state (the point can no longer be resumed)."""
+        self.state = None
+
+
+def _fingerprint(requests: Sequence[Request]) -> tuple[tuple[float, int, int, int], ...]:
+    return tuple(
+        (r.arrival_s, r.prompt_tokens, r.output_tokens, r.shared_prefix_tokens) for r in requests
+    )
+
+
+def _snapshot(requests: Sequence[Request], at: float, state: _State) -> ResumePoint:
+    return ResumePoint(_fingerprint(requests), at, _copy_state(state))
+
+
+def _copy_state(state: _State) -> _State:
+    """A copy of the state that shares nothing mutable with it: the records and queues
+    copied, every request in them copied once (the costs, immutable, are shared)."""
+    sim, front, back, handoff, pending, rejected, clock = state
+    seqs: dict[int, _Seq] = {}
+
+    def seq(q: _Seq) -> _Seq:
+        c = seqs.get(id(q))
+        if c is None:
+            c = seqs[id(q)] = _Seq.__new__(_Seq)
+            for name in _Seq.__slots__:
+                setattr(c, name, getattr(q, name))
+        return c
+
+    new_sim = copy.copy(sim)
+    new_sim.heap = list(sim.heap)
+    new_sim.first_token = list(sim.first_token)
+    new_sim.finish = list(sim.finish)
+    new_sim.arrival = list(sim.arrival)
+    new_sim.missed = list(sim.missed)
+    new_handoff = [(t, seq(q)) for t, q in handoff]
+
+    def engine(e: _Engine) -> _Engine:
+        c = _Engine.__new__(_Engine)
+        for name in _Engine.__slots__:
+            setattr(c, name, getattr(e, name))
+        c.sim = new_sim
+        c.waiting = deque(seq(q) for q in e.waiting)
+        c.prefilling = [seq(q) for q in e.prefilling]
+        c.dec_heap = [(f, i, seq(q)) for f, i, q in e.dec_heap]
+        c.cur_chunks = [(seq(q), n) for q, n in e.cur_chunks]
+        c.handoff = None if e.handoff is None else new_handoff
+        return c
+
+    return (
+        new_sim,
+        [engine(e) for e in front],
+        [engine(e) for e in back],
+        new_handoff,
+        {i: seq(q) for i, q in pending.items()},
+        list(rejected),
+        clock,
+    )
+
+
+def _run_resumed(
+    point: ResumePoint,
+    requests: Sequence[Request],
+    max_events: int,
+    stop: StopRule | None,
+    transfer_cost: InstanceCost | None,
+) -> SimResult:
+    """Go on from `point` with `requests` (its requests first, every later one arriving at
+    `point.at` or later), under this run's event cap and stop rule."""
+    n = len(point.prefix)
+    if point.state is None or len(requests) <= n or _fingerprint(requests[:n]) != point.prefix:
+        raise ValueError("resume: the requests do not extend the resume point's")
+    if min(r.arrival_s for r in requests[n:]) < point.at:
+        raise ValueError("resume: a later request arrives before the resume point")
+    sim, front, back, handoff, pending, rejected, clock = point.state
+    point.release()  # the run goes on in that state
+    extra = len(requests) - n
+    sim.cap = len(requests)
+    sim.first_token += [math.inf] * extra
+    sim.finish += [math.inf] * extra
+    sim.arrival += [r.arrival_s for r in requests[n:]]
+    sim.missed += [False] * extra
+    rejected += [False] * extra
+    sim.ttft_limit = math.inf if stop is None or stop.ttft_s is None else stop.ttft_s
+    sim.tpot_limit = math.inf if stop is None or stop.tpot_s is None else stop.tpot_s
+    sim.max_misses = len(requests) if stop is None else stop.max_misses
+    sim.stopped = sim.misses > sim.max_misses
+    sim.max_events = max_events
+    return _run(
+        requests, front, back, handoff, transfer_cost, sim, start=(pending, rejected, clock, n)
+    )
+
+
 def _run(
     requests: Sequence[Request],
     front: list[_Engine],
@@ -823,9 +947,14 @@ def _run(
     handoff: list[tuple[float, _Seq]],
     transfer_cost: InstanceCost | None,
     sim: _Sim,
+    snapshot_at: float | None = None,
+    start: tuple[dict[int, _Seq], list[bool], float, int] | None = None,
 ) -> SimResult:
     """The event loop: arrivals (pre-sorted, FCFS in arrival order, ties by input order),
-    KV-transfer completions and engine iteration boundaries, in time order."""
+    KV-transfer completions and engine iteration boundaries, in time order. `snapshot_at`:
+    keep a `ResumePoint` at that time (every request must have arrived before it); `start`:
+    go on from a resumed state (pending transfers, rejections, clock) with `sim`'s requests
+    before the first of `requests` to arrive at or after it already handled."""
     n = len(requests)
     order = sorted(range(n), key=lambda i: requests[i].arrival_s)
     arrivals = [requests[i].arrival_s for i in order]
@@ -838,8 +967,19 @@ def _run(
     heap = sim.heap
     i_arr = 0
     clock = 0.0  # time of the last event handled
+    if start is not None:
+        pending, rejected, clock, i_arr = start
+        snapshot_at = None
     truncated = False
+    point: ResumePoint | None = None
+    if snapshot_at is not None and arrivals and arrivals[-1] >= snapshot_at:
+        snapshot_at = None  # not every request has arrived by then
     while True:
+        if snapshot_at is not None and i_arr == n and (not heap or heap[0][0] >= snapshot_at):
+            point = _snapshot(
+                requests, snapshot_at, (sim, front, back, handoff, pending, rejected, clock)
+            )
+            snapshot_at = None
         if sim.events > sim.max_events:
             truncated = True
             break
@@ -894,7 +1034,7 @@ def _run(
             s = pending.pop(ref)
             s.reserve = s.prompt + s.output
             _route(back, now, s.reserve).enqueue(s, now)
-    return _result(requests, sim, rejected, engines, truncated)
+    return _result(requests, sim, rejected, engines, truncated, point)
 
 
 def _result(
@@ -903,6 +1043,7 @@ def _result(
     rejected: list[bool],
     engines: list[_Engine],
     truncated: bool,
+    point: ResumePoint | None = None,
 ) -> SimResult:
     n = len(requests)
     arrival = np.asarray(sim.arrival, dtype=np.float64)  # when each request was sent
@@ -939,6 +1080,7 @@ def _result(
         stopped_early=sim.stopped,
         preemptions=sum(e.preemptions for e in engines),
         budget_slack=min((e.slack for e in engines), default=-1),
+        resume_point=point,
     )
 
 
@@ -980,11 +1122,14 @@ def simulate_colocated(
     max_events: int | None = None,
     stop: StopRule | None = None,
     concurrency: int | None = None,
+    snapshot_at: float | None = None,
+    resume: ResumePoint | None = None,
 ) -> SimResult:
     """Simulate `count` identical instances, each prefilling and decoding (continuous
     batching with a `chunk_size` token budget per iteration, `None` = unchunked), requests
     routed by least outstanding tokens, at most `concurrency` of them in flight (None: no
-    cap). See the module docstring for the policy."""
+    cap). See the module docstring for the policy. `snapshot_at` / `resume`: keep a
+    `ResumePoint` in the result, go on from one (the same instances and limits)."""
     return simulate_colocated_mix(
         requests,
         [ColocatedPart(cost, count, max_batch_size, chunk_size)],
@@ -992,6 +1137,8 @@ def simulate_colocated(
         max_events=max_events,
         stop=stop,
         concurrency=concurrency,
+        snapshot_at=snapshot_at,
+        resume=resume,
     )
 
 
@@ -1003,13 +1150,21 @@ def simulate_colocated_mix(
     max_events: int | None = None,
     stop: StopRule | None = None,
     concurrency: int | None = None,
+    snapshot_at: float | None = None,
+    resume: ResumePoint | None = None,
 ) -> SimResult:
     """Colocated instances of several kinds (different GPUs, layouts or limits) behind one
     router: a request goes to the instance with the fewest outstanding tokens per unit of
     its `routing_weight` (capacity-weighted least work; one kind: plain least outstanding
-    tokens), ties to the lowest index, the parts in the order given."""
+    tokens), ties to the lowest index, the parts in the order given. `snapshot_at` /
+    `resume` as for `simulate_colocated` (no concurrency cap)."""
     _check_concurrency(concurrency)
     cap = default_max_events(len(requests)) if max_events is None else max_events
+    if concurrency is not None:
+        snapshot_at = None
+    if resume is not None:
+        assert concurrency is None
+        return _run_resumed(resume, requests, cap, stop, None)
     sim = _Sim(requests, cap, stop, concurrency)
     front: list[_Engine] = []
     for part in parts:
@@ -1023,7 +1178,7 @@ def simulate_colocated_mix(
             )  # fmt: skip
             engine.weight = weight
             front.append(engine)
-    return _run(requests, front, [], [], None, sim)
+    return _run(requests, front, [], [], None, sim, snapshot_at)
 
 
 def simulate_disaggregated(
@@ -1039,11 +1194,14 @@ def simulate_disaggregated(
     max_events: int | None = None,
     stop: StopRule | None = None,
     concurrency: int | None = None,
+    snapshot_at: float | None = None,
+    resume: ResumePoint | None = None,
 ) -> SimResult:
     """Simulate a prefill pool (`prefill_count` instances, token budget `prefill_chunk` per
     iteration, `None` = unlimited) feeding a decode pool (`decode_count` instances, at most
     `decode_max_batch` sequences each) through a KV transfer of
-    `prefill_cost.kv_transfer_time_s(prompt)`. See the module docstring for the policy."""
+    `prefill_cost.kv_transfer_time_s(prompt)`. See the module docstring for the policy.
+    `snapshot_at` / `resume` as for `simulate_colocated` (no concurrency cap)."""
     _check_args(prefill_count, None, prefill_chunk, "disaggregated prefill")
     _check_args(decode_count, decode_max_batch, None, "disaggregated decode")
     _check_concurrency(concurrency)
@@ -1052,6 +1210,11 @@ def simulate_disaggregated(
     prefill_count *= prefill_stages
     decode_count *= decode_stages
     cap = default_max_events(len(requests)) if max_events is None else max_events
+    if concurrency is not None:
+        snapshot_at = None
+    if resume is not None:
+        assert concurrency is None
+        return _run_resumed(resume, requests, cap, stop, prefill_cost)
     sim = _Sim(requests, cap, stop, concurrency)
     handoff: list[tuple[float, _Seq]] = []
     front = [
@@ -1063,4 +1226,4 @@ def simulate_disaggregated(
                 fast_forward, None)
         for i in range(decode_count)
     ]  # fmt: skip
-    return _run(requests, front, back, handoff, prefill_cost, sim)
+    return _run(requests, front, back, handoff, prefill_cost, sim, snapshot_at)

@@ -1,7 +1,9 @@
-"""Simulations shared across token budgets (`SimResult.budget_slack`,
-`simulate.budget_reusable`): a budget the reuse rule accepts gives the very same result as
-simulating it, on random streams, budgets and scheduler policies; the searches that reuse
-them (the goodput memo, min_latency's runs) answer as they do without the reuse."""
+"""Simulations shared (the searches run fewer, with the same results): across token budgets
+(`SimResult.budget_slack`, `simulate.budget_reusable`), a budget the reuse rule accepts
+gives the very same result as simulating it, on random streams, budgets and scheduler
+policies, and the searches that reuse them (the goodput memo, min_latency's runs) answer
+as they do without the reuse; a confirmation's longer stream resumed where the short
+stream's run left off (`simulate.ResumePoint`) gives what simulating it afresh gives."""
 
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def _stream(n: int, rate: float, seed: int, prefix: int) -> list[Request]:
 
 def _same(a: SimResult, b: SimResult) -> bool:
     for f in fields(SimResult):
-        if f.name == "budget_slack":  # the budget's own slack differs; the schedule does not
+        if f.name in ("budget_slack", "resume_point"):  # not the schedule
             continue
         x, y = getattr(a, f.name), getattr(b, f.name)
         if isinstance(x, np.ndarray):
@@ -229,3 +231,55 @@ def test_searches_answer_as_without_the_reuse(
     alone = serving_search(problem, COST_MODEL, fixed=fixed, top_k=3)
     assert _answers(shared) == _answers(alone)
     assert shared.stats.solver_calls <= alone.stats.solver_calls
+
+
+# ---- a longer stream resumed where its first copy left off (`simulate.ResumePoint`) -------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["colocated", "disaggregated"]),
+    policy=st.sampled_from(POLICIES),
+    chunk=st.sampled_from(BUDGETS),
+    rate=st.sampled_from([0.5, 3.0, 12.0, 40.0]),
+    seed=st.integers(0, 10_000),
+    kv=st.sampled_from([6_000, 40_000]),
+    copies=st.sampled_from([1.02, 2.0, 3.1]),
+    stopping=st.booleans(),
+)
+def test_a_resumed_stream_gives_what_a_fresh_one_gives(
+    kind: str,
+    policy: SchedulerPolicy,
+    chunk: int | None,
+    rate: float,
+    seed: int,
+    kv: int,
+    copies: float,
+    stopping: bool,
+) -> None:
+    """The unit stream repeated (`goodput.repeated_stream`, as a confirmation simulates
+    it), simulated from the point the short stream's run reached when its second copy
+    would arrive, equals simulating it from the start: every latency and figure."""
+    n = 60
+    cost = _cost(policy, kv)
+    unit = _stream(n, 1.0, seed, 15)
+    slo = G.SLOTarget(ttft_s=2.0, tpot_s=0.05)
+
+    def run(reqs: list[Request], **kw: Any) -> SimResult:
+        stop = slo.stop_rule(len(reqs)) if stopping else None
+        if kind == "colocated":
+            return simulate_colocated(reqs, cost, 2, 24, chunk, stop=stop, **kw)
+        return simulate_disaggregated(reqs, cost, 2, chunk, cost, 2, 24, stop=stop, **kw)
+
+    short = scale_stream(unit, rate)
+    longer = scale_stream(G.repeated_stream(unit, int(n * copies)), rate)
+    at = (min(r.arrival_s for r in unit) + n) * (1.0 / rate)
+    first = run(short, snapshot_at=at)
+    point = first.resume_point
+    if point is None:  # stopped (or out of events) before every request had arrived
+        assert first.stopped_early or first.truncated
+        return
+    assert _same(run(short), first)  # taking the snapshot changes nothing
+    resumed = run(longer, resume=point)
+    fresh = run(longer)
+    assert _same(resumed, fresh) and resumed.budget_slack == fresh.budget_slack
+    with pytest.raises(ValueError):
+        run(longer, resume=point)  # a point is resumed once
