@@ -432,9 +432,9 @@ class _Context:
     prefill_pools: dict[tuple[Any, ...], float] = field(default_factory=dict)
     idle: dict[tuple[Any, ...], float | None] = field(default_factory=dict)
     idle_parts: dict[tuple[Any, ...], FloatArray] = field(default_factory=dict)
-    latency_runs: dict[
-        tuple[Any, ...], list[tuple[int, int | None, int, int, bool, float | None]]
-    ] = field(default_factory=dict)
+    latency_runs: dict[tuple[Any, ...], list[tuple[int, int | None, int, int, float | None]]] = (
+        field(default_factory=dict)
+    )
     side_rates: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict)
     prefix_cached: bool = False
     """The engine caches the requests' shared prefix: the bounds price prompts without it,
@@ -1067,6 +1067,10 @@ def _lazy_goodput_search(
 
 
 # ---- min_latency ---------------------------------------------------------------------------
+LATENCY_CUTOFF = True
+"""min_latency at a rate: a plan's simulation stops once its P90 is certain to exceed the
+k-th best latency found (`_plan_latency`'s `worse_than`); False simulates every plan to its
+end (the same plans: tests compare them)."""
 IDLE_PERCENTILE = 90.0
 """min_latency ranks by this percentile of the end-to-end latency."""
 
@@ -1219,23 +1223,30 @@ def _budget_of(cand: Candidate) -> int | None:
     return cand.chunk if cand.mode == "colocated" else cand.prefill_chunk
 
 
-def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
+def _plan_latency(
+    ctx: _Context, cand: Candidate, rate: float, worse_than: float = math.inf
+) -> float | None:
     """P90 end-to-end latency of the whole-cluster plan at `rate`, simulated on one of its
     units at its share of the rate (rate / units: a Poisson stream split over the units
     stays Poisson; units behind one router only pool better, as in the goodput), None if it
     misses the SLO there. A simulation is reused by the candidates it gives the same
-    schedule (`solver_cache_hits`): a complete one whose instances never ran more than
-    `peak` sequences at once never met its max batch, so every max batch above `peak`
-    gives the same schedule; one whose token budget never bound gives the same schedule to
-    the budgets `simulate.budget_reusable` accepts."""
+    schedule (`solver_cache_hits`): one whose instances never ran more than `peak`
+    sequences at once never met its max batch, so every max batch above `peak` gives the
+    same schedule, as far as it ran (a run cut short by its stop rule is cut short at the
+    same point, with the same verdict); one whose token budget never bound gives the same
+    schedule to the budgets `simulate.budget_reusable` accepts. `worse_than`: a latency the plan must
+    beat to matter (the k-th best so far); `inf` once it is certain the plan's P90 exceeds
+    it (the simulation stops when more requests than the percentile allows have taken longer
+    end to end, `StopRule.e2e_s`). A search's k-th best only falls, so a run cut short so
+    stays an answer for the candidates that reuse it."""
     runs = ctx.latency_runs.setdefault(_latency_key(ctx, cand), [])
     budget = _budget_of(cand)
-    for batch, chunk, peak, slack, complete, latency in runs:
-        if (
-            batch == cand.max_batch or (complete and peak < batch and peak < cand.max_batch)
-        ) and budget_reusable(slack, chunk, budget):
+    for batch, chunk, peak, slack, seen in runs:
+        if (batch == cand.max_batch or peak < min(batch, cand.max_batch)) and budget_reusable(
+            slack, chunk, budget
+        ):
             ctx.stats.solver_cache_hits += 1
-            return latency
+            return seen
     units = max(1, ctx.problem.num_gpus // cand.gpus)
     tier = _tier(ctx, cand)
     decode_cost = ctx.costs.get(
@@ -1243,6 +1254,11 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
     )
     requests = scale_stream(ctx.stream, rate / units)
     stop = ctx.slo.stop_rule(len(ctx.stream))
+    if worse_than < math.inf:
+        n = len(ctx.stream)
+        # nearest rank: the P90 exceeds the limit once more than n − ⌊0.9 n⌋ values do
+        over = n - math.floor(n * IDLE_PERCENTILE / 100.0)
+        stop = replace(stop, e2e_s=worse_than + 1e-9 * max(1.0, worse_than), max_e2e_over=over)
     if cand.mode == "colocated":
         sim = simulate_colocated(
             requests, decode_cost, cand.replicas, cand.max_batch, cand.chunk, stop=stop
@@ -1262,11 +1278,11 @@ def _plan_latency(ctx: _Context, cand: Candidate, rate: float) -> float | None:
             stop=stop,
         )
     ctx.stats.solver_calls += 1
-    latency = sim.e2e_percentile_s(IDLE_PERCENTILE) if ctx.slo.met_by(sim) else None
-    complete = not (sim.truncated or sim.stopped_early)
-    runs.append(
-        (cand.max_batch, budget, sim.max_running_per_instance, sim.budget_slack, complete, latency)
-    )
+    if sim.e2e_exceeded:
+        latency: float | None = math.inf
+    else:
+        latency = sim.e2e_percentile_s(IDLE_PERCENTILE) if ctx.slo.met_by(sim) else None
+    runs.append((cand.max_batch, budget, sim.max_running_per_instance, sim.budget_slack, latency))
     return latency
 
 
@@ -1488,10 +1504,14 @@ def _search_engine(
             monitor.poll(report=True)
             done += 1
             if min_latency:
-                latency = -bound_score if rate is None else _plan_latency(ctx, cand, rate)
+                worse = -threshold if threshold > -math.inf and LATENCY_CUTOFF else math.inf
+                latency = -bound_score if rate is None else _plan_latency(ctx, cand, rate, worse)
                 stats.evaluated += 1
                 if latency is None:
                     stats.add_pruned("slo_at_rate")
+                    continue
+                if latency == math.inf:
+                    stats.add_pruned("latency_at_rate")
                     continue
                 stats.feasible += 1
                 top.push(-latency, cand, None)

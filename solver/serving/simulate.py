@@ -177,6 +177,12 @@ class StopRule:
     ttft_s: float | None
     tpot_s: float | None
     max_misses: int
+    e2e_s: float | None = None
+    """Also stop once more than `max_e2e_over` requests are known to take longer than this
+    end to end (finished later, or not finished that long after their arrival): then a
+    nearest-rank percentile of the end-to-end latencies that `max_e2e_over + 1` values above
+    it must lie above is certain to (`SimResult.e2e_exceeded`; no concurrency cap)."""
+    max_e2e_over: int = 0
 
 
 def percentile(values: FloatArray, q: float) -> float:
@@ -223,6 +229,9 @@ class SimResult:
     stopped_early: bool = False
     preemptions: int = 0
     """Requests preempted for KV space and recomputed (paged engines), over all instances."""
+    e2e_exceeded: bool = False
+    """The simulation stopped on `StopRule.e2e_s`: more than `max_e2e_over` requests take
+    longer than it end to end."""
     budget_slack: int = -1
     """How far the token budget (`chunk_size`) could have been lowered without changing
     the schedule: the least budget left over by an iteration that scheduled prompts, over
@@ -361,6 +370,13 @@ class _Sim:
         self.missed = [False] * n
         self.misses = 0
         self.stopped = False
+        self.e2e_limit = math.inf
+        self.e2e_allowed = n
+        if stop is not None and stop.e2e_s is not None and concurrency is None:
+            self.e2e_limit, self.e2e_allowed = stop.e2e_s, stop.max_e2e_over
+        self.e2e_over = [False] * n
+        self.e2e_count = 0
+        self.e2e_exceeded = False
         self.running = 0
         self.peak_running = 0
         self.events = 0
@@ -386,6 +402,16 @@ class _Sim:
         self.in_flight -= 1
         if output > 1 and (now - self.first_token[idx]) / (output - 1) > self.tpot_limit:
             self.miss(idx)
+        if now - self.arrival[idx] > self.e2e_limit:
+            self.over(idx)
+
+    def over(self, idx: int) -> None:
+        """Request `idx` takes longer than `e2e_limit` end to end."""
+        if not self.e2e_over[idx]:
+            self.e2e_over[idx] = True
+            self.e2e_count += 1
+            if self.e2e_count > self.e2e_allowed:
+                self.stopped = self.e2e_exceeded = True
 
     def push(self, time: float, prio: int, kind: int, ref: int, version: int = 0) -> None:
         self.seqno += 1
@@ -882,6 +908,7 @@ def _copy_state(state: _State) -> _State:
     new_sim.finish = list(sim.finish)
     new_sim.arrival = list(sim.arrival)
     new_sim.missed = list(sim.missed)
+    new_sim.e2e_over = list(sim.e2e_over)
     new_handoff = [(t, seq(q)) for t, q in handoff]
 
     def engine(e: _Engine) -> _Engine:
@@ -929,10 +956,14 @@ def _run_resumed(
     sim.finish += [math.inf] * extra
     sim.arrival += [r.arrival_s for r in requests[n:]]
     sim.missed += [False] * extra
+    sim.e2e_over += [False] * extra
     rejected += [False] * extra
     sim.ttft_limit = math.inf if stop is None or stop.ttft_s is None else stop.ttft_s
     sim.tpot_limit = math.inf if stop is None or stop.tpot_s is None else stop.tpot_s
     sim.max_misses = len(requests) if stop is None else stop.max_misses
+    if stop is not None and stop.e2e_s is not None:
+        raise ValueError("resume: no end-to-end stop rule")
+    sim.e2e_allowed = len(requests)
     sim.stopped = sim.misses > sim.max_misses
     sim.max_events = max_events
     return _run(
@@ -971,9 +1002,15 @@ def _run(
         pending, rejected, clock, i_arr = start
         snapshot_at = None
     truncated = False
+    # end-to-end limit: requests in arrival order whose limit has not passed yet
+    e2e_limit = sim.e2e_limit
+    watch = 0 if start is None else start[3]
+    finish = sim.finish
     point: ResumePoint | None = None
-    if snapshot_at is not None and arrivals and arrivals[-1] >= snapshot_at:
-        snapshot_at = None  # not every request has arrived by then
+    if snapshot_at is not None and (
+        (arrivals and arrivals[-1] >= snapshot_at) or sim.e2e_limit < math.inf
+    ):
+        snapshot_at = None  # not every request has arrived by then, or a watch to keep
     while True:
         if snapshot_at is not None and i_arr == n and (not heap or heap[0][0] >= snapshot_at):
             point = _snapshot(
@@ -990,6 +1027,12 @@ def _run(
         if sim.in_flight < sim.cap and i_arr < n and (not heap or ready <= heap[0][0]):
             idx = order[i_arr]
             now = clock = ready
+            while watch < i_arr and now - arrivals[watch] > e2e_limit:
+                if finish[order[watch]] == math.inf:  # not finished by now: longer
+                    sim.over(order[watch])
+                watch += 1
+            if sim.stopped:
+                continue
             sim.arrival[idx] = now  # latencies count from when the request is sent
             i_arr += 1
             r = requests[idx]
@@ -1013,6 +1056,14 @@ def _run(
             continue
         if not heap:
             break
+        if watch < i_arr and heap[0][0] - arrivals[watch] > e2e_limit:
+            t = heap[0][0]
+            while watch < i_arr and t - arrivals[watch] > e2e_limit:
+                if finish[order[watch]] == math.inf:
+                    sim.over(order[watch])
+                watch += 1
+            if sim.stopped:
+                continue
         now, _, _, kind, ref, version = heapq.heappop(heap)
         clock = now
         if kind == _EV_ENGINE:
@@ -1079,6 +1130,7 @@ def _result(
         truncated=truncated,
         stopped_early=sim.stopped,
         preemptions=sum(e.preemptions for e in engines),
+        e2e_exceeded=sim.e2e_exceeded,
         budget_slack=min((e.slack for e in engines), default=-1),
         resume_point=point,
     )

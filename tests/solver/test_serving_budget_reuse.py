@@ -3,12 +3,15 @@
 gives the very same result as simulating it, on random streams, budgets and scheduler
 policies, and the searches that reuse them (the goodput memo, min_latency's runs) answer
 as they do without the reuse; a confirmation's longer stream resumed where the short
-stream's run left off (`simulate.ResumePoint`) gives what simulating it afresh gives."""
+stream's run left off (`simulate.ResumePoint`) gives what simulating it afresh gives; a
+min_latency simulation cut short once its P90 is certain to exceed the k-th best
+(`StopRule.e2e_s`) is right to be, and the search ranks what it ranks without the cut."""
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -283,3 +286,61 @@ def test_a_resumed_stream_gives_what_a_fresh_one_gives(
     assert _same(resumed, fresh) and resumed.budget_slack == fresh.budget_slack
     with pytest.raises(ValueError):
         run(longer, resume=point)  # a point is resumed once
+
+
+# ---- min_latency: simulations cut short once the P90 exceeds the k-th best -----------------
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["colocated", "disaggregated"]),
+    policy=st.sampled_from(POLICIES),
+    rate=st.sampled_from([0.5, 3.0, 12.0, 40.0]),
+    seed=st.integers(0, 10_000),
+    quantile=st.floats(0.05, 0.99),
+)
+def test_an_end_to_end_stop_is_certain_and_changes_nothing_else(
+    kind: str, policy: SchedulerPolicy, rate: float, seed: int, quantile: float
+) -> None:
+    """`StopRule.e2e_s`: a run that stops on it has more than `max_e2e_over` requests
+    longer than the limit end to end in the full run, so its P90 is above the limit; a run
+    that does not stop on it is the full run."""
+    n = 60
+    cost = _cost(policy, 40_000)
+    reqs = _stream(n, rate, seed, 0)
+    base = SLO_LOOSE.stop_rule(n)
+
+    def run(stop: Any) -> SimResult:
+        if kind == "colocated":
+            return simulate_colocated(reqs, cost, 2, 24, 512, stop=stop)
+        return simulate_disaggregated(reqs, cost, 2, 512, cost, 2, 24, stop=stop)
+
+    full = run(base)
+    finite = full.e2e_s[np.isfinite(full.e2e_s)]
+    limit = float(np.quantile(finite, quantile)) if finite.size else 1.0
+    over = n - math.floor(n * 90.0 / 100.0)
+    cut = run(replace(base, e2e_s=limit, max_e2e_over=over))
+    longer = int((full.e2e_s > limit).sum())
+    if cut.e2e_exceeded:
+        assert cut.stopped_early and longer > over
+        assert full.e2e_percentile_s(90.0) > limit
+    else:
+        assert longer <= over or full.stopped_early
+        assert _same(cut, full)
+
+
+SLO_LOOSE = G.SLOTarget(ttft_s=30.0, tpot_s=1.0)
+
+
+@pytest.mark.parametrize("fixed", [{"tensor": 1}, {"pipeline": 1}])
+def test_min_latency_answers_as_without_the_cutoff(
+    fixed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """min_latency at a rate with simulations cut short once a plan's P90 is certain to
+    exceed the k-th best (`search.LATENCY_CUTOFF`) ranks the same plans as simulating
+    every plan to its end, with fewer simulated events."""
+    problem = make_problem(4, nodes=2, objective="min_latency", arrival_rate_rps=40.0)
+    cut = serving_search(problem, COST_MODEL, fixed=fixed, top_k=3)
+    assert cut.stats.pruned.get("latency_at_rate", 0) > 0
+    monkeypatch.setattr(S, "LATENCY_CUTOFF", False)
+    whole = serving_search(problem, COST_MODEL, fixed=fixed, top_k=3)
+    assert "latency_at_rate" not in whole.stats.pruned
+    assert _answers(cut) == _answers(whole)
