@@ -1004,6 +1004,7 @@ def _run(
     truncated = False
     # end-to-end limit: requests in arrival order whose limit has not passed yet
     e2e_limit = sim.e2e_limit
+    watching = e2e_limit < math.inf
     watch = 0 if start is None else start[3]
     finish = sim.finish
     point: ResumePoint | None = None
@@ -1027,12 +1028,13 @@ def _run(
         if sim.in_flight < sim.cap and i_arr < n and (not heap or ready <= heap[0][0]):
             idx = order[i_arr]
             now = clock = ready
-            while watch < i_arr and now - arrivals[watch] > e2e_limit:
-                if finish[order[watch]] == math.inf:  # not finished by now: longer
-                    sim.over(order[watch])
-                watch += 1
-            if sim.stopped:
-                continue
+            if watching:
+                while watch < i_arr and now - arrivals[watch] > e2e_limit:
+                    if finish[order[watch]] == math.inf:  # not finished by now: longer
+                        sim.over(order[watch])
+                    watch += 1
+                if sim.stopped:
+                    continue
             sim.arrival[idx] = now  # latencies count from when the request is sent
             i_arr += 1
             r = requests[idx]
@@ -1056,7 +1058,7 @@ def _run(
             continue
         if not heap:
             break
-        if watch < i_arr and heap[0][0] - arrivals[watch] > e2e_limit:
+        if watching and watch < i_arr and heap[0][0] - arrivals[watch] > e2e_limit:
             t = heap[0][0]
             while watch < i_arr and t - arrivals[watch] > e2e_limit:
                 if finish[order[watch]] == math.inf:

@@ -139,6 +139,10 @@ class EngineInstanceCost(ForwardingCost):
         self._host_cache: dict[int, tuple[float, float]] = {}
         """`host_s` by sequences (decode-only steps of a multi-step block under −1 − seqs):
         the simulator asks for it every iteration."""
+        # looked up once: iteration_time_s is the simulator's innermost call
+        self._gpu_time = base.iteration_time_s
+        self._single_step = scheduler.decode_steps <= 1
+        self._overlapped = host.overlapped
 
     def __getattr__(self, name: str) -> Any:
         # explanations and benchmarks read the cost model's own figures (weights, KV bytes)
@@ -166,16 +170,16 @@ class EngineInstanceCost(ForwardingCost):
         return cpu, serial
 
     def iteration_time_s(self, batch: IterationBatch) -> float:
-        gpu = self.base.iteration_time_s(batch)
+        gpu = self._gpu_time(batch)
         if gpu <= 0.0:
             return gpu
         seqs = batch.decode_seqs + batch.prefill_seqs
-        key = seqs if batch.prefill_tokens or self._scheduler.decode_steps <= 1 else -1 - seqs
+        key = seqs if batch.prefill_tokens or self._single_step else -1 - seqs
         hit = self._host_cache.get(key)
         if hit is None:
             hit = self._host_cache[key] = self.host_s(batch)
         cpu, serial = hit
-        return (max(gpu, cpu) if self.host.overlapped else gpu + cpu) + serial
+        return (max(gpu, cpu) if self._overlapped else gpu + cpu) + serial
 
 
 __all__ = ["EngineInstanceCost", "EngineOptions", "EngineProfile", "HostCost"]
