@@ -946,11 +946,36 @@ def _kth(values: Mapping[tuple[Any, ...], float], k: int) -> float:
     return sorted(values.values(), reverse=True)[k - 1]
 
 
+class _Rows:
+    """Heap entries (−bound score, order, table row, final) of a table's units, sorted
+    once (as a heap of them would yield them: by score, then order) and taken in turn."""
+
+    def __init__(self, neg_scores: FloatArray, base: int, final: npt.NDArray[np.bool_]) -> None:
+        self.index = np.argsort(neg_scores, kind="stable")  # ties: by row, i.e. by order
+        self.neg = neg_scores[self.index]
+        self.final = final[self.index]
+        self.base = base
+        self.size = int(self.index.size)
+        self.next = 0
+
+    def peek(self) -> tuple[float, int, int, bool] | None:
+        i = self.next
+        if i >= self.size:
+            return None
+        row = int(self.index[i])
+        return float(self.neg[i]), self.base + row, row, bool(self.final[i])
+
+    @property
+    def left(self) -> int:
+        return self.size - self.next
+
+
 def _lazy_goodput_search(
     ctx: _Context,
     heap: list[tuple[float, int, Candidate | int, bool]],
     table: _DisaggregatedTable | None,
     top: _Top,
+    rows: _Rows | None = None,
 ) -> None:
     """Goodput objectives: the `top.k` best units by the score of their goodput, into
     `top` as a search that bisects each unit's goodput to its end in turn ranks them.
@@ -988,14 +1013,24 @@ def _lazy_goodput_search(
         return table.candidate(ref)
 
     try:
-        while heap:
-            neg_key, order, ref, final = heap[0]
+        while True:
+            row = None if rows is None else rows.peek()
+            if heap and (row is None or heap[0][:2] < row[:2]):
+                neg_key, order, ref, final = heap[0]
+            elif row is not None:
+                neg_key, order, ref, final = row
+            else:
+                break
             key = -neg_key
             threshold = ranked.threshold()
             if key == -math.inf or key < threshold - 1e-12:
-                stats.add_pruned("throughput_bound", len(heap))
+                stats.add_pruned("throughput_bound", len(heap) + (0 if rows is None else rows.left))
                 break
-            heapq.heappop(heap)
+            if row is not None and (neg_key, order) == row[:2]:
+                assert rows is not None
+                rows.next += 1
+            else:
+                heapq.heappop(heap)
             cand = candidate(ref)
             if not final:
                 monitor.poll(report=False)
@@ -1437,11 +1472,15 @@ def _search_engine(
         # reaches the top, then it goes back into the heap
         heap: list[tuple[float, int, Candidate | int, bool]] = []
         table: _DisaggregatedTable | None = None
+        rows: _Rows | None = None
         for mode in modes:
             if mode == "disaggregated" and not min_latency and LAZY_UNITS:
                 # units stay rows of the table until the search takes them
                 table = _disaggregated_table(ctx, fixed, lazy=True)
                 base = len(heap)
+                if BISECT_LAZILY:  # taken in order from the table sorted once
+                    rows = _Rows(-table.scores(problem), base, table.final)
+                    continue
                 heap += zip(
                     (-table.scores(problem)).tolist(),
                     range(base, base + len(table)),
@@ -1471,10 +1510,10 @@ def _search_engine(
                 else:
                     heap.append((-_bound_score(problem, cand, bound), len(heap), cand, final))
         heapq.heapify(heap)
-        monitor.total = len(heap)
+        monitor.total = len(heap) + (0 if rows is None else rows.size)
         done = 0
         if not min_latency and BISECT_LAZILY:
-            _lazy_goodput_search(ctx, heap, table, top)
+            _lazy_goodput_search(ctx, heap, table, top, rows)
             heap = []
         while heap:
             neg_bound, order, ref, final = heap[0]
