@@ -192,9 +192,10 @@ class Group:
         )
 
     @property
-    def in_order(self) -> bool:
-        """Every scored pair in the published order."""
-        return self.order[1] == 0
+    def in_order(self) -> bool | None:
+        """Every scored pair in the published order (None: every pair is a tie)."""
+        agree, disagree, _ = self.order
+        return None if agree + disagree == 0 else disagree == 0
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,8 @@ def summary(result: Result) -> dict[str, float]:
         "pairs_out_of_order": disagree,
         "pairs_tied": sum(g.order[2] for g in result.groups),
         "groups": len(result.groups),
-        "groups_in_order": sum(g.in_order for g in result.groups),
+        "groups_scored": sum(g.in_order is not None for g in result.groups),
+        "groups_in_order": sum(g.in_order is True for g in result.groups),
         "picks_best": sum(p.predicted_best is p.published_best for p in result.picks),
         "picks": len(result.picks),
         "mean_pick_share": statistics.fmean(shares) if shares else math.nan,
@@ -318,6 +320,10 @@ def summary(result: Result) -> dict[str, float]:
 def _f(x: float | None, fmt: str) -> str:
     width = fmt.lstrip("+").split(".")[0]
     return format(x, fmt) if x is not None else f"{'-':>{width}}"
+
+
+def _verdict(in_order: bool | None) -> str:
+    return "all tied" if in_order is None else "in order" if in_order else "OUT OF ORDER"
 
 
 def _plan(e: TrainingEstimate | None) -> str:
@@ -354,7 +360,7 @@ def report(result: Result | None = None) -> str:
             c.label for c in sorted(g.configs, key=lambda c: -(c.predicted_tflops or 0.0))
         )
         lines.append(
-            f"  {'in order' if g.in_order else 'OUT OF ORDER'} ({a} pairs agree, {d} disagree, "
+            f"  {_verdict(g.in_order)} ({a} pairs agree, {d} disagree, "
             f"{t} tied): published {pub}; predicted {pred}"
         )
     s = summary(result)
@@ -363,8 +369,9 @@ def report(result: Result | None = None) -> str:
         f"{s['ratios']:.0f} ratios (max {s['max_abs_error']:.1%}); pairs in the published "
         f"order {s['pairs_in_order']:.0f} of {s['pairs_in_order'] + s['pairs_out_of_order']:.0f} "
         f"({s['pairs_tied']:.0f} tied within {data['assumptions']['tie_tolerance']:.0%}); "
-        f"groups fully in order {s['groups_in_order']:.0f} of {s['groups']:.0f}; rows with no "
-        f"feasible plan {s['unpriced_rows']:.0f}"
+        f"groups fully in order {s['groups_in_order']:.0f} of {s['groups_scored']:.0f} "
+        f"(and {s['groups'] - s['groups_scored']:.0f} all tied); rows with no feasible plan "
+        f"{s['unpriced_rows']:.0f}"
     )
     lines.append("The model's pick among each table's published configurations at one sequence:")
     for p in result.picks:

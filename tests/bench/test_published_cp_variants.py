@@ -99,6 +99,8 @@ def test_every_row_prices_with_the_published_degrees() -> None:
     assert s["unpriced_rows"] == 0
     assert s["ratios"] == 17
     assert s["groups"] == 11
+    # Table 6 64K and Table 7 160K at TP 4: ring and hybrid within 1 %, nothing to score
+    assert s["groups_scored"] == 9
     assert s["picks"] == 6
 
 
