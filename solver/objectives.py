@@ -58,7 +58,7 @@ from typing import get_args
 
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
 from cost_models.economics import energy_floor_j, with_economics
-from cost_models.mixed import evaluate_mixed, pool_problem
+from cost_models.mixed import evaluate_mixed, plan_pools, pool_problem
 from hardware_catalog.schema import ResolvedCluster
 from solver.base import RankedPlan, SearchResult, SearchStats
 from solver.search.branch_and_bound import search
@@ -334,14 +334,8 @@ def _search_size(
         k = min(4 * k, MAX_DEEPENING)
 
 
-def _pools_of(est: TrainingEstimate) -> set[str]:
-    """The pools (or node groups) a plan's stages and data shares run on."""
-    plan = est.plan
-    return set(plan.stage_groups or ()) | {share.group for share in plan.data_shares or ()}
-
-
 def _across_pools(group: _Group) -> bool:
-    return len(_pools_of(group.lead.estimate)) > 1
+    return len(plan_pools(group.lead.estimate.plan)) > 1
 
 
 def _on_pool(
@@ -351,12 +345,21 @@ def _on_pool(
     by `evaluate_mixed` (the pool's homogeneous estimate) with the cluster's economics."""
 
     def carried(ranked: RankedPlan) -> RankedPlan:
-        plan = ranked.estimate.plan
-        on_pool = plan.model_copy(update={"stage_groups": [pool] * plan.parallelism.pipeline})
-        est = with_economics(problem, evaluate_mixed(cost_model, problem, on_pool))
+        est = onto_pool(problem, cost_model, ranked.estimate, pool)
         return dataclasses.replace(ranked, estimate=est)
 
     return _Group(carried(group.lead), [carried(f) for f in group.folded], group.size, pool)
+
+
+def onto_pool(
+    problem: TrainingProblem, cost_model: TrainingCostModel, est: TrainingEstimate, pool: str
+) -> TrainingEstimate:
+    """A plan priced on some GPUs of one pool of a mixed cluster (`pool_problem`) as a plan
+    of the whole cluster: every stage on `pool` (`evaluate_mixed`: the same estimate), with
+    the cluster's economics."""
+    plan = est.plan
+    on_pool = plan.model_copy(update={"stage_groups": [pool] * plan.parallelism.pipeline})
+    return with_economics(problem, evaluate_mixed(cost_model, problem, on_pool))
 
 
 def _energy_proven(problem: TrainingProblem, groups: Sequence[_Group], top_k: int) -> bool:

@@ -712,15 +712,17 @@ async def read_search_pareto(
     recomputed from the stored problem in a request worker within the search's time limit
     (at most `max_search_time_limit_s` and three quarters of `request_timeout_s`; a front
     cut short answers with `complete` false); plans the search kept among its ranked plans
-    carry their id. A serving search, or one not finished, is a 409."""
+    carry their id. On a mixed cluster the front is exact over each pool alone (at every
+    size the objective covers) and holds, of the plans across pools, those the search
+    stored. A serving search, or one not finished, is a 409."""
 
-    def load() -> tuple[SearchRecord, dict[str, str]]:
+    def load() -> tuple[SearchRecord, dict[str, str], list[dict[str, Any]]]:
         record = _load(session, search_id, principal.tenant)
         rows, _ = crud.list_plans(session=session, search_id=search_id, limit=MAX_OFFSET)
         ids = {canonical_hash(row.plan): row.id for row in rows}
-        return record, ids
+        return record, ids, [dict(row.plan) for row in rows]
 
-    record, ids = await run_in_threadpool(load)
+    record, ids, stored = await run_in_threadpool(load)
     problem = dict(record.problem)
     if (problem.get("workload") or {}).get("kind") == "serving":
         raise Conflict(
@@ -736,7 +738,7 @@ async def read_search_pareto(
     budget = min(
         settings.max_search_time_limit_s, PARETO_TIMEOUT_SHARE * settings.request_timeout_s
     )
-    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget))
+    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget, stored))
     for item in answer["plans"]:
         item["id"] = ids.get(canonical_hash(item["plan"]))
     stats = answer.pop("stats")
