@@ -1013,7 +1013,12 @@ class ReplanRequest(_Body):
     an assumption to set from your own restarts."""
     storage_read_gb_s: float = Field(default=10.0, gt=0, le=100_000)
     """Checkpoint read rate per node, GB/s: an assumption to set from your storage (serving
-    weights load at it, capped by the catalog's host link per GPU where it has one)."""
+    weights load at it when neither `weights_read_gb_s` nor the catalog gives a rate)."""
+    weights_read_gb_s: float | None = Field(default=None, gt=0, le=100_000)
+    """Serving plans: the read rate per node of the engine weights a restarted instance
+    loads, GB/s; null: the node's local NVMe rate from the catalog
+    (`host_link.nvme_bandwidth_gb_s`), else `storage_read_gb_s`. Either is capped by the
+    catalog's host link per GPU loading, where it has one."""
 
     @model_validator(mode="after")
     def _says_what_changed(self) -> ReplanRequest:

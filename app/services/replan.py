@@ -106,6 +106,7 @@ def prepare_replan(
         # where the old plan's instances ran, and what it served (`solver.serving.replan`)
         problem["replan"]["cluster"] = search.problem["cluster"]
         problem["replan"]["goodput_rps"] = (plan.metrics or {}).get("goodput_rps")
+        problem["replan"]["weights_read_gb_s"] = body.weights_read_gb_s
     request = dict(prepared.request)
     return PreparedSearch(
         request=request,

@@ -28,11 +28,14 @@ over its GPUs.
 
 **Restart time** `solver.replan.restart_seconds`, the training re-plan's: relaunch overhead +
 the weights read from storage (its `reload_bytes`; engines load a checkpoint from storage,
-nothing comes from peers) at the read rate of the nodes loading: `storage_read_gb_s` per
-node, capped where the catalog gives the system's host link by the GPUs loading × its rate
-per GPU (`HostLinkSpec.effective_bandwidth_gb_s`: storage → host → GPU crosses it), over
-ceil(restarted GPUs / GPUs per node) nodes, as the training re-plan counts nodes. A plan that
-restarts nothing takes 0 s (dropping replicas only changes the router's list).
+nothing comes from peers) at the read rate of the nodes loading. Per node: the request's
+`weights_read_gb_s`, else the catalog's local NVMe read rate of the node
+(`HostLinkSpec.nvme_bandwidth_gb_s`: engines load weights cached on local disk), else the
+request's `storage_read_gb_s`; capped, where the catalog gives the system's host link, by
+the GPUs loading × its rate per GPU (`HostLinkSpec.effective_bandwidth_gb_s`: storage →
+host → GPU crosses it); over ceil(restarted GPUs / GPUs per node) nodes, as the training
+re-plan counts nodes. A plan that restarts nothing takes 0 s (dropping replicas only
+changes the router's list).
 
 **Goodput during the restart**: that of the plan of its kept replicas alone, priced like any
 plan (0 when nothing is kept, or a disaggregated plan keeps no replica of one role).
@@ -62,6 +65,7 @@ from typing import Any
 
 from cost_models.serving.analytical import BYTES_PER_WEIGHT
 from cost_models.serving.base import ServingCostModel
+from cost_models.serving.engines import build_engine
 from hardware_catalog.schema import ResolvedCluster
 from solver.replan import Reshard, break_even_s, restart_seconds
 from solver.serving.evaluate import (
@@ -107,11 +111,18 @@ def layout_key(
         inst.precision or precision,
         inst.max_batch_size,
         inst.chunk_size,
-        plan.engine,
-        tuple(sorted((k, repr(v)) for k, v in (plan.engine_options or {}).items())),
+        *_engine_settings(plan),
         group,
         tuple(inst.stage_groups or ()),
     )
+
+
+def _engine_settings(plan: ServingPlan) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The plan's engine and every one of its settings, defaults filled in (a stored plan
+    names them all; a plan given by hand may name none)."""
+    profile = build_engine(plan.engine, dict(plan.engine_options or {}))
+    options = profile.options.model_dump(mode="json")
+    return profile.name, tuple(sorted((k, repr(v)) for k, v in options.items()))
 
 
 def _group_offsets(cluster: ResolvedCluster) -> list[tuple[int, int]]:
@@ -280,10 +291,17 @@ class RestartRates:
 
     @classmethod
     def of(cls, cluster: ResolvedCluster, info: Mapping[str, Any]) -> RestartRates:
+        """The request's weight read rate, else the catalog's local NVMe rate of the first
+        group's system, else the request's checkpoint read rate (`storage_read_gb_s`)."""
         group = cluster.groups[0]
         link = group.system.host_link
+        rate = info.get("weights_read_gb_s")
+        if rate is None and link is not None:
+            rate = link.nvme_bandwidth_gb_s
+        if rate is None:
+            rate = info["storage_read_gb_s"]
         return cls(
-            storage_bytes_per_s_per_node=float(info["storage_read_gb_s"]) * 1e9,
+            storage_bytes_per_s_per_node=float(rate) * 1e9,
             host_link_bytes_per_s_per_gpu=(
                 None if link is None else link.effective_bandwidth_gb_s * 1e9
             ),
@@ -568,23 +586,34 @@ def annotate(
             estimates.append(keep)
             keep_index = len(estimates) - 1
     keep_est = estimates[keep_index] if keep_index is not None else None
-    order = sorted(range(len(estimates)), key=lambda i: -_rank_key(problem, estimates[i]))
     keep_figures = (
         figures(problem, cost_model, keep_est, surviving, rates)
         if keep_est is not None and keep_est.metrics is not None
         else None
     )
+    found: list[Figures | None] = [
+        keep_figures
+        if i == keep_index
+        else (
+            figures(problem, cost_model, est, surviving, rates) if est.metrics is not None else None
+        )
+        for i, est in enumerate(estimates)
+    ]
+
+    def order_key(i: int) -> tuple[float, float, float]:
+        """The objective's score, then (on a tie) more goodput, then fewer lost requests."""
+        fig = found[i]
+        if fig is None:
+            return (math.inf, 0.0, 0.0)
+        return (-_rank_key(problem, estimates[i]), -fig.goodput_rps, fig.lost_requests)
+
+    order = sorted(range(len(estimates)), key=order_key)
     annotated: list[ServingEstimate] = []
     for i in order:
-        est = estimates[i]
-        if est.metrics is None:
+        est, fig = estimates[i], found[i]
+        if est.metrics is None or fig is None:
             annotated.append(est)
             continue
-        fig = (
-            keep_figures
-            if i == keep_index and keep_figures is not None
-            else figures(problem, cost_model, est, surviving, rates)
-        )
         update = fig.metrics(before, keep_figures, i == keep_index)
         metrics = ServingMetrics.model_validate({**est.metrics.model_dump(), **update})
         annotated.append(dataclasses.replace(est, metrics=metrics))
