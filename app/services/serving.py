@@ -266,7 +266,8 @@ def run_problem(
     # (`solver.serving.diverse`; `dominated_by`: the dominator's rank in this list)
     folds = fold_serving([(p.estimate.plan, p.estimate.metrics) for p in result.plans])
     for entry, folded in zip(plans, folds, strict=True):
-        if folded.dominated_by is not None:
+        keep = bool((entry["metrics"] or {}).get("replan_keep"))  # a re-plan's baseline shows
+        if folded.dominated_by is not None and not keep:
             entry["dominated_by"] = plans[folded.dominated_by]["rank"]
             entry["dominated_reason"] = folded.reason
     if not plans and not should_stop():

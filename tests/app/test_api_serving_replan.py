@@ -135,8 +135,12 @@ def test_a_disaggregated_plan_losing_its_decode_node_refits_the_counts(client: A
     surviving_prefill = min(pre["count"], 4)
     surviving_decode = max(0, min(pre["count"] + dec["count"], 4) - pre["count"])
     assert surviving_decode < dec["count"]  # the change takes decode replicas
-    _, plans = _replan(client, old["id"], {"lost_nodes": [1]})
+    search, plans = _replan(client, old["id"], {"lost_nodes": [1]})
     keep = next(p for p in plans if p["metrics"]["replan_keep"])
+    # the keep plan is never folded under another: the default list shows it
+    listed = client.get(f"/v1/searches/{search['id']}/plans").json()["items"]
+    assert [p["id"] for p in listed if p["metrics"]["replan_keep"]] == [keep["id"]]
+    assert keep["dominated_by"] is None
     counts = {i["role"]: i["count"] for i in keep["instances"]}
     # brute force: every maximal pair of TP1 counts on the 4 GPUs left, estimated
     layouts = {i["role"]: i for i in old["instances"]}
