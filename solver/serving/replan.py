@@ -47,7 +47,8 @@ t* = (L − L₀) / (G − G₀) on when G > G₀, and never otherwise: `solver.
 with restart times L / G and L₀ / G₀ (the outage that loses as many requests).
 
 **Keep.** The old plan's instance layouts on the new cluster with their counts re-fitted:
-colocated, as many replicas as the GPUs hold (goodput grows with replicas); disaggregated,
+colocated, as many replicas as the GPUs hold (goodput grows with replicas), or for
+`min_gpus` / `min_cost` with an arrival rate the fewest that carry it; disaggregated,
 every maximal pair of a prefill and b decode replicas the GPUs hold (neither one more prefill
 nor one more decode replica fits), priced best capacity bound first
 (`solver.serving.queueing.capacity_upper_bound_disaggregated_rps` bounds any goodput of the
@@ -382,6 +383,29 @@ def _with_count(inst: ServingInstance, count: int) -> ServingInstance:
     return inst.model_copy(update={"count": count})
 
 
+def _fewest_carrying_the_rate(
+    problem: ServingProblem, costs: InstanceCosts, full: ServingEstimate, stream: list[Request]
+) -> ServingEstimate:
+    """For `min_gpus` / `min_cost` with a rate: the fewest replicas of the colocated keep
+    plan `full` (as many as fit) whose goodput carries the rate. For these objectives a
+    unit is one replica (`evaluate.node_replicas`), so n replicas carry n times one's
+    goodput: ceil(rate / one's goodput) replicas, at most those of `full`."""
+    rate = problem.target_rate_rps
+    if problem.workload.objective not in ("min_gpus", "min_cost") or rate is None:
+        return full
+    assert full.metrics is not None
+    count = full.plan.instances[0].count
+    one = full.metrics.goodput_rps / count
+    if one <= 0:
+        return full
+    need = max(1, math.ceil(rate / one * (1 - 1e-12)))
+    if need >= count:
+        return full
+    inst = full.plan.instances[0].model_copy(update={"count": need})
+    fewer = _priced(problem, costs, full.plan.model_copy(update={"instances": [inst]}), stream)
+    return fewer if fewer is not None else full
+
+
 def keep_plan(
     problem: ServingProblem,
     cost_model: ServingCostModel,
@@ -415,6 +439,8 @@ def keep_plan(
             return None, f"one {inst.role} replica takes {size} GPUs; none of the pools holds it", 0
         plan = old.model_copy(update={"instances": instances})
         est = _priced(problem, costs, plan, stream)
+        if est is not None and not mixed:
+            est = _fewest_carrying_the_rate(problem, costs, est, stream)
         return est, None if est is not None else "the kept layout does not fit the new cluster", 0
     name, pool = max(pools.items(), key=lambda item: item[1].num_gpus)
     group = name if mixed else None

@@ -50,7 +50,7 @@ def _cluster(nodes: int, unavailable: int = 0) -> Any:
     return resolve_cluster(ClusterSpec.model_validate({"node_groups": [group]}))
 
 
-def _problem(cluster: Any) -> ServingProblem:
+def _problem(cluster: Any, **extra: Any) -> ServingProblem:
     workload = ServingWorkload.model_validate(
         {
             "kind": "serving",
@@ -58,6 +58,7 @@ def _problem(cluster: Any) -> ServingProblem:
             "output_tokens": 128,
             "slo": {"ttft_ms": 300, "tpot_ms": 30},
             "num_requests": 100,
+            **extra,
         }
     )
     return ServingProblem(model=presets.get_preset("llama3-8b"), cluster=cluster, workload=workload)
@@ -252,6 +253,25 @@ def test_keep_on_added_nodes_restarts_the_new_replicas_only() -> None:
     bytes_ = 4 * 2 * LLAMA3_8B_PARAMETERS
     assert fig.restart.seconds == pytest.approx(120 + bytes_ / (DGX_H100_NVME_GB_S * 1e9))
     assert fig.lost_requests == pytest.approx(fig.goodput_during_rps * fig.restart.seconds)
+
+
+def test_min_gpus_keeps_the_fewest_replicas_that_carry_the_rate() -> None:
+    """For min_gpus a router unit is one replica: n replicas carry n × one's goodput, so
+    100 requests/s need ceil(100 / one replica's goodput) of them."""
+    problem = _problem(_cluster(2, unavailable=4), objective="min_gpus", arrival_rate_rps=100.0)
+    surviving = R.surviving_replicas(COLOCATED, _cluster(2), [0, 1, 2, 3], problem.cluster, "bf16")
+    rates = R.RestartRates.of(problem.cluster, INFO)
+    keep, reason, _ = R.keep_plan(problem, COST_MODEL, COLOCATED, surviving, rates)
+    assert reason is None and keep is not None and keep.metrics is not None
+    engine = problem.with_engine("vllm", None)
+    cost = InstanceCosts(engine, COST_MODEL).of(COLOCATED.instances[0])
+    one = goodput_colocated(
+        request_stream(engine.workload), cost, 1, 256, 2048, engine.slo, rel_tol=GOODPUT_REL_TOL
+    ).goodput_rps
+    need = -(-100.0 // one)
+    assert 1 <= need < 4  # the case tests something: fewer than the 4 that fit
+    assert keep.plan.instances[0].count == need
+    assert keep.metrics.goodput_rps == pytest.approx(need * one, rel=1e-12)
 
 
 def test_keep_needs_room_for_one_replica() -> None:
