@@ -231,6 +231,7 @@ def objective_search(
             progress=progress,
             should_stop=should_stop,
         )
+    started = time.perf_counter()
     cluster = problem.cluster
     sizes = search_sizes(cluster)
     deadline = time.monotonic() + constraints.time_limit_s
@@ -299,6 +300,7 @@ def objective_search(
         )
     best = min((g.lead.estimate.metrics.step_time_s for g in kept), default=None)
     stats.best_step_time_s = best
+    stats.wall_time_s = time.perf_counter() - started
     return _ranked(kept, objective, cluster.num_gpus, stats)
 
 

@@ -155,6 +155,7 @@ def test_min_cost_leaves_gpus_idle_when_that_is_cheaper() -> None:
     ranked = [p.estimate.metrics.cost_per_million_tokens for p in cheapest.plans]
     assert ranked == sorted(ranked)
     assert "idle" in cheapest.plans[0].explanation
+    assert cheapest.stats.wall_time_s > 0  # the time of all the sizes' searches
 
 
 def test_min_gpus_is_the_smallest_size_reaching_the_target() -> None:
