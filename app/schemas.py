@@ -992,7 +992,7 @@ class ParetoPublic(_Public):
 
 # ---- re-plan after a cluster change (issue 16, point 4) --------------------------------------
 class ReplanRequest(_Body):
-    """What changed in the cluster a stored training plan runs on."""
+    """What changed in the cluster a stored training or serving plan runs on."""
 
     lost_nodes: int | list[Annotated[int, Field(ge=0, le=MAX_TOTAL_GPUS)]] | None = Field(
         default=None
@@ -1008,10 +1008,17 @@ class ReplanRequest(_Body):
     top_k: int | None = Field(default=None, ge=1)
     """Plans kept, count; null: the original search's top_k."""
     restart_overhead_s: float = Field(default=120.0, ge=0, le=86_400)
-    """Relaunch time of the job (scheduler, process start, NCCL set-up), seconds: an
-    assumption to set from your own restarts."""
+    """Relaunch time of the job (scheduler, process start, NCCL set-up), or of one serving
+    engine instance before its weights load (process start, CUDA graph capture), seconds:
+    an assumption to set from your own restarts."""
     storage_read_gb_s: float = Field(default=10.0, gt=0, le=100_000)
-    """Checkpoint read rate per node, GB/s: an assumption to set from your storage."""
+    """Checkpoint read rate per node, GB/s: an assumption to set from your storage (serving
+    weights load at it when neither `weights_read_gb_s` nor the catalog gives a rate)."""
+    weights_read_gb_s: float | None = Field(default=None, gt=0, le=100_000)
+    """Serving plans: the read rate per node of the engine weights a restarted instance
+    loads, GB/s; null: the node's local NVMe rate from the catalog
+    (`host_link.nvme_bandwidth_gb_s`), else `storage_read_gb_s`. Either is capped by the
+    catalog's host link per GPU loading, where it has one."""
 
     @model_validator(mode="after")
     def _says_what_changed(self) -> ReplanRequest:

@@ -15,8 +15,9 @@ silently.
 Two more sections compare published relative figures with the analytical model's: pipeline
 schedules (Qi et al. 2024, zero-bubble vs 1F1B throughput and memory ratios and bubble rates;
 `bench/published_schedules.py`; `--schedules` prints it alone) and context parallelism at long
-context (NeMo's with-CP / without-CP speedups; `bench/published_context_parallel.py`;
-`--context-parallel` prints it alone).
+context (NeMo's with-CP / without-CP speedups, `bench/published_context_parallel.py`, and the
+USP report's ring vs Ulysses vs hybrid throughput ratios, `bench/published_cp_variants.py`;
+`--context-parallel` prints them alone).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import published_context_parallel, published_schedules  # noqa: E402
+from bench import (  # noqa: E402
+    published_context_parallel,
+    published_cp_variants,
+    published_schedules,
+)
 from bench.loso import HeldOut, Sample, fit_sigma, leave_one_source_out  # noqa: E402
 from bench.published_runs import Case, load_cases  # noqa: E402
 from cost_models.analytical.training.context import straggler_z  # noqa: E402
@@ -286,7 +291,8 @@ def main() -> None:
     parser.add_argument(
         "--context-parallel",
         action="store_true",
-        help="print only the published long-context CP speedups (analytical model)",
+        help="print only the published long-context CP comparisons: speedups over no CP and "
+        "ring vs Ulysses vs hybrid ratios (analytical model)",
     )
     args = parser.parse_args()
     if args.schedules or args.context_parallel:
@@ -298,9 +304,13 @@ def main() -> None:
                 print(published_schedules.report(sched_rows))
         if args.context_parallel:
             cp_rows = published_context_parallel.compare()
+            variants = published_cp_variants.compare()
             out["context_parallel"] = published_context_parallel.summary(cp_rows)
+            out["context_parallel_variants"] = published_cp_variants.summary(variants)
             if not args.json:
                 print(published_context_parallel.report(cp_rows))
+                print()
+                print(published_cp_variants.report(variants))
         if args.json:
             print(json.dumps(out, indent=2))
         return
@@ -324,6 +334,9 @@ def main() -> None:
                     "schedules": published_schedules.summary(published_schedules.compare()),
                     "context_parallel": published_context_parallel.summary(
                         published_context_parallel.compare()
+                    ),
+                    "context_parallel_variants": published_cp_variants.summary(
+                        published_cp_variants.compare()
                     ),
                 },
                 indent=2,
@@ -396,6 +409,8 @@ def main() -> None:
     print(published_schedules.report())
     print()
     print(published_context_parallel.report())
+    print()
+    print(published_cp_variants.report())
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ p2p`); the with-CP side fixes the published degrees, the rest (micro-batch size,
 recomputation) is the planner's, as NeMo's tuned recipes were NeMo's. Nothing is fitted.
 A side with no feasible plan is reported as such, never dropped.
 
-Only CP against no CP is compared: no published text table of ring vs Ulysses vs hybrid
-throughput was found (the data file lists what was looked for, under `sources_not_found`).
+Only CP against no CP is compared here; ring vs Ulysses vs hybrid (the USP report's Tables
+5-7) is compared in `bench/published_cp_variants.py`.
 """
 
 from __future__ import annotations

@@ -110,6 +110,12 @@ def setup_gpus(plan: TrainingPlan, tensor: int) -> int:
     return tensor * p.context * p.data * p.pipeline
 
 
+def plan_pools(plan: TrainingPlan) -> set[str]:
+    """The pools (or node groups) a plan's stages and data shares name; empty for a plan
+    of a homogeneous cluster."""
+    return set(plan.stage_groups or ()) | {share.group for share in plan.data_shares or ()}
+
+
 def pool_names(
     cluster: ResolvedCluster, names: list[str], field: str = "plan.stage_groups.{}"
 ) -> list[str]:

@@ -36,9 +36,17 @@ powers of two and N). A size's plans are priced on the first GPUs of the cluster
 - `min_gpus`: sizes are searched from the smallest; the plans reaching the target rank by
   GPUs, so once k of them are found no larger size can rank before them.
 
-A mixed cluster's search already leaves pools idle where that is faster
-(`solver.search.mixed`); the idle-GPU objectives are for homogeneous clusters for now
-(rule `objective-mixed-cluster`).
+**Mixed clusters.** The sizes are every pool alone at each of its sizes (`candidate_sizes`
+of the pool's nodes), searched by the homogeneous search on the pool's first GPUs and
+carried onto the cluster as plans with every stage on that pool (`stage_groups`, priced by
+`cost_models.mixed.evaluate_mixed`: the same estimate), so the argument above holds per
+(pool, size); and, last, the plans across pools (a pipeline over several pools, data
+shares on several): the mixed search's (`run`) top-k by step time, kept where they use two
+pools or more. Those are the fastest cross-pool plans, ranked by the objective among
+themselves and the rest, not every cross-pool plan (their GPU counts differ, so the
+objective is no constant multiple of the step time among them): their explanation says so.
+For `min_gpus` they are searched only when the pools alone give fewer than k plans that
+reach the target.
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ from collections.abc import Callable, Sequence
 from typing import get_args
 
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
-from cost_models.economics import energy_floor_j
-from cost_models.mixed import pool_problem
+from cost_models.economics import energy_floor_j, with_economics
+from cost_models.mixed import evaluate_mixed, plan_pools, pool_problem
+from hardware_catalog.schema import ResolvedCluster
 from solver.base import RankedPlan, SearchResult, SearchStats
 from solver.search.branch_and_bound import search
 from specs.constraints import Objective, SearchConstraints
@@ -88,16 +97,6 @@ def check_objective(problem: TrainingProblem, objective: str) -> None:
     if objective == "max_throughput":
         return
     cluster = problem.cluster
-    if not cluster.is_homogeneous:
-        raise SpecError(
-            "objective",
-            "objective-mixed-cluster",
-            objective,
-            f"objective {objective} leaves GPUs idle on a cluster of one kind of node; this "
-            f"cluster mixes {', '.join(cluster.pools())} (a mixed search already leaves "
-            "pools idle where that is faster: use max_throughput)",
-        )
-    group = cluster.groups[0]
     workload = problem.workload
     if objective == "min_cost":
         missing = [
@@ -114,13 +113,15 @@ def check_objective(problem: TrainingProblem, objective: str) -> None:
                 f"{cluster.groups[missing[0]].accelerator.id}; give price_per_gpu_hour on "
                 "the node group",
             )
-    if objective == "min_energy" and group.accelerator.tdp_w is None:
+    no_tdp = [i for i, g in enumerate(cluster.groups) if g.accelerator.tdp_w is None]
+    if objective == "min_energy" and no_tdp:
+        accelerator = cluster.groups[no_tdp[0]].accelerator.id
         raise SpecError(
-            "cluster.node_groups.0.accelerator",
+            f"cluster.node_groups.{no_tdp[0]}.accelerator",
             "a sourced TDP, required by objective min_energy",
-            group.accelerator.id,
+            accelerator,
             f"objective min_energy needs the accelerator's board power; the catalog has no "
-            f"TDP for {group.accelerator.id}",
+            f"TDP for {accelerator}",
         )
     if objective == "min_time_to_train" and workload.train_tokens is None:
         raise SpecError(
@@ -163,14 +164,43 @@ class _Group:
     lead: RankedPlan
     folded: list[RankedPlan]
     size: int
+    pool: str | None = None
+    """The pool a mixed cluster's size is on; `CROSS_POOLS` for plans across pools."""
 
 
-def _groups(result: SearchResult, size: int) -> list[_Group]:
+CROSS_POOLS = "*"
+"""The `_Group.pool` of plans across the pools of a mixed cluster."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Size:
+    """One sub-cluster the objective search runs on: `gpus` GPUs of `pool` (None: a
+    homogeneous cluster's first GPUs; `CROSS_POOLS`: the whole mixed cluster)."""
+
+    gpus: int
+    pool: str | None = None
+
+
+def search_sizes(cluster: ResolvedCluster) -> list[_Size]:
+    """The sizes of the module docstring, by GPUs ascending (a mixed cluster's plans across
+    pools last)."""
+    if cluster.is_homogeneous:
+        return [_Size(n) for n in candidate_sizes(cluster.gpus_per_node, cluster.num_nodes)]
+    sizes = [
+        _Size(n, name)
+        for name, pool in cluster.pools().items()
+        for n in candidate_sizes(pool.gpus_per_node, pool.num_nodes)
+    ]
+    sizes.sort(key=lambda size: size.gpus)  # stable: pools in order on a tie
+    return [*sizes, _Size(cluster.num_gpus, CROSS_POOLS)]
+
+
+def _groups(result: SearchResult, size: int, pool: str | None = None) -> list[_Group]:
     groups: list[_Group] = []
     by_rank: dict[int, _Group] = {}
     for ranked in result.ranked(include_dominated=True):
         if ranked.dominated_by is None:
-            group = _Group(ranked, [], size)
+            group = _Group(ranked, [], size, pool)
             groups.append(group)
             by_rank[ranked.rank] = group
         else:
@@ -201,8 +231,9 @@ def objective_search(
             progress=progress,
             should_stop=should_stop,
         )
+    started = time.perf_counter()
     cluster = problem.cluster
-    sizes = candidate_sizes(cluster.gpus_per_node, cluster.num_nodes)
+    sizes = search_sizes(cluster)
     deadline = time.monotonic() + constraints.time_limit_s
     stats = SearchStats()
     found: list[_Group] = []
@@ -216,16 +247,40 @@ def objective_search(
         if remaining <= 0:
             stats.status = "time_limit"
             break
-        sub = problem if size == cluster.num_gpus else pool_problem(problem, cluster, size)
+        if size.pool == CROSS_POOLS and objective == "min_gpus" and len(found) >= top_k:
+            break
         limited = constraints.model_copy(update={"time_limit_s": remaining})
 
         def size_progress(d: int, total: int, base: int = done) -> None:
             if progress is not None:
                 progress(base + d, base + total)
 
-        groups, size_stats = _search_size(
-            sub, cost_model, limited, objective, top_k, run, size_progress, should_stop
-        )
+        if size.pool == CROSS_POOLS:
+            result = run(
+                problem,
+                cost_model,
+                limited,
+                top_k=top_k,
+                progress=size_progress,
+                should_stop=should_stop,
+            )
+            groups = [g for g in _groups(result, size.gpus, CROSS_POOLS) if _across_pools(g)]
+            size_stats = result.stats
+        elif size.pool is None:
+            sub = (
+                problem
+                if size.gpus == cluster.num_gpus
+                else pool_problem(problem, cluster, size.gpus)
+            )
+            groups, size_stats = _search_size(
+                sub, cost_model, limited, objective, top_k, run, size_progress, should_stop
+            )
+        else:
+            sub = pool_problem(problem, cluster.pools()[size.pool], size.gpus)
+            groups, size_stats = _search_size(
+                sub, cost_model, limited, objective, top_k, search, size_progress, should_stop
+            )
+            groups = [_on_pool(problem, cost_model, g, size.pool) for g in groups]
         stats.merge(size_stats)
         done += size_stats.enumerated
         if objective == "min_gpus":
@@ -245,6 +300,7 @@ def objective_search(
         )
     best = min((g.lead.estimate.metrics.step_time_s for g in kept), default=None)
     stats.best_step_time_s = best
+    stats.wall_time_s = time.perf_counter() - started
     return _ranked(kept, objective, cluster.num_gpus, stats)
 
 
@@ -278,6 +334,34 @@ def _search_size(
             result.stats.status = "time_limit"  # the size's list is not proven
             return groups, result.stats
         k = min(4 * k, MAX_DEEPENING)
+
+
+def _across_pools(group: _Group) -> bool:
+    return len(plan_pools(group.lead.estimate.plan)) > 1
+
+
+def _on_pool(
+    problem: TrainingProblem, cost_model: TrainingCostModel, group: _Group, pool: str
+) -> _Group:
+    """A pool size's plans carried onto the mixed cluster: every stage on `pool`, priced
+    by `evaluate_mixed` (the pool's homogeneous estimate) with the cluster's economics."""
+
+    def carried(ranked: RankedPlan) -> RankedPlan:
+        est = onto_pool(problem, cost_model, ranked.estimate, pool)
+        return dataclasses.replace(ranked, estimate=est)
+
+    return _Group(carried(group.lead), [carried(f) for f in group.folded], group.size, pool)
+
+
+def onto_pool(
+    problem: TrainingProblem, cost_model: TrainingCostModel, est: TrainingEstimate, pool: str
+) -> TrainingEstimate:
+    """A plan priced on some GPUs of one pool of a mixed cluster (`pool_problem`) as a plan
+    of the whole cluster: every stage on `pool` (`evaluate_mixed`: the same estimate), with
+    the cluster's economics."""
+    plan = est.plan
+    on_pool = plan.model_copy(update={"stage_groups": [pool] * plan.parallelism.pipeline})
+    return with_economics(problem, evaluate_mixed(cost_model, problem, on_pool))
 
 
 def _energy_proven(problem: TrainingProblem, groups: Sequence[_Group], top_k: int) -> bool:
@@ -320,6 +404,8 @@ def _why(objective: str, group: _Group, cluster_gpus: int) -> str:
     """The objective's figure for a plan, and the GPUs it leaves idle."""
     m = group.lead.estimate.metrics
     idle = cluster_gpus - group.size
+    if group.pool == CROSS_POOLS:
+        idle = cluster_gpus - int(m.gpus_used or group.size)
     if objective == "min_cost":
         figure = f"{m.cost_per_million_tokens:.4g} per million tokens"
     elif objective == "min_energy":
@@ -329,6 +415,11 @@ def _why(objective: str, group: _Group, cluster_gpus: int) -> str:
     else:
         figure = f"{group.size} GPUs reach {m.tokens_per_s:,.0f} tokens/s"
     text = f"{objective}: {figure}"
-    if idle > 0:
-        text += f", on {group.size} of the {cluster_gpus} GPUs ({idle} idle)"
+    if group.pool == CROSS_POOLS:
+        text += " across pools (ranked among the fastest plans across pools, not every one of them)"
+        if idle > 0:
+            text += f", {idle} of the {cluster_gpus} GPUs idle"
+    elif idle > 0:
+        where = f" (pool {group.pool})" if group.pool is not None else ""
+        text += f", on {group.size} of the {cluster_gpus} GPUs{where} ({idle} idle)"
     return text + ". "

@@ -328,12 +328,14 @@ class TrainingPlan(Spec):
 
     @model_validator(mode="after")
     def _vocab_on_one_kind(self) -> TrainingPlan:
-        """Vocabulary parallelism is priced on one kind of hardware (not with stage_groups
-        or data_shares; reported at `plan.vocab_parallel`)."""
-        if self.vocab_parallel and (self.stage_groups or self.data_shares):
+        """Vocabulary parallelism is priced on one kind of hardware: with stage_groups all
+        on one group (a pool's plan on a mixed cluster), never across groups or with
+        data_shares (reported at `plan.vocab_parallel`)."""
+        across = self.stage_groups is not None and len(set(self.stage_groups)) > 1
+        if self.vocab_parallel and (across or self.data_shares):
             raise ValueError(
-                "vocab_parallel with stage_groups or data_shares is not priced: give one or "
-                "the other"
+                "vocab_parallel with stage_groups on several groups or with data_shares is "
+                "not priced: give one or the other"
             )
         return self
 

@@ -610,6 +610,24 @@ class ServingPlan(Spec):
         return sum(i.num_gpus for i in self.instances)
 
 
+class ServingRestartRole(Spec):
+    """What one instance of a re-planned serving plan keeps and restarts."""
+
+    role: InstanceRole
+    """The instance's role."""
+    kept: int = Field(ge=0)
+    """Replicas that keep running (count)."""
+    restarted: int = Field(ge=0)
+    """Replicas started anew (count)."""
+    gpus_per_instance: int = Field(ge=1)
+    """GPUs of one replica (count)."""
+    weight_bytes_per_instance: float = Field(ge=0)
+    """Weights one restarted replica loads: parameters × bytes per weight of its format
+    (routed experts once, other weights once per attention replica), bytes."""
+    weight_bytes_per_gpu: float = Field(ge=0)
+    """Weights one GPU of a restarted replica loads (the replica's over its GPUs), bytes."""
+
+
 class ServingMetrics(Spec):
     """What a serving plan achieves (latencies at `arrival_rate_rps`)."""
 
@@ -664,6 +682,38 @@ class ServingMetrics(Spec):
     price_per_hour: float | None = Field(default=None, ge=0)
     """What the plan's GPUs cost per hour, in the currency of the node groups'
     `price_per_gpu_hour` (null when no group the plan uses has a price)."""
+    goodput_rps_before: float | None = Field(default=None, ge=0)
+    """Re-planned plans (`POST /v1/plans/{id}/replan`): the goodput of the plan re-planned,
+    on the cluster before the change, requests/s (`solver/serving/replan.py`); null
+    otherwise."""
+    restart_instances: int | None = Field(default=None, ge=0)
+    """Re-planned plans: engine instances (replicas) started anew, count."""
+    restart_gpus: int | None = Field(default=None, ge=0)
+    """Re-planned plans: GPUs of the instances started anew, count."""
+    restart_kept_instances: int | None = Field(default=None, ge=0)
+    """Re-planned plans: instances of the old plan that keep running (same layout, all
+    their GPUs alive), count."""
+    restart_reload_bytes: float | None = Field(default=None, ge=0)
+    """Re-planned plans: weights the restarted instances load from storage, bytes."""
+    restart_peer_bytes: float | None = Field(default=None, ge=0)
+    """Re-planned plans: bytes fetched from surviving GPUs (0: engines load their weights
+    from storage)."""
+    restart_s: float | None = Field(default=None, ge=0)
+    """Re-planned plans: relaunch overhead + the weight load, seconds (0 when nothing
+    restarts)."""
+    restart_goodput_rps: float | None = Field(default=None, ge=0)
+    """Re-planned plans: goodput while the restarted instances load (the kept instances
+    alone), requests/s."""
+    restart_lost_requests: float | None = Field(default=None, ge=0)
+    """Re-planned plans: (goodput_rps − restart_goodput_rps) × restart_s, requests."""
+    restart_roles: list[ServingRestartRole] | None = None
+    """Re-planned plans: per instance of the plan, what it keeps and restarts."""
+    replan_keep: bool | None = None
+    """Re-planned plans: true for the plan keeping the old plan's instance layouts with
+    re-fitted counts (`stats.replan.keep`)."""
+    break_even_s: float | None = None
+    """Re-planned plans: seconds after the change from which this plan has served more
+    requests than the keep plan; null when it never does (or for keep itself)."""
 
 
 __all__ = [
@@ -678,6 +728,7 @@ __all__ = [
     "ServingObjective",
     "ServingParallelism",
     "ServingPlan",
+    "ServingRestartRole",
     "ServingSLO",
     "ServingWorkload",
     "WeightFormat",

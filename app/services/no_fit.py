@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cost_models.base import TrainingCostModel, TrainingProblem
@@ -127,20 +127,19 @@ def nodes_suggestion(
         return None
     group = cluster.groups[0]
     least = min_gpus_by_memory(problem)
-    nodes = max(group.num_nodes + 1, math.ceil(least / group.gpus_per_node))
-    for _ in range(NODE_TRIES):
-        quick = budget.constraints(constraints, offload=OffloadConstraints(mode="never"))
-        if quick is None:
-            return None
-        bigger = cluster.model_copy(
-            update={"groups": [group.model_copy(update={"num_nodes": nodes})]}
-        )
-        trial = dataclasses.replace(problem, cluster=bigger)
-        found = _plan_summary(run(trial, cost_model, quick, top_k=1))
-        if found is not None:
-            return {"num_nodes": nodes, "min_gpus_by_memory": least, **found}
-        nodes *= 2
-    return None
+    first = max(group.num_nodes + 1, math.ceil(least / group.gpus_per_node))
+
+    def trials() -> Iterator[tuple[dict[str, Any], TrainingProblem]]:
+        for nodes in (first * 2**i for i in range(NODE_TRIES)):
+            bigger = cluster.model_copy(
+                update={"groups": [group.model_copy(update={"num_nodes": nodes})]}
+            )
+            yield (
+                {"num_nodes": nodes, "min_gpus_by_memory": least},
+                dataclasses.replace(problem, cluster=bigger),
+            )
+
+    return _first_fit(run, trials(), cost_model, constraints, budget)
 
 
 def sequence_suggestion(
@@ -153,17 +152,33 @@ def sequence_suggestion(
     """The longest halved sequence length that fits without offload, or None."""
     if min_gpus_by_memory(problem) > problem.num_gpus:
         return None  # the states alone do not fit: no sequence length helps
-    seq = problem.workload.sequence_length // 2
-    while seq >= MIN_SEQUENCE_LENGTH:
+
+    def trials() -> Iterator[tuple[dict[str, Any], TrainingProblem]]:
+        seq = problem.workload.sequence_length // 2
+        while seq >= MIN_SEQUENCE_LENGTH:
+            workload = problem.workload.model_copy(update={"sequence_length": seq})
+            yield {"sequence_length": seq}, dataclasses.replace(problem, workload=workload)
+            seq //= 2
+
+    return _first_fit(run, trials(), cost_model, constraints, budget)
+
+
+def _first_fit(
+    run: Search,
+    trials: Iterator[tuple[dict[str, Any], TrainingProblem]],
+    cost_model: TrainingCostModel,
+    constraints: SearchConstraints,
+    budget: Budget,
+) -> dict[str, Any] | None:
+    """The first trial problem on which a search without offload finds a plan: what the
+    trial changes and that plan's summary; None when none does within the budget."""
+    for change, trial in trials:
         quick = budget.constraints(constraints, offload=OffloadConstraints(mode="never"))
         if quick is None:
             return None
-        workload = problem.workload.model_copy(update={"sequence_length": seq})
-        trial = dataclasses.replace(problem, workload=workload)
         found = _plan_summary(run(trial, cost_model, quick, top_k=1))
         if found is not None:
-            return {"sequence_length": seq, **found}
-        seq //= 2
+            return {**change, **found}
     return None
 
 

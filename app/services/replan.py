@@ -1,7 +1,8 @@
-"""`POST /v1/plans/{id}/replan`: a stored training plan's search, asked again on the cluster
-as it is now (lost nodes or GPUs, added node groups), stored as a search of its own whose
-problem remembers the plan it re-plans; `run_problem` then prices every plan's restart
-(`solver.replan.annotate`)."""
+"""`POST /v1/plans/{id}/replan`: a stored plan's search, asked again on the cluster as it is
+now (lost nodes or GPUs, added node groups), stored as a search of its own whose problem
+remembers the plan it re-plans; `run_problem` then prices every plan's restart
+(`solver.replan.annotate` for training, `solver.serving.replan.annotate` for serving, which
+also ranks the plan keeping the old instance layouts with re-fitted counts)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,11 @@ def prepare_replan(
         "restart_overhead_s": body.restart_overhead_s,
         "storage_read_gb_s": body.storage_read_gb_s,
     }
+    if (search.problem.get("workload") or {}).get("kind") == "serving":
+        # where the old plan's instances ran, and what it served (`solver.serving.replan`)
+        problem["replan"]["cluster"] = search.problem["cluster"]
+        problem["replan"]["goodput_rps"] = (plan.metrics or {}).get("goodput_rps")
+        problem["replan"]["weights_read_gb_s"] = body.weights_read_gb_s
     request = dict(prepared.request)
     return PreparedSearch(
         request=request,

@@ -23,6 +23,7 @@ from cost_models.serving.base import ServingCostModel
 from cost_models.serving.engines import DEFAULT_ENGINE, build_engine
 from cost_models.serving.registry import build_serving_cost_model, list_serving_cost_models
 from hardware_catalog.schema import ResolvedCluster
+from solver.serving import replan as serving_replan
 from solver.serving.diverse import fold as fold_serving
 from solver.serving.evaluate import InstanceCosts, ServingEstimate, ServingProblem, evaluate_plan
 from solver.serving.mix import mixed_serving_search
@@ -256,6 +257,8 @@ def run_problem(
         progress=progress,
         should_stop=should_stop,
     )
+    if problem.get("replan") is not None:  # POST /v1/plans/{id}/replan of a serving plan
+        result = serving_replan.annotate(result, serving, cost_model, problem["replan"])
     stats = result.stats.to_dict()
     stats.setdefault("wall_time_s", time.perf_counter() - started)
     plans = [_plan_dict(p) for p in result.plans]
@@ -263,7 +266,8 @@ def run_problem(
     # (`solver.serving.diverse`; `dominated_by`: the dominator's rank in this list)
     folds = fold_serving([(p.estimate.plan, p.estimate.metrics) for p in result.plans])
     for entry, folded in zip(plans, folds, strict=True):
-        if folded.dominated_by is not None:
+        keep = bool((entry["metrics"] or {}).get("replan_keep"))  # a re-plan's baseline shows
+        if folded.dominated_by is not None and not keep:
             entry["dominated_by"] = plans[folded.dominated_by]["rank"]
             entry["dominated_reason"] = folded.reason
     if not plans and not should_stop():

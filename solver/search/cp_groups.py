@@ -47,7 +47,7 @@ bound of each of them).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from cost_models.base import TrainingCostModel, TrainingProblem
 from solver.base import SearchStats, SolveStatus
@@ -81,26 +81,139 @@ def splits_capable(cost_model: TrainingCostModel) -> bool:
     return callable(getattr(cost_model, "context_free_profile_key", None))
 
 
+def families_capable(cost_model: TrainingCostModel) -> bool:
+    """Whether the cost model bounds a whole family of candidates (`FamilyEntry`)."""
+    return callable(getattr(cost_model, "relaxed_step_lower_bound_s", None))
+
+
 def screen_grouped(
     problem: TrainingProblem,
     cost_model: TrainingCostModel,
     blocks: Iterable[Block],
     stats: SearchStats,
     monitor: Monitor,
+    *,
+    families: bool = False,
 ) -> list[Any]:
     """`steps.screen_light` with the context-parallel variants of each candidate of the
     blocks without a fixed split and with context > 1 folded into group entries (module
     docstring); the other blocks are screened as before. The memory group bound (states
-    only: the same for every variant) prunes a whole group."""
+    only: the same for every variant) prunes a whole group. With `families` (a cost model
+    that `families_capable`) those blocks are queued as one family entry per degree tuple
+    instead, grouped when the family reaches the front (`expand_family`)."""
     plain: list[Block] = []
+    grouped: list[Block] = []
+    for blk in blocks:
+        if blk.base.context <= 1 or blk.base.stage_layers:
+            plain.append(blk)
+        else:
+            grouped.append(blk)
+    out: list[Any] = screen_light(problem, cost_model, plain, stats, monitor)
+    if not families:
+        out.extend(_group_entries(problem, cost_model, grouped, stats, monitor, 0.0))
+        return out
+    by_degrees: dict[PlanKey, list[Block]] = {}
+    for blk in grouped:
+        family = _family_key(blk.base)
+        members = by_degrees.get(family)
+        if members is None:
+            by_degrees[family] = [blk]
+        else:
+            members.append(blk)
+    for family, fam_blocks in by_degrees.items():
+        entry = _family_entry(problem, cost_model, family, fam_blocks)
+        if entry is not None:
+            stats.enumerated += entry[2]
+            out.append(entry)
+    return out
+
+
+FamilyEntry = tuple[float, PlanKey, int, None, None, tuple[Block, ...]]
+"""(bound, the family's key, its candidates, -, -, its blocks): the queue's family form
+(length 6). A family is every candidate of the grouped blocks of one degree tuple (data,
+tensor, pipeline, context, expert, expert-tensor): every algorithm, micro-batch size,
+virtual pipeline, schedule, ZeRO stage, offload, recompute mode, framework and vocabulary
+layout. Its bound is the least of the cost model's `relaxed_step_lower_bound_s` over the
+(micro-batch size, framework, vocabulary layout) its blocks hold, a lower bound of each
+member's context-free bound and so of its step time; its key sorts before every member's
+(virtual pipeline 0 where every member has at least 1) and differs from every other
+family's (the degrees). So a family leaves the queue unexpanded only when every member
+would have (the group argument of the module docstring, one level up), and when it is
+expanded its groups are queued with at least its bound."""
+
+
+def _family_key(base: PlanKey) -> PlanKey:
+    """The key a family is queued under (`FamilyEntry`): its degrees, virtual pipeline 0."""
+    return PlanKey(
+        data=base.data,
+        tensor=base.tensor,
+        pipeline=base.pipeline,
+        virtual_pipeline=0,
+        context=base.context,
+        expert=base.expert,
+        expert_tensor=base.expert_tensor,
+    )
+
+
+def _family_entry(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    family: PlanKey,
+    blocks: list[Block],
+) -> FamilyEntry | None:
+    """The family entry of `blocks` (one degree tuple), or None when they hold no
+    candidate."""
+    relaxed = cast(Any, cost_model).relaxed_step_lower_bound_s
+    size = sum(blk.size for blk in blocks)
+    if not size:
+        return None
+    probes: set[tuple[int, str, bool]] = set()
+    for blk in blocks:
+        vocab = blk.base.vocab_parallel
+        for slot in blk.slots:
+            mbs = slot.inner.micro_batch_size
+            for framework in slot.frameworks:
+                probes.add((mbs, framework, vocab))
+    base = blocks[0].base
+    bound = min(
+        relaxed(
+            problem,
+            base._replace(micro_batch_size=mbs, framework=framework, vocab_parallel=vocab),
+        )
+        for mbs, framework, vocab in probes
+    )
+    return (bound * (1.0 - BOUND_SAFETY), family, size, None, None, tuple(blocks))
+
+
+def expand_family(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    entry: FamilyEntry,
+    stats: SearchStats,
+    monitor: Monitor,
+) -> list[Any]:
+    """A family's group and single entries (`screen_grouped` without families), each
+    queued with at least the family's bound; its candidates are already enumerated."""
+    return _group_entries(problem, cost_model, entry[5], stats, monitor, entry[0], counted=True)
+
+
+def _group_entries(
+    problem: TrainingProblem,
+    cost_model: TrainingCostModel,
+    blocks: Iterable[Block],
+    stats: SearchStats,
+    monitor: Monitor,
+    floor: float,
+    *,
+    counted: bool = False,
+) -> list[Any]:
+    """The group entries of grouped blocks (module docstring), each bound at least
+    `floor`; the candidates are added to `stats.enumerated` unless `counted`."""
     # variants keyed by their fields but the algorithm and head degree (`_CP`, `_CP + 1` in
     # `PlanKey`'s field order)
     grouped: dict[tuple[Any, ...], list[PlanKey]] = {}
     sizes = 0
     for blk in blocks:
-        if blk.base.context <= 1 or blk.base.stage_layers:
-            plain.append(blk)
-            continue
         for slot in blk.slots:
             keys = block_keys(blk, slot)
             sizes += len(keys)
@@ -111,7 +224,7 @@ def screen_grouped(
                     grouped[prefix] = [key]
                 else:
                     members.append(key)
-    out: list[Any] = screen_light(problem, cost_model, plain, stats, monitor)
+    out: list[Any] = []
     cm: Any = cost_model
     group_bound = cm.group_memory_lower_bound_bytes
     free_bound = cm.context_free_step_lower_bound_s
@@ -145,10 +258,12 @@ def screen_grouped(
             memory_bound += len(members)
             continue
         if len(members) == 1:
-            out.append((free_bound(problem, members[0]) * slack, members[0]))
+            out.append((max(free_bound(problem, members[0]) * slack, floor), members[0]))
             continue
-        out.append((free_bound(problem, canon) * slack, min(members), None, None, tuple(members)))
-    stats.enumerated += sizes
+        bound = max(free_bound(problem, canon) * slack, floor)
+        out.append((bound, min(members), None, None, tuple(members)))
+    if not counted:
+        stats.enumerated += sizes
     if memory_bound:
         stats.add_pruned("memory_bound", memory_bound)
     monitor.done += memory_bound
@@ -157,7 +272,10 @@ def screen_grouped(
 
 def entry_size(entry: tuple[Any, ...]) -> int:
     """Candidates one queue entry stands for."""
-    return len(entry[4]) if len(entry) == 5 else 1
+    size = len(entry)
+    if size == 6:
+        return int(entry[2])
+    return len(entry[4]) if size == 5 else 1
 
 
 def refine_group(

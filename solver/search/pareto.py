@@ -113,16 +113,24 @@ def pareto_front(
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     solver: PartitionSolver | None = None,
+    seed: Sequence[TrainingEstimate] = (),
+    carry: Callable[[int, TrainingEstimate], TrainingEstimate] | None = None,
 ) -> ParetoResult:
-    """The exact front over the candidates of every problem in `sizes` (module docstring)."""
+    """The exact front over the candidates of every problem in `sizes` (module docstring)
+    and the priced plans of `seed` (taken first; they prune like any plan found).
+    `carry(i, estimate)` restates a plan of `sizes[i]` before it joins the front (a pool's
+    plan as a plan of the mixed cluster): its five figures must not change."""
     solver = solver or default_solver()
     stats = SearchStats()
     total = sum(total_candidates(p, constraints) for p in sizes)
     monitor = Monitor(constraints.time_limit_s, progress, should_stop, total)
     front = _Front()
+    for est in seed:
+        front.add(est)
     try:
-        for problem in sorted(sizes, key=lambda p: p.num_gpus):
-            _one_size(problem, cost_model, constraints, front, solver, stats, monitor)
+        for i, problem in sorted(enumerate(sizes), key=lambda item: item[1].num_gpus):
+            restate = (lambda est, i=i: carry(i, est)) if carry is not None else None
+            _one_size(problem, cost_model, constraints, front, solver, stats, monitor, restate)
     except Stopped as stop:
         stats.status = "time_limit" if stop.status == "time_limit" else "cancelled"
         stats.add_pruned("not_reached", max(0, monitor.total - monitor.done))
@@ -141,6 +149,7 @@ def _one_size(
     solver: PartitionSolver,
     stats: SearchStats,
     monitor: Monitor,
+    restate: Callable[[TrainingEstimate], TrainingEstimate] | None = None,
 ) -> None:
     items = screen(problem, cost_model, constraints, stats, monitor, memory_bound=True)
     items.sort(key=lambda item: (item.step_lower_bound_s, item.key))
@@ -176,4 +185,4 @@ def _one_size(
             continue
         if model_share_s is None:
             model_share_s = est.metrics.mfu * est.metrics.step_time_s
-        front.add(est)
+        front.add(restate(est) if restate is not None else est)

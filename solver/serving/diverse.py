@@ -50,7 +50,10 @@ _LOWER = (
     "gpus_used",
     "price_per_hour",
     "preemptions",
+    "restart_lost_requests",
 )
+"""(`restart_lost_requests`: re-planned plans only, so that a plan that keeps running is not
+folded under one that must restart first.)"""
 _HIGHER = ("throughput_tokens_per_s", "goodput_rps", "goodput_rps_per_gpu", "slo_attainment")
 _SHOWN = {
     "ttft_ms_p90": "TTFT p90",

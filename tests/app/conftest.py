@@ -76,7 +76,7 @@ FAULT_SERVER_ENV = {
 }
 """The shared fault server: one search worker, two runs per search, progress every 0.1 s,
 and request work bounded at 1 s (the fault tests' expert placements take about 0.2 s in a
-warm worker, their heavy serving estimate about 5 s)."""
+warm worker, their heavy capacity question 5 s or more)."""
 
 
 class FaultServers:

@@ -114,3 +114,31 @@ def test_an_estimate_reports_days_to_train_and_energy(client: Any) -> None:
     assert m["gpus_used"] == 4
     # 4.916 $/GPU-hour: the catalog's H100 default (no price in the request)
     assert m["price_per_gpu_hour"] == pytest.approx(4.916)
+
+
+def test_min_cost_on_a_mixed_cluster_over_http_runs_on_one_pool_and_exports(client: Any) -> None:
+    body = _body("min_cost")
+    body["cluster"] = {
+        "node_groups": [
+            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
+            {
+                "accelerator": "a100-80gb",
+                "num_nodes": 1,
+                "gpus_per_node": 4,
+                "price_per_gpu_hour": 0.5,
+            },
+        ]
+    }
+    plans = _plans(client, body)
+    costs = [p["metrics"]["cost_per_million_tokens"] for p in plans]
+    assert costs == sorted(costs)
+    top = plans[0]
+    # at a sixth of the price per hour, the A100 pool is cheaper per token
+    assert set(top["stage_groups"]) == {"a100-80gb"}
+    m = top["metrics"]
+    assert m["price_per_gpu_hour"] == 0.5
+    expected = m["gpus_used"] * 0.5 / 3600 * m["step_time_s"] / (16 * 512) * 1e6
+    assert m["cost_per_million_tokens"] == pytest.approx(expected, rel=1e-9)
+    assert "pool a100-80gb" in top["explanation"]
+    exported = client.get(f"/v1/plans/{top['id']}/export/megatron")
+    assert exported.status_code == 200, exported.json()

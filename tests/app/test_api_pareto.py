@@ -32,12 +32,11 @@ def _beats(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True)) and a != b
 
 
-def test_the_front_of_a_search_over_http(client: Any) -> None:
+def _search_and_front(client: Any, cluster: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A min_cost search of the tiny model on `cluster` and its front document."""
     body = {
         "model": dict(TINY_MODEL),
-        "cluster": {
-            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]
-        },
+        "cluster": cluster,
         "workload": {"kind": "training", "global_batch_size": 16, "sequence_length": 2048},
         "objective": "min_cost",
         "top_k": 5,
@@ -46,7 +45,19 @@ def test_the_front_of_a_search_over_http(client: Any) -> None:
     assert search["status"] == "succeeded", search
     response = client.get(f"/v1/searches/{search['id']}/pareto")
     assert response.status_code == 200, response.text
-    front = response.json()
+    return search["id"], response.json()
+
+
+def _mutually_non_dominated(vectors: list[tuple[float, ...]]) -> None:
+    for i, a in enumerate(vectors):
+        assert not any(_beats(b, a) for j, b in enumerate(vectors) if j != i)
+
+
+def test_the_front_of_a_search_over_http(client: Any) -> None:
+    search_id, front = _search_and_front(
+        client, {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]}
+    )
+    search = {"id": search_id}
     assert front["figures"] == FIGURES and front["complete"] is True
     plans = front["plans"]
     assert plans
@@ -78,3 +89,38 @@ def test_a_serving_search_or_an_unknown_one_has_no_front(client: Any) -> None:
     response = client.get(f"/v1/searches/{search['id']}/pareto")
     assert response.status_code == 409, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_the_front_of_a_mixed_cluster_search_covers_each_pool_and_the_plans_across(
+    client: Any,
+) -> None:
+    search_id, front = _search_and_front(
+        client,
+        {
+            "node_groups": [
+                {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
+                {
+                    "accelerator": "a100-80gb",
+                    "num_nodes": 1,
+                    "gpus_per_node": 4,
+                    "price_per_gpu_hour": 0.5,
+                },
+            ]
+        },
+    )
+    search = {"id": search_id}
+    assert front["complete"] is True
+    vectors = [_vector(p["metrics"]) for p in front["plans"]]
+    _mutually_non_dominated(vectors)
+    # every plan names the pools it runs on; both pools hold front plans
+    pools = [set(p["plan"]["stage_groups"] or [s["group"] for s in p["plan"]["data_shares"]])
+             for p in front["plans"]]  # fmt: skip
+    assert all(pools) and {"h100-sxm", "a100-80gb"} <= set().union(*pools)
+    # none of the search's ranked plans (pools alone and across) beats a front plan, and the
+    # cheapest of them is on the front with its id
+    ranked = client.get(f"/v1/searches/{search['id']}/plans?include_dominated=true").json()["items"]
+    for p in ranked:
+        assert not any(_beats(_vector(p["metrics"]), v) for v in vectors)
+    cheapest = ranked[0]
+    ids = {p["id"] for p in front["plans"]}
+    assert cheapest["id"] in ids

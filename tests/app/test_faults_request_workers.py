@@ -1,6 +1,6 @@
 """Solver work of requests runs in request workers: the API process neither computes nor
-keeps the memory of expert placements, answers are those of the solver, and a serving
-estimate past its time bound answers a 504 problem while `/v1/health` stays fast."""
+keeps the memory of expert placements, answers are those of the solver, and a request past
+its time bound (a capacity question) answers a 504 problem while `/v1/health` stays fast."""
 
 from __future__ import annotations
 
@@ -66,26 +66,29 @@ def test_request_solver_work_runs_in_bounded_workers(fault_server: Any) -> None:
         assert rss_mb(api.pid) - rss_before < 3.0, (rss_before, rss_mb(api.pid))
 
 
-def _heavy_estimate() -> dict[str, Any]:
-    """A serving estimate of about 5 s on 2 cores (4096 output tokens, a TPOT SLO that needs
-    7 goodput simulations), five times the fault server's 1 s request bound."""
-    body = serving_estimate_body(8)
-    body["workload"]["output_tokens"] = 4096
-    body["workload"]["slo"]["tpot_ms"] = 25
-    return body
+def _heavy_question() -> dict[str, Any]:
+    """A capacity question five times or more the fault server's 1 s request bound: an
+    exact search of Qwen3-235B-A22B at each of 1 to 16 H100 nodes (6.5 s in a thread on 2
+    cores, 2.7 s up to 8 nodes). Serving estimates no longer make one: the largest the
+    service accepts (5,000 requests) take 1.0-1.7 s since their simulations are reused."""
+    return {
+        "model": {"preset": "qwen3-235b-a22b"},
+        "node_types": [{"accelerator": "h100-sxm", "num_nodes": 16}],
+        "workload": {"kind": "training", "global_batch_size": 1024, "sequence_length": 4096},
+    }
 
 
-def test_a_serving_estimate_past_its_bound_answers_504_while_health_stays_fast(
+def test_a_request_past_its_bound_answers_504_while_health_stays_fast(
     fault_server: Any,
 ) -> None:
     with fault_server.client() as client:
-        # a serving estimate past its bound: a 504 problem; health answers meanwhile
+        # a question past its bound: a 504 problem; health answers meanwhile
         answer: dict[str, Any] = {}
 
         def heavy() -> None:
             with httpx.Client(base_url=fault_server.url, timeout=120) as c:
                 started = time.perf_counter()
-                answer["r"] = c.post("/v1/estimate", json=_heavy_estimate())
+                answer["r"] = c.post("/v1/capacity", json=_heavy_question())
                 answer["s"] = time.perf_counter() - started
 
         thread = threading.Thread(target=heavy)
@@ -96,7 +99,7 @@ def test_a_serving_estimate_past_its_bound_answers_504_while_health_stays_fast(
             assert client.get("/v1/health").status_code == 200
             latencies.append(time.perf_counter() - started)
             time.sleep(0.05)
-        body = assert_problem(answer["r"], 504, path="/v1/estimate")
+        body = assert_problem(answer["r"], 504, path="/v1/capacity")
         assert body["type"].endswith("/solver-timeout")
         assert body["time_limit_s"] == 1.0
         # the bound counts from when a worker takes the job (a fresh worker warms up first)

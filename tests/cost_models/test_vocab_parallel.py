@@ -5,6 +5,8 @@ reports (hypothesis)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from cm_support import make_cluster, make_h100
 from hypothesis import HealthCheck, given, settings
@@ -304,3 +306,41 @@ def test_bounds_below_evaluated(case: tuple[TrainingProblem, PlanKey, list[int]]
     p, v = key.pipeline, key.virtual_pipeline
     assert profile.num_microbatches * balanced_lower_bound(profile, p, v) <= step * (1 + 1e-12)
     assert memory_lower_bound_bytes(profile, p, v) <= peak * (1 + 1e-9)
+
+
+def test_vocab_parallel_on_one_pool_of_a_mixed_cluster_prices_as_on_that_pool() -> None:
+    """A pool's plan on a mixed cluster names its pool on every stage (`stage_groups`);
+    vocabulary parallelism is allowed there and priced as on the pool alone, but refused on
+    stages across groups and with data shares."""
+    from hardware_catalog import resolve_cluster
+    from solver.estimate import estimate_plan
+    from specs.cluster import ClusterSpec
+
+    plan = _plan(True)
+    pp = plan.parallelism.pipeline
+    mixed = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                    {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 8},
+                ]
+            }
+        )
+    )
+    alone = resolve_cluster(
+        ClusterSpec.model_validate(
+            {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8}]}
+        )
+    )
+    problem = _problem()
+    cm = AnalyticalTrainingCostModel()
+    on_pool = TrainingPlan.model_validate({**plan.model_dump(), "stage_groups": ["h100-sxm"] * pp})
+    on_mixed = estimate_plan(dataclasses.replace(problem, cluster=mixed), cm, on_pool)
+    by_itself = estimate_plan(dataclasses.replace(problem, cluster=alone), cm, plan)
+    assert on_mixed.metrics.step_time_s == pytest.approx(by_itself.metrics.step_time_s, rel=1e-12)
+    assert on_mixed.memory.peak_gib == pytest.approx(by_itself.memory.peak_gib, rel=1e-12)
+    with pytest.raises(ValueError, match="several groups or with data_shares"):
+        TrainingPlan.model_validate(
+            {**plan.model_dump(), "stage_groups": ["h100-sxm"] * (pp - 1) + ["a100-80gb"]}
+        )

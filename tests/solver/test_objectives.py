@@ -5,6 +5,7 @@ searches on clusters of each size (independent of `solver.objectives`' merging).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -154,6 +155,7 @@ def test_min_cost_leaves_gpus_idle_when_that_is_cheaper() -> None:
     ranked = [p.estimate.metrics.cost_per_million_tokens for p in cheapest.plans]
     assert ranked == sorted(ranked)
     assert "idle" in cheapest.plans[0].explanation
+    assert cheapest.stats.wall_time_s > 0  # the time of all the sizes' searches
 
 
 def test_min_gpus_is_the_smallest_size_reaching_the_target() -> None:
@@ -237,3 +239,119 @@ def test_min_cost_without_any_price_names_the_node_group_field() -> None:
     assert info.value.field == "cluster.node_groups.0.price_per_gpu_hour"
     check_objective(problem, "min_energy")  # l40s has a sourced TDP
     assert math.isfinite(get_accelerator("l40s").tdp_w or math.nan)
+
+
+# ---- mixed clusters ----------------------------------------------------------------------
+
+A100_PRICE = 1.5
+"""A request price for the A100 nodes (the catalog has none for a100-80gb)."""
+
+
+def _mixed_problem(**workload: float) -> TrainingProblem:
+    """One node of 8 H100 (catalog price) and one of 8 A100 at `A100_PRICE` per GPU-hour."""
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 8},
+                    {
+                        "accelerator": "a100-80gb",
+                        "num_nodes": 1,
+                        "gpus_per_node": 8,
+                        "price_per_gpu_hour": A100_PRICE,
+                    },
+                ]
+            }
+        )
+    )
+    return TrainingProblem(
+        model=tiny_model(num_layers=8, hidden=2048, heads=16, kv=8, ffn=8192),
+        cluster=cluster,
+        workload=TrainingWorkload(global_batch_size=64, sequence_length=2048, **workload),
+    )
+
+
+def _pool_best(accelerator: str, objective_value) -> dict[int, float]:
+    """Each size of one 8-GPU node of `accelerator` (1, 2, 4, 8 GPUs), searched for
+    throughput on a cluster of exactly that size, specified on its own."""
+    out = {}
+    for gpus in candidate_sizes(8, 1):
+        result = search(
+            _problem(1, gpus, accelerator=accelerator),
+            ANALYTICAL,
+            CONSTRAINTS,
+            top_k=1,
+            solver=PartitionSolver(),
+        )
+        if result.plans:
+            out[gpus] = objective_value(result.plans[0].estimate.metrics, accelerator)
+    return out
+
+
+def _cost(m, accelerator: str) -> float:
+    """Cost per million tokens worked from the step time: GPUs × price × step / tokens."""
+    price = A100_PRICE if accelerator == "a100-80gb" else 4.916
+    return m.gpus_used * price / 3600 * m.step_time_s / (64 * 2048) * 1e6
+
+
+def test_min_cost_on_a_mixed_cluster_takes_the_cheaper_pool_and_leaves_the_rest_idle() -> None:
+    from solver import mixed_search
+
+    problem = _mixed_problem()
+    result = objective_search(
+        problem, ANALYTICAL, CONSTRAINTS, objective="min_cost", top_k=3, run=mixed_search
+    )
+    fastest = mixed_search(problem, ANALYTICAL, CONSTRAINTS, top_k=1)
+    # independent: each pool's sizes searched on clusters of their own, priced by hand
+    by_pool = {a: _pool_best(a, _cost) for a in ("h100-sxm", "a100-80gb")}
+    cheapest = min((c, a, g) for a, costs in by_pool.items() for g, c in costs.items())
+    top = result.plans[0].estimate
+    assert top.metrics.cost_per_million_tokens == pytest.approx(cheapest[0], rel=1e-6)
+    assert set(top.plan.stage_groups or ()) == {cheapest[1]}
+    assert top.metrics.gpus_used == cheapest[2]
+    # not the max-throughput answer, and cheaper than it
+    assert top.metrics.cost_per_million_tokens < (
+        fastest.plans[0].estimate.metrics.cost_per_million_tokens
+    )
+    ranked = [p.estimate.metrics.cost_per_million_tokens for p in result.plans]
+    assert ranked == sorted(ranked)
+    assert f"(pool {cheapest[1]})" in result.plans[0].explanation
+
+
+def test_min_gpus_on_a_mixed_cluster_is_the_smallest_pool_size_reaching_the_target() -> None:
+    from solver import mixed_search
+
+    speeds = {a: _pool_best(a, lambda m, _a: m.tokens_per_s) for a in ("h100-sxm", "a100-80gb")}
+    # a target the 4-GPU H100 size reaches but the 4-GPU A100 size and both 2-GPU sizes do not
+    target = max(speeds["a100-80gb"][4], speeds["h100-sxm"][2]) * 1.001
+    assert speeds["h100-sxm"][4] >= target
+    result = objective_search(
+        _mixed_problem(target_tokens_per_s=target),
+        ANALYTICAL,
+        CONSTRAINTS,
+        objective="min_gpus",
+        top_k=1,
+        run=mixed_search,
+    )
+    top = result.plans[0].estimate
+    assert top.metrics.gpus_used == 4 and set(top.plan.stage_groups or ()) == {"h100-sxm"}
+    assert top.metrics.tokens_per_s >= target
+
+
+def test_min_energy_on_a_mixed_cluster_needs_every_pool_tdp() -> None:
+    problem = _mixed_problem()
+    check_objective(problem, "min_energy")  # both have a sourced TDP
+    cluster = resolve_cluster(
+        ClusterSpec.model_validate(
+            {
+                "node_groups": [
+                    {"accelerator": "h100-sxm", "num_nodes": 1},
+                    {"accelerator": "l40s", "num_nodes": 1, "gpus_per_node": 8},
+                ]
+            }
+        )
+    )
+    check_objective(dataclasses.replace(problem, cluster=cluster), "min_energy")
+    with pytest.raises(SpecError) as info:
+        check_objective(dataclasses.replace(problem, cluster=cluster), "min_cost")
+    assert info.value.field == "cluster.node_groups.1.price_per_gpu_hour"

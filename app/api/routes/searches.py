@@ -631,7 +631,7 @@ def _sse(event: str | None, data: str | None = None, event_id: str | None = None
     status_code=status.HTTP_202_ACCEPTED,
     responses={
         201: {"model": SearchPublic, "description": "finished within ?wait"},
-        409: {"description": "the plan is a serving plan"},
+        409: {"description": "the plan's search has not finished"},
         429: {"description": "rate limit or the tenant's active-search quota (Retry-After)"},
         503: {"description": "the search queue is full (Retry-After)"},
     },
@@ -648,14 +648,25 @@ async def replan_plan(
         float, Query(description="Seconds to block for the result (0..max_wait_s).")
     ] = 0.0,
 ) -> dict[str, Any]:
-    """Re-plan a stored training plan after its cluster changed (lost nodes or GPUs, added
-    node groups): a new search of the same model and workload on the cluster as it is now.
+    """Re-plan a stored plan after its cluster changed (lost nodes or GPUs, added node
+    groups): a new search of the same model and workload on the cluster as it is now.
 
-    Every plan it ranks carries its restart cost (`metrics.restart_peer_bytes`,
+    Training: every plan it ranks carries its restart cost (`metrics.restart_peer_bytes`,
     `restart_reload_bytes`, `restart_s`: the state to reshard from surviving GPUs and to
     reload from the checkpoint, `solver/replan.py`) and `break_even_s` against the best plan
-    keeping the old plan's degrees (`stats.replan.keep`); the search links the plan it
-    re-plans (`stats.replan.replan_of`) and its plans export like any other."""
+    keeping the old plan's degrees (`stats.replan.keep`).
+
+    Serving: the plans are ranked with the plan keeping the old instance layouts, their
+    counts re-fitted to the GPUs left (`metrics.replan_keep`, `stats.replan.keep`), and
+    each carries which instances keep running and which restart (`restart_instances`,
+    `restart_gpus`, `restart_kept_instances`, `restart_roles`: weight bytes per restarted
+    instance and per GPU), the weights to load and the time it takes (`restart_reload_bytes`,
+    `restart_s`), the goodput while it restarts and the requests lost (`restart_goodput_rps`,
+    `restart_lost_requests`), the goodput before (`goodput_rps_before`) and `break_even_s`
+    against keep (`solver/serving/replan.py`).
+
+    The search links the plan it re-plans (`stats.replan.replan_of`) and its plans export
+    like any other. A plan of a search that has not finished is a 409."""
     _check_wait(wait, settings)
     tenant = principal.tenant
 
@@ -665,10 +676,10 @@ async def replan_plan(
             if plan is None:
                 raise NotFound(f"no plan with id {plan_id!r}", id=plan_id)
             search = _load(session, plan.search_id, tenant)
-            if (search.problem.get("workload") or {}).get("kind") == "serving":
+            if search.status not in TERMINAL_STATUSES:
                 raise Conflict(
-                    f"plan {plan_id} is a serving plan: re-plan a serving deployment with a "
-                    "new search on the changed cluster (its instance counts follow)",
+                    f"plan {plan_id} belongs to search {search.id}, which is {search.status}: "
+                    "re-plan a plan of a finished search",
                     id=plan_id,
                 )
             prepared = prepare_replan(plan, search, body, settings, session, tenant=tenant)
@@ -712,15 +723,17 @@ async def read_search_pareto(
     recomputed from the stored problem in a request worker within the search's time limit
     (at most `max_search_time_limit_s` and three quarters of `request_timeout_s`; a front
     cut short answers with `complete` false); plans the search kept among its ranked plans
-    carry their id. A serving search, or one not finished, is a 409."""
+    carry their id. On a mixed cluster the front is exact over each pool alone (at every
+    size the objective covers) and holds, of the plans across pools, those the search
+    stored. A serving search, or one not finished, is a 409."""
 
-    def load() -> tuple[SearchRecord, dict[str, str]]:
+    def load() -> tuple[SearchRecord, dict[str, str], list[dict[str, Any]]]:
         record = _load(session, search_id, principal.tenant)
         rows, _ = crud.list_plans(session=session, search_id=search_id, limit=MAX_OFFSET)
         ids = {canonical_hash(row.plan): row.id for row in rows}
-        return record, ids
+        return record, ids, [dict(row.plan) for row in rows]
 
-    record, ids = await run_in_threadpool(load)
+    record, ids, stored = await run_in_threadpool(load)
     problem = dict(record.problem)
     if (problem.get("workload") or {}).get("kind") == "serving":
         raise Conflict(
@@ -736,7 +749,7 @@ async def read_search_pareto(
     budget = min(
         settings.max_search_time_limit_s, PARETO_TIMEOUT_SHARE * settings.request_timeout_s
     )
-    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget))
+    answer: dict[str, Any] = await run_in_worker(request, "pareto", (problem, budget, stored))
     for item in answer["plans"]:
         item["id"] = ids.get(canonical_hash(item["plan"]))
     stats = answer.pop("stats")

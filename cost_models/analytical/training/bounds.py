@@ -226,24 +226,8 @@ def context_free_step_lower_bound_s(
     (`_monotone_bound`) it is taken too. Plus the optimizer and gathers as there.
     Keys with a fixed split are not grouped (use `step_time_lower_bound_s`)."""
     pp, v, d = key.pipeline, key.virtual_pipeline, key.data
-    layer = (
-        key.tensor,
-        key.context,
-        key.micro_batch_size,
-        key.recompute,
-        key.sequence_parallel,
-        key.flash_attention,
-        key.expert,
-        key.expert_tensor,
-        key.framework,
-        NO_EXCHANGE,
-        1,
-    )
     vocab = key.vocab_parallel
-    terms = ctx.bound_terms.get((layer, d, pp, vocab))
-    if terms is None:
-        free = key._replace(context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1)
-        terms = _cached_terms(ctx, free, LayerShape.of(free))
+    terms = _no_exchange_terms(ctx, key, key.recompute)
     states = (
         key.tensor,
         d * key.context,
@@ -289,6 +273,62 @@ def context_free_step_lower_bound_s(
         sums = StageSums(forward, total - forward - terms.wgrad_s, terms.wgrad_s)
         sched = max(sched, schedule.lower_bound_s(m, pp, v, w_max, sums))
     return (sched + optimizer + gathers) * ctx.straggler + ctx.config.step_overhead_s
+
+
+def relaxed_step_lower_bound_s(ctx: ProblemContext, key: PlanKey) -> float:
+    """A step-time lower bound of every plan that shares `key`'s degrees (data, tensor,
+    pipeline, context, expert, expert-tensor), sequence parallelism, flash attention,
+    micro-batch size, framework and vocabulary parallelism, whatever its recompute mode,
+    virtual pipeline degree, schedule, ZeRO stage, offload, context-parallel algorithm,
+    head degree and split (the search queues such a family of candidates as one entry
+    until it reaches the front: `solver.search.cp_groups`).
+
+    It is `context_free_step_lower_bound_s` with everything those fields change taken at
+    its least: recompute `none` (under `NO_EXCHANGE` a layer's cost is its
+    recompute-independent core plus what the mode re-runs, `layer_costs.layer_cost`, so
+    every term of the bound — Σ layers, the largest and the smallest layer — is smallest
+    without recompute; the extras do not read the mode), no boundary transfers (≥ 0) and
+    one chunk per rank (v ≥ 1 smallest layers), the schedule's bound replaced by
+    m · max W (every schedule runs each rank's work once per micro-batch: `steps`), and no
+    optimizer step or gathers (≥ 0). Each is at most its value in the context-free bound of
+    any member, which is at most the member's step time."""
+    pp = key.pipeline
+    terms = _no_exchange_terms(ctx, key, "none")
+    if pp == 1:
+        w_max = terms.total_s
+    else:
+        w_max = max(
+            terms.total_s / pp,
+            terms.largest_layer_s + terms.every_s,
+            terms.larger_extra_s + terms.smallest_layer_s + terms.every_s,
+        )
+    return terms.microbatches * w_max * ctx.straggler + ctx.config.step_overhead_s
+
+
+def _no_exchange_terms(ctx: ProblemContext, key: PlanKey, recompute: str) -> BoundTerms:
+    """The bound terms of `key` with no context-parallel exchange (`NO_EXCHANGE`) under
+    `recompute`, through the cache (looked up with a plain tuple equal to the named
+    shape, built on a miss only)."""
+    layer = (
+        key.tensor,
+        key.context,
+        key.micro_batch_size,
+        recompute,
+        key.sequence_parallel,
+        key.flash_attention,
+        key.expert,
+        key.expert_tensor,
+        key.framework,
+        NO_EXCHANGE,
+        1,
+    )
+    terms = ctx.bound_terms.get((layer, key.data, key.pipeline, key.vocab_parallel))
+    if terms is None:
+        free = key._replace(
+            recompute=recompute, context_parallel_algorithm=NO_EXCHANGE, context_parallel_heads=1
+        )
+        terms = _cached_terms(ctx, free, LayerShape.of(free))
+    return terms
 
 
 def context_free_profile(ctx: ProblemContext, key: PlanKey) -> LayerProfile | None:

@@ -106,6 +106,12 @@ class AnalyticalTrainingCostModel:
             ctx, key if key.framework else ctx.resolve(key), work_floor_s
         )
 
+    def relaxed_step_lower_bound_s(self, problem: TrainingProblem, key: PlanKey) -> float:
+        """`bounds.relaxed_step_lower_bound_s`: a bound for every plan sharing `key`'s
+        degrees, micro-batch size, framework and vocabulary parallelism."""
+        ctx = self.context(problem)
+        return bounds.relaxed_step_lower_bound_s(ctx, key if key.framework else ctx.resolve(key))
+
     def context_free_profile_key(
         self, problem: TrainingProblem, key: PlanKey
     ) -> LayerProfile | None:
