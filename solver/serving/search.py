@@ -28,10 +28,15 @@ Objectives:
 Bounds. `capacity_upper_bound_rps` (`solver.serving.queueing`) bounds any goodput from above
 (the bisection never searches above it). Candidates are taken best bound first (a heap);
 once the best remaining bound is not above the k-th best score found, no later one can
-enter the top k and the search ends (`pruned.throughput_bound`). Before bisecting, a
-candidate is simulated once at the rate it would need to enter the top k; if it misses the
-SLO there, it cannot (`pruned.slo_threshold`; goodput is taken as monotone in the rate, as
-the bisection also assumes). For a disaggregated unit of a prefill and b decode instances the
+enter the top k and the search ends (`pruned.throughput_bound`). The units' goodput
+bisections are interleaved (`_lazy_goodput_search`): the unit on top of the heap takes one
+probe of its bisection (on the grid of `goodput.goodput_rps`) and goes back under the
+tighter of its bound and the score of the lowest grid rate seen to miss; it is ranked when
+its goodput is known exactly there. A unit's first probe aims at the rate it would need to
+beat the k-th best score known so far, and a unit whose upper bound falls below that score
+is dropped (`pruned.slo_threshold`; goodput is taken as monotone in the rate, as the
+bisection also assumes). (`BISECT_LAZILY = False`: each unit simulated once at the rate it
+would need to enter the top k, then bisected to its end.) For a disaggregated unit of a prefill and b decode instances the
 bound is min(prefill-pool bound, b · decode-phase bound) / GPUs. The prefill pool starts at
 its closed-form capacity (a × `prefill_rate_rps`); when the unit reaches the top of the heap
 the whole pool of a instances is simulated under the TTFT target alone (one-token requests
@@ -46,8 +51,10 @@ so the near-idle P90 bounds the loaded P90 from below (`pruned.latency_bound`), 
 whose requests alone miss the SLO is dropped (`pruned.slo_unattainable`). At a rate, a plan
 must meet the SLO there (`pruned.slo_at_rate`) and the rate must not exceed the plan's
 capacity bound, the cap of the goodput bisection (`pruned.capacity_at_rate`: above it the
-queue grows without end, whatever a finite stream shows); max batches a simulation never
-reached reuse its result (`solver_cache_hits`).
+queue grows without end, whatever a finite stream shows); a plan's simulation stops once
+its P90 is certain to exceed the k-th best latency found (`pruned.latency_at_rate`); max
+batches a simulation never reached, and token budgets it never met, reuse its result
+(`solver_cache_hits`).
 """
 
 from __future__ import annotations
