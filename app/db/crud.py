@@ -311,6 +311,13 @@ def finish_search(
     return final
 
 
+def store_pareto(*, session: Session, search_id: str, front: dict[str, Any]) -> bool:
+    """Keep a succeeded search's complete Pareto front (`SearchRecord.pareto`)."""
+    stored = _update(session, search_id, [SearchStatus.SUCCEEDED.value], pareto=front)
+    session.commit()
+    return stored
+
+
 def cancel_search(*, session: Session, search_id: str) -> bool:
     """queued/running → cancelled. False when the search has already finished."""
     changed = _update(

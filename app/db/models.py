@@ -95,6 +95,9 @@ class SearchRecord(SQLModel, table=True):
     progress_evaluated: int = Field(default=0, nullable=False)
     progress_total: int | None = Field(default=None, nullable=True)
     stats: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    pareto: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    """The search's Pareto front once computed completely (`GET /v1/searches/{id}/pareto`;
+    a finished search's space and plans no longer change, so it is computed once)."""
     error: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     """An RFC 9457 problem when the search failed."""
     created_at: datetime = Field(

@@ -124,3 +124,28 @@ def test_the_front_of_a_mixed_cluster_search_covers_each_pool_and_the_plans_acro
     cheapest = ranked[0]
     ids = {p["id"] for p in front["plans"]}
     assert cheapest["id"] in ids
+
+
+def test_a_complete_front_is_kept_with_the_search_and_answered_from_there(client: Any) -> None:
+    from sqlmodel import Session
+
+    from app.db.models import SearchRecord
+
+    search_id, front = _search_and_front(
+        client, {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4}]}
+    )
+    assert front["complete"] is True
+    engine = client.app.state.engine
+    with Session(engine) as session:
+        record = session.get(SearchRecord, search_id)
+        assert record is not None and record.pareto == front
+        # what is kept is what the next request answers (mark it to tell it from a new one)
+        record.pareto = {**front, "stats": {**front["stats"], "marker": 1}}
+        session.add(record)
+        session.commit()
+    again = client.get(f"/v1/searches/{search_id}/pareto")
+    assert again.status_code == 200
+    assert again.json()["stats"]["marker"] == 1
+    assert {k: v for k, v in again.json().items() if k != "stats"} == {
+        k: v for k, v in front.items() if k != "stats"
+    }

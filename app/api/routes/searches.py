@@ -720,10 +720,11 @@ async def read_search_pareto(
     space beats on throughput, GPUs used, cost per token, energy per token and peak memory.
 
     Exact over the search's space (every size its objective covers) when `complete`,
-    recomputed from the stored problem in a request worker within the search's time limit
+    computed from the stored problem in a request worker within the search's time limit
     (at most `max_search_time_limit_s` and three quarters of `request_timeout_s`; a front
-    cut short answers with `complete` false); plans the search kept among its ranked plans
-    carry their id. On a mixed cluster the front is exact over each pool alone (at every
+    cut short answers with `complete` false and is computed again on the next request); a
+    complete front is kept with the search and answered from there afterwards. Plans the
+    search kept among its ranked plans carry their id. On a mixed cluster the front is exact over each pool alone (at every
     size the objective covers) and holds, of the plans across pools, those the search
     stored. A serving search, or one not finished, is a 409."""
 
@@ -734,6 +735,8 @@ async def read_search_pareto(
         return record, ids, [dict(row.plan) for row in rows]
 
     record, ids, stored = await run_in_threadpool(load)
+    if record.pareto is not None:  # computed completely before: the space has not changed
+        return dict(record.pareto)
     problem = dict(record.problem)
     if (problem.get("workload") or {}).get("kind") == "serving":
         raise Conflict(
@@ -753,12 +756,19 @@ async def read_search_pareto(
     for item in answer["plans"]:
         item["id"] = ids.get(canonical_hash(item["plan"]))
     stats = answer.pop("stats")
-    return {
+    front = {
         "search_id": search_id,
         **answer,
         "complete": bool(stats.get("complete")),
         "stats": stats,
     }
+    if front["complete"]:
+
+        def keep() -> None:
+            crud.store_pareto(session=session, search_id=search_id, front=front)
+
+        await run_in_threadpool(keep)
+    return front
 
 
 @router.get(
