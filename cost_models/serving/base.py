@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from hardware_catalog.schema import ResolvedCluster
     from specs.model import ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
-class IterationBatch:
-    """One forward pass of one continuous-batching engine instance."""
+class IterationBatch(NamedTuple):
+    """One forward pass of one continuous-batching engine instance (a named tuple: the
+    simulator builds one per iteration)."""
 
     decode_seqs: int = 0  # sequences producing one token each
     decode_context_tokens: int = 0  # Σ of their context lengths (KV read once per step)

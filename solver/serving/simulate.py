@@ -336,10 +336,22 @@ def _first_boundary_at_or_after(t0: float, slope: float, d: float, k: int) -> in
     else:
         disc = b * b + 4.0 * a * d
         guess = (-b + math.sqrt(disc)) / (2.0 * a) if disc >= 0.0 else float(k)
-    j = min(max(math.ceil(guess) if math.isfinite(guess) else k, 1), k)
-    while j > 1 and _run_time(t0, slope, j - 1) >= d:
-        j -= 1
-    while j < k and _run_time(t0, slope, j) < d:
+    if math.isfinite(guess):
+        j = math.ceil(guess)
+        if j < 1:
+            j = 1
+        if j > k:
+            j = k
+    else:
+        j = k
+    # `_run_time(t0, slope, i)` inlined, the same operations (the router calls this once
+    # per engine and request)
+    while j > 1:
+        i = j - 1
+        if i * t0 + slope * (i * (i - 1) * 0.5) < d:
+            break
+        j = i
+    while j < k and j * t0 + slope * (j * (j - 1) * 0.5) < d:
         j += 1
     return j
 

@@ -8,6 +8,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from cost_models.serving.base import IterationBatch
 from solver.serving import (
@@ -349,3 +351,29 @@ def test_degenerate_costs_terminate() -> None:
     long = [Request(0.0, 2000, 2) for _ in range(60)]
     res = simulate_colocated(long, AffineCost(base=1e-3), 1, 8, 1)
     assert res.truncated and res.events == 200 * 60 + 100_000 + 1
+
+
+def _first_boundary_reference(t0: float, slope: float, d: float, k: int) -> int:
+    """The smallest j in 1..k whose run time reaches d (k if none), by enumeration."""
+    for j in range(1, k + 1):
+        if j * t0 + slope * (j * (j - 1) * 0.5) >= d:
+            return j
+    return k
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    t0=st.floats(1e-5, 1.0),
+    slope=st.floats(-1e-6, 1e-3),
+    d=st.floats(-1.0, 50.0),
+    k=st.integers(2, 400),
+)
+def test_the_first_boundary_of_a_run_is_found_by_enumeration_too(
+    t0: float, slope: float, d: float, k: int
+) -> None:
+    from solver.serving.simulate import _first_boundary_at_or_after
+
+    assume(t0 + slope * (k - 1) > 0)  # every iteration of the run takes time
+    assert _first_boundary_at_or_after(t0, slope, d, k) == _first_boundary_reference(
+        t0, slope, d, k
+    )
