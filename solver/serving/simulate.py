@@ -320,6 +320,11 @@ def budget_reusable(slack: int, chunk: int | None, other: int | None) -> bool:
     return o >= c or c - o < slack
 
 
+_batch = tuple.__new__
+"""Builds an `IterationBatch` from a ready tuple of its five fields in order, without the
+named tuple's keyword-argument `__new__` (the simulator builds one per iteration)."""
+
+
 def _run_time(t0: float, slope: float, j: int) -> float:
     """Duration of the first `j` iterations of a run with `t_i = t0 + slope·i`."""
     return j * t0 + slope * (j * (j - 1) * 0.5)
@@ -792,10 +797,10 @@ class _Engine:
             self.cur_chunks = chunks
             if self.separate:  # the decodes wait for this prompt-only iteration
                 self.cur_k = 0
-                t = self.time_fn(IterationBatch(0, 0, ptoks, pairs, len(chunks)))
+                t = self.time_fn(_batch(IterationBatch, (0, 0, ptoks, pairs, len(chunks))))
             else:
                 self.cur_k = 1 if n_dec else 0
-                t = self.time_fn(IterationBatch(n_dec, ctx0, ptoks, pairs, len(chunks)))
+                t = self.time_fn(_batch(IterationBatch, (n_dec, ctx0, ptoks, pairs, len(chunks))))
         else:
             self.cur_k = 1
             k = self.dec_heap[0][0] - steps
@@ -803,9 +808,10 @@ class _Engine:
                 k = min(k, self.block - self.block_pos)
             if self.paged:  # … and where its decodes fill the cache
                 k = min(k, max(1, (self.kv_cap - self.kv_in_use()) // n_dec))
-            t = self.time_fn(IterationBatch(n_dec, ctx0, 0, 0.0, 0))
+            t = self.time_fn(_batch(IterationBatch, (n_dec, ctx0, 0, 0.0, 0)))
             if k >= 2 and self.fast_forward:
-                t_last = self.time_fn(IterationBatch(n_dec, ctx0 + (k - 1) * n_dec, 0, 0.0, 0))
+                last = (n_dec, ctx0 + (k - 1) * n_dec, 0, 0.0, 0)
+                t_last = self.time_fn(_batch(IterationBatch, last))
                 if not 0.0 <= t_last < math.inf:
                     raise ValueError(f"iteration_time_s returned {t_last}")
                 self.is_run = True
