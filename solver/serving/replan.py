@@ -53,15 +53,17 @@ every maximal pair of a prefill and b decode replicas the GPUs hold (neither one
 nor one more decode replica fits), priced best capacity bound first
 (`solver.serving.queueing.capacity_upper_bound_disaggregated_rps` bounds any goodput of the
 pair from above) until the next bound is not above the best goodput found: the pair of most
-goodput, the fewest restarted GPUs on a tie. Priced on a cluster of one kind of node, for
-plans whose instances name no group.
+goodput, the fewest restarted GPUs on a tie; for `min_gpus` / `min_cost` with an arrival
+rate, the pair of fewest GPUs whose goodput carries the rate (every pair, fewest GPUs first;
+a pair whose capacity bound is below the rate is not priced). Priced on a cluster of one
+kind of node, for plans whose instances name no group.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cost_models.serving.analytical import BYTES_PER_WEIGHT
@@ -474,6 +476,13 @@ def keep_plan(
     def restarted_gpus(plan: ServingPlan) -> int:
         return restart_of(problem.model, plan, surviving, precision, rates).gpus
 
+    rate = problem.target_rate_rps
+    if problem.workload.objective in ("min_gpus", "min_cost") and rate is not None:
+        fewest = _fewest_pair_carrying(
+            problem, costs, old, (pre, dec), budget, bound, rate, stream, restarted_gpus
+        )
+        if fewest is not None:
+            return fewest, None, 0
     pairs.sort(key=bound, reverse=True)
     best: ServingEstimate | None = None
     priced = 0
@@ -499,6 +508,62 @@ def keep_plan(
     if best is None:
         return None, "no pair of the kept layouts' counts serves within the new cluster", remaining
     return best, None, remaining
+
+
+def _fewest_pair_carrying(
+    problem: ServingProblem,
+    costs: InstanceCosts,
+    old: ServingPlan,
+    layouts: tuple[ServingInstance, ServingInstance],
+    budget: int,
+    bound: Callable[[tuple[int, int]], float],
+    rate: float,
+    stream: list[Request],
+    restarted_gpus: Callable[[ServingPlan], int],
+) -> ServingEstimate | None:
+    """For `min_gpus` / `min_cost` with a rate: the disaggregated keep plan of the fewest
+    GPUs (on one pool: the cheapest too) whose goodput carries `rate`, over every pair of
+    counts within `budget` GPUs, fewest GPUs first; a pair whose capacity bound is below
+    the rate is not priced. Among pairs of equally many GPUs the most goodput, then the
+    fewest restarted GPUs. None when no pair carries the rate within `MAX_KEEP_PAIRS`
+    pricings (the caller then keeps as many as fit)."""
+    pre, dec = layouts
+    gp, gd = pre.parallelism.num_gpus, dec.parallelism.num_gpus
+    pairs = [
+        (a, b)
+        for a in range(1, (budget - gd) // gp + 1)
+        for b in range(1, (budget - a * gp) // gd + 1)
+    ]
+    pairs.sort(key=lambda pair: (pair[0] * gp + pair[1] * gd, -bound(pair)))
+    best: ServingEstimate | None = None
+    best_gpus = 0
+    priced = 0
+    for pair in pairs:
+        gpus = pair[0] * gp + pair[1] * gd
+        if best is not None and gpus > best_gpus:
+            break  # every later pair takes more GPUs
+        if bound(pair) < rate:
+            continue  # cannot carry the rate
+        if priced >= MAX_KEEP_PAIRS:
+            break
+        plan = old.model_copy(
+            update={"instances": [_with_count(pre, pair[0]), _with_count(dec, pair[1])]}
+        )
+        est = _priced(problem, costs, plan, stream)
+        priced += 1
+        if est is None or est.metrics is None or est.metrics.goodput_rps < rate:
+            continue
+        if (
+            best is None
+            or best.metrics is None
+            or est.metrics.goodput_rps > best.metrics.goodput_rps
+            or (
+                est.metrics.goodput_rps == best.metrics.goodput_rps
+                and restarted_gpus(est.plan) < restarted_gpus(best.plan)
+            )
+        ):
+            best, best_gpus = est, gpus
+    return best
 
 
 # ---- the figures of every re-planned plan ------------------------------------------------

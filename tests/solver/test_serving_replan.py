@@ -295,3 +295,41 @@ def test_lost_requests_and_break_even_against_keep() -> None:
     slower = R.Figures(restart, goodput_rps=7.0, goodput_during_rps=0.0)
     assert slower.metrics(12.0, keep, False)["break_even_s"] is None
     assert keep.metrics(12.0, keep, True)["break_even_s"] is None
+
+
+def test_min_gpus_keeps_the_disaggregated_pair_of_fewest_gpus_that_carries_the_rate() -> None:
+    """After the decode node fails, min_gpus at a rate one pair of replicas cannot carry:
+    the keep plan is the pair of fewest GPUs (then most goodput) among all pairs on the 4
+    GPUs left whose goodput reaches the rate, found here by brute force over every pair."""
+    pre, dec = DISAGGREGATED.instances
+    plain = _problem(_cluster(2, unavailable=4))
+
+    def goodput(a: int, b: int) -> float:
+        plan = DISAGGREGATED.model_copy(
+            update={
+                "instances": [
+                    pre.model_copy(update={"count": a}),
+                    dec.model_copy(update={"count": b}),
+                ]
+            }
+        )
+        return _evaluated(plain, plan).metrics.goodput_rps
+
+    brute = {(a, b): goodput(a, b) for a in range(1, 4) for b in range(1, 5 - a)}
+    # a rate just above what one prefill and one decode replica carry
+    rate = brute[(1, 1)] * 1.01
+    carrying = {pair: g for pair, g in brute.items() if g >= rate}
+    assert carrying, brute
+    fewest = min(sum(pair) for pair in carrying)
+    expected = max((p for p in carrying if sum(p) == fewest), key=lambda p: carrying[p])
+    problem = _problem(_cluster(2, unavailable=4), objective="min_gpus", arrival_rate_rps=rate)
+    surviving = R.surviving_replicas(
+        DISAGGREGATED, _cluster(2), [0, 1, 2, 3], problem.cluster, "bf16"
+    )
+    rates = R.RestartRates.of(problem.cluster, INFO)
+    keep, reason, _ = R.keep_plan(problem, COST_MODEL, DISAGGREGATED, surviving, rates)
+    assert reason is None and keep is not None and keep.metrics is not None
+    counts = (keep.plan.instance("prefill").count, keep.plan.instance("decode").count)
+    assert sum(counts) == fewest < 4  # fewer GPUs than the maximal pairs take
+    assert keep.metrics.goodput_rps == pytest.approx(brute[expected], rel=1e-12)
+    assert keep.metrics.goodput_rps >= rate
