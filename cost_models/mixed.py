@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from cost_models.analytical.schedule import pipeline_step
@@ -114,6 +115,14 @@ def plan_pools(plan: TrainingPlan) -> set[str]:
     """The pools (or node groups) a plan's stages and data shares name; empty for a plan
     of a homogeneous cluster."""
     return set(plan.stage_groups or ()) | {share.group for share in plan.data_shares or ()}
+
+
+def node_shapes(cluster: ResolvedCluster, pools: Sequence[str]) -> set[tuple[int, str]]:
+    """The (GPUs per node, vendor) of each named pool: one torchrun job runs as many
+    processes on every node, of one vendor, so a plan across pools launches as one job only
+    when this holds a single shape (`app.exports.base.plan_node_layout`)."""
+    by_name = cluster.pools()
+    return {(by_name[n].gpus_per_node, by_name[n].groups[0].accelerator.vendor) for n in pools}
 
 
 def pool_names(

@@ -46,6 +46,10 @@ with several causes names them all in its detail. The rules:
   cache (`SchedulerPolicy.kv_allocation`) preempted requests for cache space and prefilled
   them again (`metrics.preemptions` > 0): their work is done twice and their latency shows
   it; a smaller `max_batch_size` or more KV memory per instance avoids it.
+- `no_launcher` (training, mixed clusters): the plan is priced but no exported launcher
+  runs it as it is: uneven data shares across node groups, or stages on nodes of different
+  GPU counts or vendors (a node a failure left with some of its GPUs is one); its exports
+  answer 422 with the rule.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cost_models.mixed import pool_names
+from cost_models.mixed import node_shapes, pool_names
 from hardware_catalog.schema import AcceleratorSpec, ResolvedCluster
 from specs.cluster import ClusterSpec
 from specs.errors import PlannerError
@@ -655,11 +659,53 @@ def training_problem_warnings(
     return [w for w in found if w is not None]
 
 
+def training_no_launcher(
+    problem: TrainingProblem, estimate: TrainingEstimate
+) -> PlanWarning | None:
+    """`no_launcher` (module doc): a mixed-cluster plan no exported launcher runs as it
+    is: data-parallel replicas with uneven shares of the batch (`data_shares`), or stages on
+    pools whose nodes differ in GPU count or vendor (one torchrun job runs the same number
+    of processes on every node: `cost_models.mixed.node_shapes`). The export answers 422
+    with the rule; a partial node left by a failure is such a pool."""
+    plan = estimate.plan
+    if plan.data_shares:
+        return PlanWarning(
+            code="no_launcher",
+            detail=(
+                "the plan gives data-parallel replicas on different node groups uneven shares "
+                "of the batch; no exported launcher feeds each replica its own batch size, so "
+                "it is priced but does not launch as it is (export rule <format>.data-shares)"
+            ),
+        )
+    if not plan.stage_groups:
+        return None
+    try:
+        names = list(dict.fromkeys(pool_names(problem.cluster, plan.stage_groups)))
+    except PlannerError:
+        return None
+    shapes = node_shapes(problem.cluster, names)
+    if len(shapes) == 1:
+        return None
+    listed = ", ".join(f"{gpn} GPUs per node ({vendor})" for gpn, vendor in sorted(shapes))
+    return PlanWarning(
+        code="no_launcher",
+        detail=(
+            f"the plan's stages run on nodes of {listed}; one torchrun job runs the same "
+            "number of processes on every node of one vendor, so it is priced but does not "
+            "launch as it is (export rule <format>.node-size)"
+        ),
+    )
+
+
 def training_estimate_warnings(
     problem: TrainingProblem, estimate: TrainingEstimate
 ) -> list[PlanWarning]:
     """The training warnings that depend on the plan's estimate."""
-    found = (mfu_above_measured(problem, estimate), training_low_memory_headroom(estimate))
+    found = (
+        mfu_above_measured(problem, estimate),
+        training_low_memory_headroom(estimate),
+        training_no_launcher(problem, estimate),
+    )
     out = [w for w in found if w is not None]
     if not problem.cluster.is_homogeneous:
         used = _plan_accelerators(problem, estimate)

@@ -22,6 +22,7 @@ WarningCode = Literal[
     "scale_up_domain_beyond_system",
     "outside_validated_range",
     "kv_preemption",
+    "no_launcher",
 ]
 """The stable warning codes (README, "Warnings")."""
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cost_models.mixed import pool_names, stage_gpus
+from cost_models.mixed import node_shapes, pool_names, stage_gpus
 from hardware_catalog.schema import ResolvedCluster
 from specs.errors import PlannerError
 from specs.model import ModelSpec
@@ -297,9 +297,8 @@ def plan_node_layout(fmt: str, cluster: ResolvedCluster, plan: TrainingPlan) -> 
         f"stage_groups {plan.stage_groups} visits a node group twice; a launch gives each "
         "group one block of node ranks",
     )
-    shapes = {(pools[n].gpus_per_node, pools[n].groups[0].accelerator.vendor) for n in order}
     require(
-        len(shapes) == 1,
+        len(node_shapes(cluster, order)) == 1,
         fmt,
         f"{fmt}.node-size",
         "the plan's node groups differ in GPUs per node or vendor ("
