@@ -432,11 +432,16 @@ def _cross_pools_of(
 
 def _templates(top: TopK) -> list[TrainingPlan]:
     """Layouts worth sharing data over groups: the plans of one group kept so far (their
-    degrees, micro-batch, recompute, schedule), each once."""
+    degrees, micro-batch, recompute, schedule), each once; not a vocabulary-parallel one
+    (not priced with data shares: `TrainingPlan` refuses the pair)."""
     out: dict[str, TrainingPlan] = {}
     for est in top.estimates():
         plan = est.plan
-        if plan.data_shares is None and len(set(plan.stage_groups or [])) == 1:
+        if (
+            plan.data_shares is None
+            and len(set(plan.stage_groups or [])) == 1
+            and not plan.vocab_parallel
+        ):
             base = plan.model_copy(update={"stage_groups": None, "stage_layers": None})
             out.setdefault(base.model_dump_json(), base)
     return list(out.values())

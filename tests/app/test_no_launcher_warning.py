@@ -31,8 +31,7 @@ def test_a_partial_node_after_a_failure_warns_on_exactly_the_plans_that_do_not_e
     assert warned and len(warned) < len(plans), [p["warnings"] for p in plans]
     for plan in plans:
         codes = {
-            fmt: client.get(f"/v1/plans/{plan['id']}/export/{fmt}").status_code
-            for fmt in LAUNCHERS
+            fmt: client.get(f"/v1/plans/{plan['id']}/export/{fmt}").status_code for fmt in LAUNCHERS
         }
         if plan["id"] in warned:
             assert set(codes.values()) == {422}, (plan["parallelism"], codes)

@@ -265,3 +265,36 @@ def test_a_cost_model_without_keyed_methods_searches_mixed_clusters() -> None:
     assert [p.estimate.metrics.step_time_s for p in unkeyed.plans] == pytest.approx(
         [p.estimate.metrics.step_time_s for p in keyed.plans], rel=1e-12
     )
+
+
+def test_vocabulary_parallel_pool_plans_are_not_shared_out_as_data_shares() -> None:
+    """Llama-3-70B (untied embeddings) on 8 H100 + 8 A100 nodes: the H100 pool's best plans
+    are vocabulary-parallel, which is not priced with data shares. The search used to raise
+    building such a data-share plan; now those layouts are not shared out. Every plan it
+    returns is a valid plan, and none pairs vocabulary parallelism with shares or groups."""
+    from specs.presets import get_preset
+
+    problem = _problem(
+        [
+            {"accelerator": "h100-sxm", "num_nodes": 8, "name": "h100"},
+            {"accelerator": "a100-80gb", "num_nodes": 8, "name": "a100"},
+        ]
+    )
+    problem = TrainingProblem(
+        model=get_preset("llama3-70b"),
+        cluster=problem.cluster,
+        workload=TrainingWorkload(global_batch_size=512, sequence_length=4096),
+    )
+    result = mixed_search(problem, build_cost_model("analytical"), SearchConstraints(), top_k=10)
+    assert result.stats.complete and result.plans
+    pools_alone = mixed_search(
+        problem,
+        build_cost_model("analytical"),
+        SearchConstraints(fixed={"vocab_parallel": True}),
+        top_k=3,
+    )
+    assert pools_alone.plans  # vocabulary-parallel plans exist on a pool alone
+    for ranked in result.ranked(include_dominated=True) + pools_alone.plans:
+        plan = TrainingPlan.model_validate(ranked.estimate.plan.model_dump())
+        if plan.vocab_parallel:
+            assert plan.data_shares is None and len(set(plan.stage_groups or [])) <= 1
