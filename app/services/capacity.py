@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.schemas import CapacityRequest
 from app.services.planning import (
     InputError,
@@ -14,6 +16,7 @@ from app.services.planning import (
     build_cost_model,
     resolve_cluster,
     resolve_model,
+    validation_errors,
 )
 from cost_models.base import TrainingProblem
 from hardware_catalog.schema import ResolvedCluster
@@ -34,7 +37,20 @@ def _size_public(size: SizeAnswer) -> dict[str, Any]:
 def _resolve(group: NodeGroupSpec, index: int) -> ResolvedCluster:
     """The node type as a one-group cluster; a 422 names `node_types.<index>.<field>`."""
     try:
-        return resolve_cluster(ClusterSpec(node_groups=[group]))
+        spec = ClusterSpec(node_groups=[group])
+    except ValidationError as exc:  # the cluster's own bounds (at most MAX_TOTAL_GPUS GPUs)
+        errors = validation_errors(exc, f"node_types.{index}")
+        for error in errors:
+            error["field"] = error["field"].replace(
+                f"node_types.{index}.node_groups.0", f"node_types.{index}"
+            )
+            if error["field"] == f"node_types.{index}":  # the one group's size
+                error["field"] = f"node_types.{index}.num_nodes"
+                error["value"] = group.num_nodes
+
+        raise InputError(f"invalid node_types.{index}: {errors[0]['message']}", errors) from exc
+    try:
+        return resolve_cluster(spec)
     except PlannerError as exc:
         prefix = "cluster.node_groups.0"
         for error in exc.extensions.get("errors", []):

@@ -106,6 +106,11 @@ def test_nothing_fits_in_the_range_gives_the_nearest_size_that_does(client: Any)
             {"node_types": [{"accelerator": "warp-drive", "num_nodes": 2}]},
             "node_types.0.accelerator",
         ),
+        # more GPUs than any cluster may hold (was a 500 from the request worker)
+        (
+            {"node_types": [{"accelerator": "h100-sxm", "num_nodes": 1_000_000}]},
+            "node_types.0.num_nodes",
+        ),
     ],
 )
 def test_capacity_questions_it_cannot_answer_are_422_naming_the_field(
