@@ -659,6 +659,14 @@ class PlanPublic(_Public):
     """Training plans that offload (`plan.offload`): the fraction 0–1 of the saved
     activations kept in host memory and where the optimizer states and parameters live
     (`none`, `cpu`, `nvme`); null: nothing offloaded."""
+    context_parallel_algorithm: str | None = None
+    """Training plans: how the context-parallel ranks exchange K/V (`ring`, `ulysses`,
+    `all_gather`, `hybrid`; as `plan.context_parallel_algorithm`)."""
+    context_parallel_heads: int | None = None
+    """Training plans: the hybrid's head-parallel degree (1 otherwise)."""
+    vocab_parallel: bool | None = None
+    """Training plans: the embedding and LM head split over the pipeline stages
+    (`plan.vocab_parallel`)."""
     mode: Literal["colocated", "disaggregated"] | None = None
     """Serving plans: colocated or prefill/decode disaggregated."""
     instances: list[dict[str, Any]] | None = None

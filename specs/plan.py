@@ -297,7 +297,14 @@ class TrainingPlan(Spec):
     that can run the plan."""
     offload: Offload = Field(default_factory=Offload)
     """What the plan keeps off the GPU: a fraction of the saved activations, the optimizer
-    states and the parameters (`cpu` or `nvme`); default nothing."""
+    states and the parameters (`cpu` or `nvme`); default (or null, as plan listings show
+    it) nothing."""
+
+    @field_validator("offload", mode="before")
+    @classmethod
+    def _no_offload(cls, value: Any) -> Any:
+        """null is no offload (a plan as `GET /v1/plans/{id}` shows it posts back as is)."""
+        return Offload() if value is None else value
 
     @field_validator("framework", mode="before")
     @classmethod
