@@ -247,7 +247,16 @@ _TRAINING_PLAN_FIELDS = (
     "stage_layers",
     "flash_attention",
     "framework",
+    "context_parallel_algorithm",
+    "context_parallel_heads",
+    "stage_groups",
+    "stage_tensor",
+    "data_shares",
+    "vocab_parallel",
+    "offload",
 )
+"""Every field of a training plan (the service's `TrainingPlan`): a plan posted back prices
+as it was stored."""
 _SERVING_PLAN_FIELDS = ("mode", "instances")
 
 
@@ -270,6 +279,14 @@ class Plan(_Body):
     flash_attention: bool | None = None
     framework: str | None = None
     """The framework the plan was priced for (None from services that predate it)."""
+    context_parallel_algorithm: str | None = None
+    context_parallel_heads: int | None = None
+    stage_groups: list[str] | None = None
+    """Mixed clusters: the node group of every pipeline stage."""
+    stage_tensor: list[int] | None = None
+    data_shares: list[dict[str, Any]] | None = None
+    vocab_parallel: bool | None = None
+    offload: dict[str, Any] | None = None
     # serving plans
     mode: str | None = None
     instances: list[ServingInstance] | None = None

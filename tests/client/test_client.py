@@ -212,6 +212,23 @@ def test_a_stored_plan_is_priced_again_for_its_own_framework(mp: MeshplanClient)
     assert [(e.field, e.value) for e in bad.value.errors] == [("plan.framework", "x")]
 
 
+def test_a_stored_vocabulary_parallel_plan_is_priced_again_as_stored(mp: MeshplanClient) -> None:
+    """`plan_fields()` carries every plan field: the top Llama-3-70B plan on 64 H100 is
+    vocabulary-parallel, and without the field it re-priced 22 % slower."""
+    model = {"preset": "llama3-70b"}
+    cluster = {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]}
+    workload = {"kind": "training", "global_batch_size": 1024, "sequence_length": 4096}
+    search = mp.create_search(model, cluster, workload, top_k=3, wait=30)
+    assert search.succeeded
+    plans = mp.list_plans(search.id)
+    assert any(p.vocab_parallel for p in plans)
+    for plan in plans:
+        assert plan.plan_fields()["vocab_parallel"] == plan.vocab_parallel
+        priced = mp.estimate(model, cluster, workload, plan)
+        assert priced.metrics is not None
+        assert priced.metrics.step_time_s == pytest.approx(plan.metrics.step_time_s, rel=1e-9)
+
+
 def test_problems_become_typed_exceptions(mp: MeshplanClient) -> None:
     with pytest.raises(NotFound) as missing:
         mp.get_hardware("h999")
