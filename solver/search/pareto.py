@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 
 from cost_models.base import TrainingCostModel, TrainingEstimate, TrainingProblem
@@ -138,6 +139,7 @@ def pareto_front(
         (e for _, e in front.items), key=lambda e: (-e.metrics.tokens_per_s, e.plan.key())
     )
     stats.best_step_time_s = min((e.metrics.step_time_s for e in plans), default=None)
+    stats.wall_time_s = time.perf_counter() - monitor.start
     return ParetoResult(plans, stats)
 
 
