@@ -600,7 +600,10 @@ def candidate_blocks(problem: TrainingProblem, constraints: SearchConstraints) -
     stage_layers = fixed.get("stage_layers") or ()
     recomputes = _restrict(list(RECOMPUTE_OPTIONS), fixed, "recompute")
     zeros = _restrict(zero_stage_options(), fixed, "zero_stage")
-    vocab_options = _restrict(vocab_parallel_options(problem.model), fixed, "vocab_parallel")
+    forks = constraints.research_forks or fixed.get("vocab_parallel") is True
+    vocab_options = _restrict(
+        vocab_parallel_options(problem.model) if forks else [False], fixed, "vocab_parallel"
+    )
     by_name = {p.name: p for p in profiles}
     offloading = constraints.offload.searched
     offload_memo: dict[tuple[int, tuple[str, ...]], list[OffloadOption]] = {}
@@ -683,8 +686,9 @@ def _slots(
 
 
 def vocab_parallel_options(model: Any) -> list[bool]:
-    """`vocab_parallel` values the space enumerates: False always; True too for untied
-    embeddings (`rules.vocab_parallel_rules`), on blocks with pipeline > 1."""
+    """`vocab_parallel` values the space may enumerate: False always; True too for untied
+    embeddings (`rules.vocab_parallel_rules`), on blocks with pipeline > 1, when the
+    constraints search research forks (`SearchConstraints.research_forks`)."""
     return [False] if model.tie_embeddings else [False, True]
 
 

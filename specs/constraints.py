@@ -130,6 +130,12 @@ class SearchConstraints(Spec):
     engine_options: dict[str, dict[str, Any]] | None = None
     """Serving searches: settings per searched engine, by engine name (`GET /v1/engines`:
     `options`), e.g. `{"vllm_v0": {"num_scheduler_steps": 8}}`; the plans carry them."""
+    research_forks: bool = False
+    """Training searches: also search plan options that only research forks of the
+    frameworks run, so far vocabulary parallelism (`plan.vocab_parallel`: the
+    sail-sg/VocabularyParallelism fork of Megatron-LM; stock Megatron-Core has no
+    `--enable-vocab-parallel`). Off by default, so that a search's plans launch on the
+    released frameworks; `fixed.vocab_parallel = true` searches it too."""
     offload: OffloadConstraints = Field(
         default_factory=OffloadConstraints, json_schema_extra=_offload_or_mode
     )

@@ -15,6 +15,7 @@ BODY = {
     "model": {"preset": "llama3-70b"},
     "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]},
     "workload": {"kind": "training", "global_batch_size": 1024, "sequence_length": 4096},
+    "constraints": {"research_forks": True},
     "top_k": 3,
 }
 

@@ -218,7 +218,8 @@ def test_a_stored_vocabulary_parallel_plan_is_priced_again_as_stored(mp: Meshpla
     model = {"preset": "llama3-70b"}
     cluster = {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 8}]}
     workload = {"kind": "training", "global_batch_size": 1024, "sequence_length": 4096}
-    search = mp.create_search(model, cluster, workload, top_k=3, wait=30)
+    forks = {"research_forks": True}
+    search = mp.create_search(model, cluster, workload, constraints=forks, top_k=3, wait=30)
     assert search.succeeded
     plans = mp.list_plans(search.id)
     assert any(p.vocab_parallel for p in plans)

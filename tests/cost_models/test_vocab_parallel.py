@@ -200,9 +200,13 @@ def test_plan_encoding() -> None:
 def test_search_picks_vocab_parallel_for_a_large_vocabulary() -> None:
     problem = _problem()
     fixed = {"tensor": T, "pipeline": P, "micro_batch_size": 1, "pipeline_schedule": "1f1b"}
-    result = search(problem, AnalyticalTrainingCostModel(), SearchConstraints(fixed=fixed), top_k=3)
+    forks = SearchConstraints(fixed=fixed, research_forks=True)
+    result = search(problem, AnalyticalTrainingCostModel(), forks, top_k=3)
     best = result.plans[0].estimate
     assert best.plan.vocab_parallel
+    # a fork's option: not in the default space
+    stock = search(problem, AnalyticalTrainingCostModel(), SearchConstraints(fixed=fixed), top_k=3)
+    assert stock.plans and not any(p.estimate.plan.vocab_parallel for p in stock.plans)
     assert "vocabulary parallel" in result.plans[0].explanation
     naive = AnalyticalTrainingCostModel().evaluate(
         problem, best.plan.model_copy(update={"vocab_parallel": False})
@@ -218,7 +222,7 @@ def test_search_keeps_the_naive_layout_where_it_does_not_pay() -> None:
     problem = _problem(_model(vocab=4096), nodes=2)
     fixed = {"tensor": 8, "pipeline": 2, "micro_batch_size": 1, "pipeline_schedule": "1f1b"}
     cm = AnalyticalTrainingCostModel()
-    result = search(problem, cm, SearchConstraints(fixed=fixed), top_k=3)
+    result = search(problem, cm, SearchConstraints(fixed=fixed, research_forks=True), top_k=3)
     best = result.plans[0].estimate
     assert not best.plan.vocab_parallel
     twin = cm.evaluate(problem, best.plan.model_copy(update={"vocab_parallel": True}))

@@ -48,7 +48,7 @@ DENSE = make_problem(
     seq=16384,
 )
 MOE = make_problem(_moe(), 2, memory_gib=40.0, global_batch=32, seq=16384)
-SPACE = SearchConstraints(max_virtual_pipeline=2, micro_batch_sizes=[1, 2])
+SPACE = SearchConstraints(max_virtual_pipeline=2, micro_batch_sizes=[1, 2], research_forks=True)
 
 _FAMILY_FIELDS = ("data", "tensor", "pipeline", "context", "expert", "expert_tensor")
 _PROBE_FIELDS = ("micro_batch_size", "framework", "vocab_parallel")
@@ -148,7 +148,10 @@ def test_same_ranked_top_k_and_counts_as_without_families(monkeypatch, problem, 
 @pytest.mark.parametrize("problem", [DENSE, MOE], ids=["dense", "moe"])
 def test_search_with_families_equals_exhaustive(problem) -> None:
     cons = SearchConstraints(
-        fixed={"zero_stage": 1}, max_virtual_pipeline=2, micro_batch_sizes=[1, 2]
+        fixed={"zero_stage": 1},
+        max_virtual_pipeline=2,
+        micro_batch_sizes=[1, 2],
+        research_forks=True,
     )
     bnb = search(problem, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())
     ref = exhaustive_search(problem, ANALYTICAL, cons, top_k=5, solver=PartitionSolver())

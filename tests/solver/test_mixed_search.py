@@ -285,7 +285,8 @@ def test_vocabulary_parallel_pool_plans_are_not_shared_out_as_data_shares() -> N
         cluster=problem.cluster,
         workload=TrainingWorkload(global_batch_size=512, sequence_length=4096),
     )
-    result = mixed_search(problem, build_cost_model("analytical"), SearchConstraints(), top_k=10)
+    forks = SearchConstraints(research_forks=True)
+    result = mixed_search(problem, build_cost_model("analytical"), forks, top_k=10)
     assert result.stats.complete and result.plans
     pools_alone = mixed_search(
         problem,

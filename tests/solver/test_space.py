@@ -139,14 +139,15 @@ def test_fixed_fields_restrict_the_space() -> None:
         "sequence_parallel": False,
         "micro_batch_size": 2,
     }
-    cands = list(candidates(problem, SearchConstraints(fixed=fixed)))
+    cands = list(candidates(problem, SearchConstraints(fixed=fixed, research_forks=True)))
     # 16 GPUs / (4 × 2) = 2 = data × context; context ∈ {1, 2} (1024 % 2 == 0) → 2 tuples;
     # micro-batches per replica: 64/2/2 = 16 (data 2) or 64/1/2 = 32 (data 1), both multiples
     # of pipeline 2; v ∈ {1, 2, 3, 4} (2·v ≤ 8) → 4 per tuple; context 1 runs the ring only,
     # context 2 the ring, Ulysses (16 / 4 = 4 query and 8 / 4 = 2 KV heads per tensor rank
     # split over 2) and the all-gather (no hybrid: no head degree strictly between 1 and 2)
     # → 4 + 3 × 4 = 16 candidates; with pipeline 2 and untied embeddings each 1F1B one
-    # (v = 1: one per context-parallel variant, 1 + 3) also comes vocabulary-parallel → 20
+    # (v = 1: one per context-parallel variant, 1 + 3) also comes vocabulary-parallel → 20,
+    # when research forks are searched (the fork runs it)
     assert len(cands) == 20
     vocab = [c for c in cands if c.vocab_parallel]
     assert len(vocab) == 4
@@ -155,6 +156,8 @@ def test_fixed_fields_restrict_the_space() -> None:
         candidates(problem, SearchConstraints(fixed={**fixed, "vocab_parallel": False}))
     )
     assert len(no_vocab) == 16 and not any(c.vocab_parallel for c in no_vocab)
+    stock = list(candidates(problem, SearchConstraints(fixed=fixed)))
+    assert stock == no_vocab  # the default space: released frameworks only
     assert {(c.context, c.context_parallel_algorithm) for c in cands} == {
         (1, "ring"),
         (2, "ring"),
