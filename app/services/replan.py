@@ -49,14 +49,21 @@ def _lost_gpus(body: ReplanRequest, cluster: ResolvedCluster, group: int) -> lis
     if body.lost_gpus is not None:
         lost = list(range(offset + g.num_gpus - body.lost_gpus, offset + g.num_gpus))
     if len(lost) >= g.num_gpus and not body.added_node_groups and len(cluster.groups) == 1:
-        field = "lost_nodes" if body.lost_nodes is not None else "lost_gpus"
+        if body.lost_gpus is not None:
+            field, rule, value = (
+                "lost_gpus",
+                f"fewer than the group's {g.num_gpus} GPUs",
+                (body.lost_gpus),
+            )
+        else:
+            field, rule, value = (
+                "lost_nodes",
+                f"fewer than the group's {g.num_nodes} nodes",
+                (body.lost_nodes),
+            )
         raise InputError(
             f"the change leaves no GPU of the cluster ({len(lost)} of {g.num_gpus} lost)",
-            [
-                _field_error(
-                    field, f"fewer than the group's {g.num_gpus} GPUs", len(lost), "nothing left"
-                )
-            ],
+            [_field_error(field, rule, value, "nothing left")],
         )
     return lost
 

@@ -80,6 +80,9 @@ def test_replan_requests_it_cannot_answer_are_422(
     assert response.headers["content-type"].startswith("application/problem+json")
     if field is not None:
         assert field in [e.get("field") for e in response.json()["errors"]]
+    if body == {"lost_nodes": 2}:  # every node: the value is the request's, in nodes
+        (error,) = response.json()["errors"]
+        assert error["value"] == 2 and "nodes" in error["rule"]
 
 
 def test_replanning_an_unknown_plan_is_404(client: Any) -> None:
