@@ -49,18 +49,11 @@ def _lost_gpus(body: ReplanRequest, cluster: ResolvedCluster, group: int) -> lis
     if body.lost_gpus is not None:
         lost = list(range(offset + g.num_gpus - body.lost_gpus, offset + g.num_gpus))
     if len(lost) >= g.num_gpus and not body.added_node_groups and len(cluster.groups) == 1:
+        value: Any = body.lost_gpus if body.lost_gpus is not None else body.lost_nodes
         if body.lost_gpus is not None:
-            field, rule, value = (
-                "lost_gpus",
-                f"fewer than the group's {g.num_gpus} GPUs",
-                (body.lost_gpus),
-            )
+            field, rule = "lost_gpus", f"fewer than the group's {g.num_gpus} GPUs"
         else:
-            field, rule, value = (
-                "lost_nodes",
-                f"fewer than the group's {g.num_nodes} nodes",
-                (body.lost_nodes),
-            )
+            field, rule = "lost_nodes", f"fewer than the group's {g.num_nodes} nodes"
         raise InputError(
             f"the change leaves no GPU of the cluster ({len(lost)} of {g.num_gpus} lost)",
             [_field_error(field, rule, value, "nothing left")],
