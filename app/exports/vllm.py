@@ -96,10 +96,13 @@ def instance_args(
     engine: str | None = None,
     engine_options: Mapping[str, Any] | None = None,
     model: ModelSpec | None = None,
+    kv_port: int | None = None,
 ) -> list[str]:
     """`vllm serve` arguments (after `vllm serve`) of one instance. With `model`, where it
     differs from the checkpoint's config.json (`serving_common.checkpoint_overrides`), the
-    difference is passed as `--hf-overrides` (vLLM's JSON of config keys to replace)."""
+    difference is passed as `--hf-overrides` (vLLM's JSON of config keys to replace).
+    `kv_port`: the KV connector's port of a prefill / decode instance (default 14579 /
+    14580; replicas on one host take their own)."""
     engine_options = engine_options or {}
     par = inst.parallelism
     weights = weight_format(inst, workload)
@@ -142,7 +145,9 @@ def instance_args(
         transfer = {
             "kv_connector": "P2pNcclConnector",
             "kv_role": KV_ROLES[inst.role],
-            "kv_port": str(14579 if inst.role == "prefill" else 14580),
+            "kv_port": str(
+                kv_port if kv_port is not None else (14579 if inst.role == "prefill" else 14580)
+            ),
         }
         args += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
     args += ["--host", "0.0.0.0", "--port", str(port)]
@@ -303,6 +308,24 @@ def _staged(
     )
 
 
+def _per_host(hosts: list[list[str]]) -> str:
+    """The replicas' commands by host: the script runs those of host `HOST_INDEX` (each
+    replica on its own GPUs, `CUDA_VISIBLE_DEVICES`, and its own port), then waits."""
+    last = len(hosts) - 1
+    lines = [
+        f'HOST_INDEX="${{HOST_INDEX:-0}}"  # which of the plan\'s {len(hosts)} host(s) this is',
+        'case "$HOST_INDEX" in',
+    ]
+    for h, commands in enumerate(hosts):
+        lines.append(f"{h})")
+        lines.extend("".join(commands).rstrip("\n").splitlines())
+        lines.append(";;")
+    lines.append(f'*) echo "HOST_INDEX must be 0..{last}" >&2; exit 2 ;;')
+    lines.append("esac")
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
 def export(ctx: ExportContext) -> ExportResult:
     plan, workload = ctx.serving_plan(FORMAT)
     staged = [i for i in plan.instances if i.stage_groups is not None]
@@ -321,13 +344,20 @@ def export(ctx: ExportContext) -> ExportResult:
     roles: dict[str, list[str]] = {}
     blocks: list[str] = []
     instances = sorted(plan.instances, key=lambda i: ROLE_ORDER.index(i.role))
+    node_gpus = ctx.cluster.gpus_per_node
+    shapes = [instance_shape(FORMAT, ctx.cluster, inst) for inst in instances]
+    per_host = (
+        all(shape.nodes == 1 for shape in shapes) and sum(inst.count for inst in instances) > 1
+    )
+    hosts: list[list[str]] = [[]]
+    free = node_gpus  # GPUs left on the host being filled
     for n, inst in enumerate(instances):
-        shape = instance_shape(FORMAT, ctx.cluster, inst)
+        shape = shapes[n]
         args = instance_args(
             model_ref,
             inst,
             workload,
-            node_gpus=ctx.cluster.gpus_per_node,
+            node_gpus=node_gpus,
             port=8000 + 100 * n,
             engine=plan.engine,
             engine_options=plan.engine_options,
@@ -335,6 +365,29 @@ def export(ctx: ExportContext) -> ExportResult:
         )
         check_args(args, ctx.model)
         roles[inst.role] = ["vllm", "serve", *args]
+        for r in range(inst.count if per_host else 0):
+            if shape.gpus > free:  # a replica never straddles two hosts
+                hosts.append([])
+                free = node_gpus
+            first_gpu = node_gpus - free
+            devices = ",".join(str(first_gpu + i) for i in range(shape.gpus))
+            replica = instance_args(
+                model_ref,
+                inst,
+                workload,
+                node_gpus=node_gpus,
+                port=8000 + 100 * n + r,
+                engine=plan.engine,
+                engine_options=plan.engine_options,
+                model=ctx.model,
+                kv_port=(14579 if inst.role == "prefill" else 14580) + 2 * r,
+            )
+            hosts[-1].append(
+                f"# {inst.role} replica {r}\nCUDA_VISIBLE_DEVICES={devices} "
+                + shell_command(["vllm", "serve", *replica])
+                + " &\n"
+            )
+            free -= shape.gpus
         blocks.append(
             f"# {inst.role} instance: {inst.count} replica(s) of {shape.gpus} GPU(s)"
             + (
@@ -348,15 +401,23 @@ def export(ctx: ExportContext) -> ExportResult:
             + "\n"
         )
     first = roles[instances[0].role]
-    content = (
+    head = (
         "#!/usr/bin/env bash\n"
         f"# vLLM serving of meshplan plan {ctx.plan_id or ''} ({plan.mode}).\n"
         "set -euo pipefail\n\n"
         + ("export VLLM_USE_V1=0  # priced as the V0 engine\n\n" if "VLLM_USE_V1" in env else "")
-        + "\n".join(blocks)
-        + ("wait\n" if len(instances) > 1 else "")
     )
     notes = ["args are one instance's command; run `count` replicas of each role"]
+    if per_host:
+        # each instance's header line, then its replicas by host (not its single command)
+        content = head + "".join(b.splitlines(keepends=True)[0] for b in blocks) + "\n"
+        content += _per_host(hosts)
+        notes.append(
+            f"the script starts every replica, each on its own GPUs and port, on "
+            f"{len(hosts)} host(s): run it on each with HOST_INDEX = 0..{len(hosts) - 1}"
+        )
+    else:
+        content = head + "\n".join(blocks) + ("wait\n" if len(instances) > 1 else "")
     if plan.mode == "disaggregated":
         notes.append(
             "prefill (kv_producer) and decode (kv_consumer) instances need a proxy "
