@@ -164,6 +164,7 @@ class _Group:
     lead: RankedPlan
     folded: list[RankedPlan]
     size: int
+    """The GPUs its plans use."""
     pool: str | None = None
     """The pool a mixed cluster's size is on; `CROSS_POOLS` for plans across pools."""
 
@@ -264,7 +265,11 @@ def objective_search(
                 progress=size_progress,
                 should_stop=should_stop,
             )
-            groups = [g for g in _groups(result, size.gpus, CROSS_POOLS) if _across_pools(g)]
+            groups = [  # each with the GPUs its plan uses (the rest of the cluster idles)
+                dataclasses.replace(g, size=int(g.lead.estimate.metrics.gpus_used or size.gpus))
+                for g in _groups(result, size.gpus, CROSS_POOLS)
+                if _across_pools(g)
+            ]
             size_stats = result.stats
         elif size.pool is None:
             sub = (
@@ -404,8 +409,6 @@ def _why(objective: str, group: _Group, cluster_gpus: int) -> str:
     """The objective's figure for a plan, and the GPUs it leaves idle."""
     m = group.lead.estimate.metrics
     idle = cluster_gpus - group.size
-    if group.pool == CROSS_POOLS:
-        idle = cluster_gpus - int(m.gpus_used or group.size)
     if objective == "min_cost":
         figure = f"{m.cost_per_million_tokens:.4g} per million tokens"
     elif objective == "min_energy":

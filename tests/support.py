@@ -31,3 +31,13 @@ TINY_WORKLOAD: dict[str, Any] = {
 }
 
 __all__ = ["TINY_CLUSTER", "TINY_MODEL", "TINY_WORKLOAD", "TestClient"]
+
+
+MIXED_PRICED_CLUSTER: dict[str, Any] = {
+    "node_groups": [
+        {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
+        {"accelerator": "a100-80gb", "num_nodes": 1, "gpus_per_node": 4, "price_per_gpu_hour": 0.5},
+    ]
+}
+"""One node of 4 H100 at the catalog price and one of 4 A100 80GB at $0.50 per GPU-hour:
+the A100 pool is the cheaper per token (objectives and Pareto on a mixed cluster)."""

@@ -662,6 +662,16 @@ def _disaggregated_candidates(
         yield float(table.bound[i]), table.candidate(i), bool(table.final[i])
 
 
+def _requeue_refined(ctx: _Context, cand: Candidate, order: Any, heap: list[Any]) -> None:
+    """Queue `cand` again with its refined (`_refine`) bound, final from then on; drop it,
+    counted as `slo_unattainable`, when no prefill pool meets the TTFT target."""
+    tighter = _refine(ctx, cand)
+    if tighter is None:
+        ctx.stats.add_pruned("slo_unattainable")
+        return
+    heapq.heappush(heap, (-_bound_score(ctx.problem, cand, tighter), order, cand, True))
+
+
 def _refine(ctx: _Context, cand: Candidate) -> float | None:
     """The tighter bound per GPU of a disaggregated unit: its prefill pool simulated; None
     when one prefill instance cannot meet the TTFT target even alone (then no pool can,
@@ -1041,11 +1051,7 @@ def _lazy_goodput_search(
             cand = candidate(ref)
             if not final:
                 monitor.poll(report=False)
-                tighter = _refine(ctx, cand)
-                if tighter is None:
-                    stats.add_pruned("slo_unattainable")
-                    continue
-                heapq.heappush(heap, (-_bound_score(problem, cand, tighter), order, cand, True))
+                _requeue_refined(ctx, cand, order, heap)
                 continue
             monitor.poll(report=False)
             grid = grids.get(cand)
@@ -1539,12 +1545,7 @@ def _search_engine(
             heapq.heappop(heap)
             if not final:
                 monitor.poll(report=False)
-                tighter = _refine(ctx, cand)
-                if tighter is None:
-                    stats.add_pruned("slo_unattainable")
-                    continue
-                refined = _bound_score(problem, cand, tighter)
-                heapq.heappush(heap, (-refined, order, cand, True))
+                _requeue_refined(ctx, cand, order, heap)
                 continue
             monitor.done = done
             monitor.poll(report=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import TINY_MODEL
+from tests.support import MIXED_PRICED_CLUSTER, TINY_MODEL
 
 
 def _body(objective: str, **workload: Any) -> dict[str, Any]:
@@ -118,17 +118,7 @@ def test_an_estimate_reports_days_to_train_and_energy(client: Any) -> None:
 
 def test_min_cost_on_a_mixed_cluster_over_http_runs_on_one_pool_and_exports(client: Any) -> None:
     body = _body("min_cost")
-    body["cluster"] = {
-        "node_groups": [
-            {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
-            {
-                "accelerator": "a100-80gb",
-                "num_nodes": 1,
-                "gpus_per_node": 4,
-                "price_per_gpu_hour": 0.5,
-            },
-        ]
-    }
+    body["cluster"] = MIXED_PRICED_CLUSTER
     plans = _plans(client, body)
     costs = [p["metrics"]["cost_per_million_tokens"] for p in plans]
     assert costs == sorted(costs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support import TINY_MODEL
+from tests.support import MIXED_PRICED_CLUSTER, TINY_MODEL
 
 FIGURES = [
     "tokens_per_s",
@@ -94,20 +94,7 @@ def test_a_serving_search_or_an_unknown_one_has_no_front(client: Any) -> None:
 def test_the_front_of_a_mixed_cluster_search_covers_each_pool_and_the_plans_across(
     client: Any,
 ) -> None:
-    search_id, front = _search_and_front(
-        client,
-        {
-            "node_groups": [
-                {"accelerator": "h100-sxm", "num_nodes": 1, "gpus_per_node": 4},
-                {
-                    "accelerator": "a100-80gb",
-                    "num_nodes": 1,
-                    "gpus_per_node": 4,
-                    "price_per_gpu_hour": 0.5,
-                },
-            ]
-        },
-    )
+    search_id, front = _search_and_front(client, MIXED_PRICED_CLUSTER)
     search = {"id": search_id}
     assert front["complete"] is True
     vectors = [_vector(p["metrics"]) for p in front["plans"]]

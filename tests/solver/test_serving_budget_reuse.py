@@ -103,9 +103,6 @@ def _separates(kind: str, policy: SchedulerPolicy, chunk: int | None) -> bool:
     return kind == "colocated" and policy.separates(chunk is not None)
 
 
-REUSED: list[bool] = []
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["colocated", "disaggregated"]),
@@ -133,10 +130,7 @@ def test_an_accepted_budget_gives_the_same_result(
         if other == chunk or _separates(kind, policy, other) != _separates(kind, policy, chunk):
             continue
         if budget_reusable(base.budget_slack, chunk, other):
-            REUSED.append(True)
             assert _same(_simulate(kind, reqs, cost, other), base), (chunk, other)
-        else:
-            REUSED.append(False)
 
 
 def test_the_reuse_rule_is_exercised_both_ways() -> None:
