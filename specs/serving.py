@@ -258,6 +258,28 @@ class ServingSLO(Spec):
     """Share of requests that must meet both targets, percent (50–99.9)."""
 
 
+def _with_length_distribution(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its `length_distribution` spelled out as `dataset` or as the prompt and
+    output lengths; a field it names that the request also gives differently is a clash."""
+    given = data["length_distribution"]
+    if isinstance(given, str):
+        fields: dict[str, Any] = {"dataset": given}
+    elif isinstance(given, dict):
+        allowed = {"dataset", "prompt_tokens", "output_tokens"}
+        extra = sorted(set(given) - allowed)
+        if extra:
+            raise ValueError(
+                f"length_distribution takes {', '.join(sorted(allowed))}; not {', '.join(extra)}"
+            )
+        fields = dict(given)
+    else:
+        return data  # the field's type check names it
+    clash = [k for k, v in fields.items() if data.get(k) is not None and data.get(k) != v]
+    if clash:
+        raise ValueError(f"length_distribution gives {', '.join(clash)} too: give one or the other")
+    return {**data, **fields}
+
+
 class ServingWorkload(Spec):
     """LLM inference under latency SLOs (`"kind": "serving"`)."""
 
@@ -312,11 +334,18 @@ class ServingWorkload(Spec):
     tokens: 1730 / 5696, 415 / 834; vLLM's `benchmark_serving --dataset-name sharegpt` takes
     first turns only and is far shorter: give its lengths as `percentiles`).
     Replaces prompt_tokens and output_tokens."""
+    length_distribution: str | dict[str, Any] | None = None
+    """The request lengths in one field (the contract's name): a dataset name, as `dataset`,
+    or its parameters `{"dataset"}` or `{"prompt_tokens", "output_tokens"}` (each a length
+    as those fields take it)."""
 
     @model_validator(mode="before")
     @classmethod
     def _expand_dataset(cls, data: Any) -> Any:
-        """A named dataset becomes the prompt and output percentiles it stands for."""
+        """A named dataset becomes the prompt and output percentiles it stands for;
+        `length_distribution` the fields it names."""
+        if isinstance(data, dict) and data.get("length_distribution") is not None:
+            data = _with_length_distribution(data)
         if not isinstance(data, dict) or data.get("dataset") is None:
             return data
         name = data["dataset"]

@@ -346,3 +346,33 @@ def test_sharegpt_dataset_has_the_skew_sarathi_serve_published() -> None:
     assert workload.prompt_tokens is not None and workload.prompt_tokens.percentiles is not None
     assert workload.output_tokens is not None and workload.output_tokens.percentiles is not None
     assert workload.prompt_tokens.percentiles[-1] + workload.output_tokens.percentiles[0] <= 8192
+
+
+def test_length_distribution_names_a_dataset_or_the_lengths() -> None:
+    """`length_distribution` (the contract's name) is `dataset`, or the two lengths, in one
+    field; giving a field it names differently is refused."""
+    from specs.serving import ServingWorkload
+
+    slo = {"slo": {"ttft_ms": 1000, "tpot_ms": 50}}
+    named = ServingWorkload.model_validate({**slo, "length_distribution": "azure_conversation"})
+    direct = ServingWorkload.model_validate({**slo, "dataset": "azure_conversation"})
+    assert (named.prompt_tokens, named.output_tokens) == (
+        direct.prompt_tokens,
+        direct.output_tokens,
+    )
+    lengths = {"prompt_tokens": {"mean": 900, "p50": 700}, "output_tokens": 128}
+    spelled = ServingWorkload.model_validate({**slo, "length_distribution": lengths})
+    plain = ServingWorkload.model_validate({**slo, **lengths})
+    assert (spelled.prompt_tokens, spelled.output_tokens) == (
+        plain.prompt_tokens,
+        plain.output_tokens,
+    )
+    # a stored workload validates again to itself
+    again = ServingWorkload.model_validate(named.model_dump(mode="json"))
+    assert again.prompt_tokens == named.prompt_tokens
+    with pytest.raises(ValueError, match="length_distribution gives output_tokens too"):
+        ServingWorkload.model_validate({**slo, "length_distribution": lengths, "output_tokens": 64})
+    with pytest.raises(ValueError, match="not trace"):
+        ServingWorkload.model_validate({**slo, "length_distribution": {"trace": []}})
+    with pytest.raises(ValueError):
+        ServingWorkload.model_validate({**slo, "length_distribution": "no-such-dataset"})
