@@ -271,7 +271,13 @@ def run_problem(
             entry["dominated_by"] = plans[folded.dominated_by]["rank"]
             entry["dominated_reason"] = folded.reason
     if not plans and not should_stop():
-        raise NoFeasiblePlan(_no_plan_detail(serving), reasons=stats.get("pruned", {}), stats=stats)
+        detail = _no_plan_detail(serving)
+        if not result.stats.complete:  # stopped before any plan was found
+            detail = (
+                f"the search stopped ({result.stats.status}) before it found a plan; a longer "
+                "constraints.time_limit_s lets it finish. " + detail
+            )
+        raise NoFeasiblePlan(detail, reasons=stats.get("pruned", {}), stats=stats)
     return SearchOutcome(plans=plans, stats=stats)
 
 
@@ -281,10 +287,12 @@ def _no_plan_detail(problem: ServingProblem) -> str:
     weights_gb = (
         problem.model.num_parameters() * {"int4": 0.5, "fp8": 1.0}.get(wl.precision, 2.0) / 1e9
     )
-    memory_gb = problem.num_gpus * problem.cluster.accelerator.memory_gib * 1024**3 / 1e9
+    groups = problem.cluster.groups  # every group, a mixed cluster's too
+    memory_gb = sum(g.num_gpus * g.accelerator.memory_gib for g in groups) * 1024**3 / 1e9
+    gpus = " + ".join(f"{g.num_gpus} × {g.accelerator.id}" for g in groups)
     return (
         f"no serving plan of the searched space serves {problem.model.name} on "
-        f"{problem.num_gpus} × {problem.cluster.accelerator.id} within the SLO (TTFT "
+        f"{gpus} within the SLO (TTFT "
         f"{slo.ttft_ms} ms, TPOT {slo.tpot_ms} ms at P{slo.percentile:g}): the {wl.precision} "
         f"weights are {weights_gb:.1f} GB against {memory_gb:.0f} GB of device memory (see "
         "`reasons` for what pruned the candidates)"

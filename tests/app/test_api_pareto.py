@@ -136,3 +136,28 @@ def test_a_complete_front_is_kept_with_the_search_and_answered_from_there(client
     assert {k: v for k, v in again.json().items() if k != "stats"} == {
         k: v for k, v in front.items() if k != "stats"
     }
+
+
+def test_concurrent_first_requests_share_one_computation(client: Any) -> None:
+    """Callers asking for a front not computed yet wait for the one computation and answer
+    with the front it kept (each used to compute the whole front again, in turn)."""
+    import concurrent.futures
+
+    body = {
+        "model": dict(TINY_MODEL),
+        "cluster": {
+            "node_groups": [{"accelerator": "h100-sxm", "num_nodes": 2, "gpus_per_node": 4}]
+        },
+        "workload": {"kind": "training", "global_batch_size": 16, "sequence_length": 2048},
+        "objective": "min_cost",
+    }
+    search = client.post("/v1/searches?wait=30", json=body).json()
+    assert search["status"] == "succeeded", search
+    url = f"/v1/searches/{search['id']}/pareto"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: client.get(url), range(4)))
+    assert all(a.status_code == 200 for a in answers)
+    fronts = [a.json() for a in answers]
+    assert fronts[0]["complete"] is True
+    # one computation: the same document, its own wall time included, for every caller
+    assert all(f == fronts[0] for f in fronts), [f["stats"]["wall_time_s"] for f in fronts]

@@ -323,3 +323,23 @@ def test_a_bad_split_names_the_stage_layers_field(client: Any) -> None:
         errors = response.json()["errors"]
         assert [e["field"] for e in errors] == ["plan.stage_layers"], errors
         assert errors[0]["value"] == layers
+
+
+def test_a_mixed_serving_search_stopped_before_any_plan_says_so(client: Any) -> None:
+    """Stopped by its time limit before it priced a plan, a serving search on a mixed
+    cluster fails with a no-feasible-plan problem naming the time limit (its message read
+    one accelerator of the cluster and raised: an internal error)."""
+    body = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
+                                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
+        "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": "min_gpus",
+                     "arrival_rate_rps": 420},
+        "constraints": {"time_limit_s": 0.01},
+    }  # fmt: skip
+    search = client.post("/v1/searches?wait=30&dedupe=false", json=body).json()
+    assert search["status"] == "failed", search
+    error = search["error"]
+    assert error["type"].endswith("/no-feasible-plan"), error
+    assert "time_limit" in error["detail"] and "8 × h100-sxm + 8 × a100-80gb" in error["detail"]

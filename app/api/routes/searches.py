@@ -38,6 +38,7 @@ import base64
 import binascii
 import json
 import time
+import weakref
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -737,6 +738,32 @@ async def read_search_pareto(
     record, ids, stored = await run_in_threadpool(load)
     if record.pareto is not None:  # computed completely before: the space has not changed
         return dict(record.pareto)
+    # one computation per search at a time: concurrent first callers wait for it and answer
+    # with the front it kept, instead of each queueing the whole front again
+    lock = _PARETO_LOCKS.setdefault(search_id, asyncio.Lock())
+    async with lock:
+        await run_in_threadpool(session.expire_all)  # see what the computing request kept
+        record, ids, stored = await run_in_threadpool(load)
+        if record.pareto is not None:
+            return dict(record.pareto)
+        return await _compute_front(request, session, settings, search_id, record, ids, stored)
+
+
+_PARETO_LOCKS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+"""The front being computed, per search (entries go with the last request holding one)."""
+
+
+async def _compute_front(
+    request: Request,
+    session: Any,
+    settings: Any,
+    search_id: str,
+    record: SearchRecord,
+    ids: dict[str, str],
+    stored: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The front of a finished training search, computed in a request worker and kept with
+    the search when complete (`read_search_pareto`)."""
     problem = dict(record.problem)
     if (problem.get("workload") or {}).get("kind") == "serving":
         raise Conflict(
