@@ -138,15 +138,21 @@ def test_a_mixed_plan_that_fits_nowhere_is_infeasible_not_an_error(client: Any) 
     assert answer["memory"]["peak_gib"] in [s["total_gib"] for s in stages]
 
 
+MIXED_SERVING: dict[str, Any] = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
+                                {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
+    # more than the H100 node carries alone (~363 requests/s): only a mix serves it
+    "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
+                 "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": "min_gpus",
+                 "arrival_rate_rps": 420},
+}  # fmt: skip
+"""Llama-3-8B at 420 requests/s on one H100 node and one A100 node (serving on both)."""
+
+
 def test_a_serving_set_across_groups_exports_one_launch_per_group_and_a_router(client: Any) -> None:
     body = {
-        "model": {"preset": "llama3-8b"},
-        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
-                                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
-        # more than the H100 node carries alone (~363 requests/s): only a mix serves it
-        "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
-                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": "min_gpus",
-                     "arrival_rate_rps": 420},
+        **MIXED_SERVING,
         "top_k": 5,
     }  # fmt: skip
     search = client.post("/v1/searches?wait=60", json=body).json()
@@ -330,12 +336,7 @@ def test_a_mixed_serving_search_stopped_before_any_plan_says_so(client: Any) -> 
     cluster fails with a no-feasible-plan problem naming the time limit (its message read
     one accelerator of the cluster and raised: an internal error)."""
     body = {
-        "model": {"preset": "llama3-8b"},
-        "cluster": {"node_groups": [{"accelerator": "h100-sxm", "num_nodes": 1, "name": "new"},
-                                    {"accelerator": "a100-80gb", "num_nodes": 1, "name": "old"}]},
-        "workload": {"kind": "serving", "prompt_tokens": 1024, "output_tokens": 256,
-                     "slo": {"ttft_ms": 1000, "tpot_ms": 50}, "objective": "min_gpus",
-                     "arrival_rate_rps": 420},
+        **MIXED_SERVING,
         "constraints": {"time_limit_s": 0.01},
     }  # fmt: skip
     search = client.post("/v1/searches?wait=30&dedupe=false", json=body).json()
